@@ -1,0 +1,305 @@
+//! Control messages: what the two ends say to each other on the control
+//! connection once the handshake is done.
+//!
+//! A control frame is a 4-byte big-endian body length followed by the body,
+//! a [`ControlMsg`] encoded with postcard (a stable, compact serde format:
+//! varint integers, length-prefixed strings and byte strings, enum variants
+//! by index). Variants are only ever appended, never reordered, so the index
+//! of an existing message never changes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{DecodeError, MAX_CONTROL_FRAME, Token};
+
+/// Algorithm for the end-to-end (whole-file) digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ChecksumAlg {
+    /// XXH3 128-bit: the default; far faster than any network or disk.
+    Xxh3,
+    /// BLAKE3 256-bit: cryptographic.
+    Blake3,
+    /// CRC-32C (Castagnoli).
+    Crc32c,
+    /// Adler-32, as stored in many HEP file catalogues.
+    Adler32,
+    /// MD5, as stored in many HEP file catalogues.
+    Md5,
+    /// SHA-256.
+    Sha256,
+}
+
+impl ChecksumAlg {
+    /// All algorithms, in a stable order.
+    pub const ALL: [ChecksumAlg; 6] = [
+        ChecksumAlg::Xxh3,
+        ChecksumAlg::Blake3,
+        ChecksumAlg::Crc32c,
+        ChecksumAlg::Adler32,
+        ChecksumAlg::Md5,
+        ChecksumAlg::Sha256,
+    ];
+
+    /// The lower-case name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChecksumAlg::Xxh3 => "xxh3",
+            ChecksumAlg::Blake3 => "blake3",
+            ChecksumAlg::Crc32c => "crc32c",
+            ChecksumAlg::Adler32 => "adler32",
+            ChecksumAlg::Md5 => "md5",
+            ChecksumAlg::Sha256 => "sha256",
+        }
+    }
+}
+
+/// Protection of the data connections, like GridFTP's `PROT` levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Protect {
+    /// Plain TCP; blocks carry an unkeyed checksum.
+    Clear,
+    /// Plain TCP; blocks carry a MAC keyed from the control connection's TLS
+    /// session, so injected or altered data is detected.
+    Safe,
+    /// Every data connection runs TLS: encrypted and authenticated.
+    Private,
+}
+
+impl Protect {
+    /// The lower-case name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protect::Clear => "clear",
+            Protect::Safe => "safe",
+            Protect::Private => "private",
+        }
+    }
+}
+
+/// What a session is for. The client chooses; the server either accepts or
+/// answers with an [`ControlMsg::Error`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionMode {
+    /// The client sends files; the server writes them under `dest`.
+    Push {
+        /// Destination path, relative to the server's root.
+        dest: String,
+        /// Number of top-level sources the client will send (scp rule: more
+        /// than one requires `dest` to be a directory).
+        top_level: u32,
+    },
+    /// The server sends the named files or trees to the client.
+    Pull {
+        /// Source paths, relative to the server's root.
+        sources: Vec<String>,
+        /// Descend into directories.
+        recursive: bool,
+    },
+    /// Memory-to-memory test: generated data, discarded at the receiver.
+    Perf {
+        /// True when the server sends (`tern perf --reverse`).
+        server_sends: bool,
+        /// Bytes to send, or 0 to send for `seconds`.
+        bytes: u64,
+        /// Duration when `bytes` is 0, in milliseconds.
+        millis: u64,
+    },
+}
+
+/// The client's request to open a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionOpen {
+    /// What the session does.
+    pub mode: SessionMode,
+    /// Data connections the client will open.
+    pub streams: u16,
+    /// Block payload size in bytes.
+    pub block_size: u32,
+    /// Whole-file digest algorithm.
+    pub checksum: ChecksumAlg,
+    /// Data connection protection.
+    pub protect: Protect,
+}
+
+/// The server's acceptance of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionAccept {
+    /// Secret that data connections present to join this session.
+    pub token: Token,
+    /// Data connections the server expects (may be lower than asked).
+    pub streams: u16,
+    /// Block size in force (may be lower than asked).
+    pub block_size: u32,
+}
+
+/// Metadata of a file the sender is about to send.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMeta {
+    /// Session-unique identifier used by data frames.
+    pub file_id: u32,
+    /// Path relative to the transfer's top, `/`-separated, no `..`.
+    pub path: String,
+    /// Size in bytes; [`FileMeta::UNKNOWN_SIZE`] for perf streams of unknown length.
+    pub size: u64,
+    /// Unix permission bits.
+    pub mode: u32,
+    /// Modification time, seconds since the epoch.
+    pub mtime_s: i64,
+    /// Modification time, nanoseconds part.
+    pub mtime_ns: u32,
+}
+
+impl FileMeta {
+    /// Size of a generated perf stream whose length is set by a deadline.
+    pub const UNKNOWN_SIZE: u64 = u64::MAX;
+}
+
+/// Why a session or file failed, as told to the peer. Codes are stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// A path does not exist.
+    NotFound,
+    /// A path is outside the root or otherwise not allowed.
+    PermissionDenied,
+    /// The destination ran out of space.
+    NoSpace,
+    /// Some other I/O failure.
+    Io,
+    /// The request makes no sense (e.g. several sources into a file).
+    BadRequest,
+    /// The whole-file digest did not match after all repairs.
+    DigestMismatch,
+    /// The peer broke the protocol.
+    Protocol,
+    /// The session ended early (shutdown, interrupt).
+    Aborted,
+    /// A block stayed bad after the repair limit.
+    TooManyRetries,
+}
+
+/// Every message of the control connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ControlMsg {
+    /// Client → server: open a session.
+    SessionOpen(SessionOpen),
+    /// Server → client: session accepted.
+    SessionAccept(SessionAccept),
+    /// Sender → receiver: a directory to create (possibly empty).
+    DirAnnounce {
+        /// Path relative to the transfer's top.
+        path: String,
+        /// Unix permission bits.
+        mode: u32,
+    },
+    /// Sender → receiver: a file whose blocks will follow on data connections.
+    FileAnnounce(FileMeta),
+    /// Receiver → sender: send these ranges again (missing or corrupt).
+    BlockRequest {
+        /// File the ranges belong to.
+        file_id: u32,
+        /// `(offset, length)` pairs.
+        ranges: Vec<(u64, u32)>,
+    },
+    /// Sender → receiver: every block of the file (or of the last repair
+    /// round) has been written to a data connection.
+    FileSent {
+        /// The file.
+        file_id: u32,
+        /// Final size (differs from the announced size only for perf streams).
+        size: u64,
+        /// Whole-file digest computed by the sender.
+        digest: Vec<u8>,
+        /// Per stream, how many data frames had been written to it when this
+        /// message was sent. The receiver waits until each live stream has
+        /// delivered that many before judging what is missing.
+        stream_marks: Vec<u64>,
+    },
+    /// Receiver → sender: the file is complete, verified and in place.
+    FileDone {
+        /// The file.
+        file_id: u32,
+        /// Whole-file digest computed by the receiver.
+        digest: Vec<u8>,
+    },
+    /// Either side: something failed.
+    Error {
+        /// What failed, for the peer's program.
+        code: ErrorCode,
+        /// What failed, for a person.
+        message: String,
+        /// The file concerned, if one.
+        file_id: Option<u32>,
+    },
+    /// Sender → receiver: no more files. Receiver → sender: all done, with
+    /// what the receiver counted.
+    Close {
+        /// Payload bytes received or sent per stream.
+        per_stream_bytes: Vec<u64>,
+    },
+}
+
+/// Encodes a message as a complete control frame (length prefix + body).
+pub fn encode_control(msg: &ControlMsg) -> Vec<u8> {
+    let mut frame =
+        postcard::to_extend(msg, vec![0u8; 4]).expect("encoding into a Vec cannot fail");
+    let len = (frame.len() - 4) as u32;
+    frame[0..4].copy_from_slice(&len.to_be_bytes());
+    frame
+}
+
+/// Reads the body length from a control frame's 4-byte prefix, refusing
+/// lengths above [`MAX_CONTROL_FRAME`].
+pub fn control_body_len(prefix: [u8; 4]) -> Result<usize, DecodeError> {
+    let len = u32::from_be_bytes(prefix);
+    if len > MAX_CONTROL_FRAME {
+        return Err(DecodeError::TooLong {
+            len: len.into(),
+            max: MAX_CONTROL_FRAME.into(),
+        });
+    }
+    Ok(len as usize)
+}
+
+/// Decodes a control frame body (without its length prefix). Trailing bytes
+/// are an error: a frame holds exactly one message.
+pub fn decode_control(body: &[u8]) -> Result<ControlMsg, DecodeError> {
+    let (msg, rest) = postcard::take_from_bytes::<ControlMsg>(body)
+        .map_err(|e| DecodeError::Control(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(DecodeError::Control(format!(
+            "{} trailing bytes after the message",
+            rest.len()
+        )));
+    }
+    Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_round_trips_through_its_prefix() {
+        let msg = ControlMsg::FileDone {
+            file_id: 7,
+            digest: vec![1, 2, 3],
+        };
+        let frame = encode_control(&msg);
+        let len = control_body_len(frame[0..4].try_into().unwrap()).unwrap();
+        assert_eq!(len, frame.len() - 4);
+        assert_eq!(decode_control(&frame[4..]).unwrap(), msg);
+    }
+
+    #[test]
+    fn oversized_prefix_is_refused() {
+        assert!(control_body_len((MAX_CONTROL_FRAME + 1).to_be_bytes()).is_err());
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let mut frame = encode_control(&ControlMsg::Close {
+            per_stream_bytes: vec![],
+        });
+        frame.push(0);
+        assert!(decode_control(&frame[4..]).is_err());
+    }
+}

@@ -1,0 +1,198 @@
+//! The handshake both ends send first on the control connection.
+//!
+//! Each side sends one fixed-size [`Hello`] naming the highest version it
+//! speaks, the lowest it still accepts, and the optional features it
+//! supports. Both then compute the same result with [`Hello::negotiate`]:
+//! the smaller of the two versions and the intersection of the features, so
+//! neither side needs to wait for the other's decision.
+//!
+//! Layout (16 bytes, big-endian):
+//!
+//! ```text
+//! 0..4   magic  "TERN"
+//! 4..6   version (highest spoken)
+//! 6..8   min_version (lowest accepted)
+//! 8..16  features (bit set, see Features)
+//! ```
+
+use crate::DecodeError;
+
+/// Magic that opens every control connection.
+pub const HELLO_MAGIC: [u8; 4] = *b"TERN";
+
+/// Encoded size of a [`Hello`].
+pub const HELLO_LEN: usize = 16;
+
+/// Optional protocol features, one bit each. Unknown bits from a newer peer
+/// are ignored by intersection, which is what makes adding features safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Features(pub u64);
+
+impl Features {
+    /// The receiver may ask for blocks again (`BlockRequest`).
+    pub const REPAIR: Features = Features(1 << 0);
+    /// Data connections may run in `safe` mode (keyed MAC per block).
+    pub const PROTECT_SAFE: Features = Features(1 << 1);
+    /// Data connections may run in `private` mode (TLS on every stream).
+    pub const PROTECT_PRIVATE: Features = Features(1 << 2);
+    /// Memory-to-memory throughput sessions (`tern perf`).
+    pub const PERF: Features = Features(1 << 3);
+
+    /// Everything this build implements.
+    pub const ALL: Features = Features(
+        Self::REPAIR.0 | Self::PROTECT_SAFE.0 | Self::PROTECT_PRIVATE.0 | Self::PERF.0,
+    );
+
+    /// True when every bit of `other` is set in `self`.
+    pub fn contains(self, other: Features) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitAnd for Features {
+    type Output = Features;
+    fn bitand(self, rhs: Features) -> Features {
+        Features(self.0 & rhs.0)
+    }
+}
+
+/// One side's opening message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// Highest protocol version this side speaks.
+    pub version: u16,
+    /// Lowest protocol version this side accepts.
+    pub min_version: u16,
+    /// Features this side supports.
+    pub features: Features,
+}
+
+/// What both ends agreed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Negotiated {
+    /// The version both will speak: the smaller of the two offered.
+    pub version: u16,
+    /// Features both support.
+    pub features: Features,
+}
+
+/// The two sides have no protocol version in common.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no common protocol version: we speak {ours_min}..={ours}, the peer {theirs_min}..={theirs}")]
+pub struct VersionMismatch {
+    /// Our highest version.
+    pub ours: u16,
+    /// Our lowest version.
+    pub ours_min: u16,
+    /// The peer's highest version.
+    pub theirs: u16,
+    /// The peer's lowest version.
+    pub theirs_min: u16,
+}
+
+impl Hello {
+    /// The hello this build sends.
+    pub fn ours() -> Hello {
+        Hello {
+            version: crate::PROTOCOL_VERSION,
+            min_version: crate::MIN_PROTOCOL_VERSION,
+            features: Features::ALL,
+        }
+    }
+
+    /// Encodes to the fixed 16-byte layout.
+    pub fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut out = [0u8; HELLO_LEN];
+        out[0..4].copy_from_slice(&HELLO_MAGIC);
+        out[4..6].copy_from_slice(&self.version.to_be_bytes());
+        out[6..8].copy_from_slice(&self.min_version.to_be_bytes());
+        out[8..16].copy_from_slice(&self.features.0.to_be_bytes());
+        out
+    }
+
+    /// Decodes the fixed layout; `buf` may be longer than needed.
+    pub fn decode(buf: &[u8]) -> Result<Hello, DecodeError> {
+        if buf.len() < HELLO_LEN {
+            return Err(DecodeError::Truncated {
+                need: HELLO_LEN,
+                have: buf.len(),
+            });
+        }
+        let magic: [u8; 4] = buf[0..4].try_into().expect("4 bytes");
+        if magic != HELLO_MAGIC {
+            return Err(DecodeError::BadMagic(magic));
+        }
+        let version = u16::from_be_bytes([buf[4], buf[5]]);
+        let min_version = u16::from_be_bytes([buf[6], buf[7]]);
+        let features = Features(u64::from_be_bytes(buf[8..16].try_into().expect("8 bytes")));
+        Ok(Hello {
+            version,
+            min_version,
+            features,
+        })
+    }
+
+    /// The version and features both sides will use, computed identically on
+    /// both ends: `min` of the versions, intersection of the features.
+    pub fn negotiate(&self, peer: &Hello) -> Result<Negotiated, VersionMismatch> {
+        let version = self.version.min(peer.version);
+        if version < self.min_version.max(peer.min_version) {
+            return Err(VersionMismatch {
+                ours: self.version,
+                ours_min: self.min_version,
+                theirs: peer.version,
+                theirs_min: peer.min_version,
+            });
+        }
+        Ok(Negotiated {
+            version,
+            features: self.features & peer.features,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_takes_the_smaller_version_and_common_features() {
+        let a = Hello {
+            version: 3,
+            min_version: 1,
+            features: Features(0b1011),
+        };
+        let b = Hello {
+            version: 2,
+            min_version: 2,
+            features: Features(0b0110),
+        };
+        let n = a.negotiate(&b).unwrap();
+        assert_eq!(n, b.negotiate(&a).unwrap());
+        assert_eq!(n.version, 2);
+        assert_eq!(n.features, Features(0b0010));
+    }
+
+    #[test]
+    fn negotiation_fails_without_a_common_version() {
+        let a = Hello {
+            version: 1,
+            min_version: 1,
+            features: Features::ALL,
+        };
+        let b = Hello {
+            version: 4,
+            min_version: 3,
+            features: Features::ALL,
+        };
+        assert!(a.negotiate(&b).is_err());
+        assert!(b.negotiate(&a).is_err());
+    }
+
+    #[test]
+    fn wrong_magic_is_rejected() {
+        let mut bytes = Hello::ours().encode();
+        bytes[0] = b'X';
+        assert!(matches!(Hello::decode(&bytes), Err(DecodeError::BadMagic(_))));
+    }
+}
