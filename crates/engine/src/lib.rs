@@ -1,1 +1,18 @@
-//! placeholder
+//! The tern engine: everything on the data path.
+//!
+//! The daemon (`tern serve`) and the client (`tern cp`, `tern perf`) are two
+//! uses of this one engine. Layers inside it, bottom up:
+//!
+//! - [`integrity`]: per-block checks and whole-file digests;
+//! - [`session`]: sans-I/O sender and receiver state machines;
+//! - [`fsio`]: data sources and sinks (files under a root, generated data,
+//!   the discard sink) behind one pair of traits;
+//! - [`transfer`]: the async driver that runs a session over a control
+//!   channel and N data streams;
+//! - [`tls`], [`server`], [`client`]: connections, identity and the daemon.
+
+pub mod error;
+pub mod integrity;
+pub mod session;
+
+pub use error::{Error, ErrorKind, Result};

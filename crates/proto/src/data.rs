@@ -240,7 +240,10 @@ mod tests {
         let mut h = DataFrame::StreamEnd.encode();
         h[0] = KIND_BLOCK;
         h[1] = 0x80;
-        assert!(matches!(DataFrame::decode(&h), Err(DecodeError::Reserved(_))));
+        assert!(matches!(
+            DataFrame::decode(&h),
+            Err(DecodeError::Reserved(_))
+        ));
     }
 
     #[test]

@@ -39,9 +39,8 @@ impl Features {
     pub const PERF: Features = Features(1 << 3);
 
     /// Everything this build implements.
-    pub const ALL: Features = Features(
-        Self::REPAIR.0 | Self::PROTECT_SAFE.0 | Self::PROTECT_PRIVATE.0 | Self::PERF.0,
-    );
+    pub const ALL: Features =
+        Features(Self::REPAIR.0 | Self::PROTECT_SAFE.0 | Self::PROTECT_PRIVATE.0 | Self::PERF.0);
 
     /// True when every bit of `other` is set in `self`.
     pub fn contains(self, other: Features) -> bool {
@@ -78,7 +77,9 @@ pub struct Negotiated {
 
 /// The two sides have no protocol version in common.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("no common protocol version: we speak {ours_min}..={ours}, the peer {theirs_min}..={theirs}")]
+#[error(
+    "no common protocol version: we speak {ours_min}..={ours}, the peer {theirs_min}..={theirs}"
+)]
 pub struct VersionMismatch {
     /// Our highest version.
     pub ours: u16,
@@ -193,6 +194,9 @@ mod tests {
     fn wrong_magic_is_rejected() {
         let mut bytes = Hello::ours().encode();
         bytes[0] = b'X';
-        assert!(matches!(Hello::decode(&bytes), Err(DecodeError::BadMagic(_))));
+        assert!(matches!(
+            Hello::decode(&bytes),
+            Err(DecodeError::BadMagic(_))
+        ));
     }
 }

@@ -16,8 +16,8 @@ pub mod data;
 pub mod hello;
 
 pub use control::{
-    ChecksumAlg, ControlMsg, ErrorCode, FileMeta, Protect, SessionMode, SessionOpen,
-    SessionAccept, decode_control, encode_control,
+    ChecksumAlg, ControlMsg, ErrorCode, FileMeta, Protect, SessionAccept, SessionMode, SessionOpen,
+    decode_control, encode_control,
 };
 pub use data::{BlockFlags, BlockHeader, DataFrame, DataJoin, JoinReply};
 pub use hello::{Features, Hello};

@@ -1,0 +1,277 @@
+//! The engine's one error type.
+//!
+//! Errors are classified where they are created, by what the caller should
+//! do about them ([`Error::is_retryable`], [`Error::kind`]), never by
+//! matching message text. The binary maps [`ErrorKind`] to exit codes.
+
+use std::path::PathBuf;
+
+use tern_proto::{DecodeError, ErrorCode};
+
+/// Everything that can go wrong in a transfer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A source path does not exist.
+    #[error("{}: no such file or directory", .0.display())]
+    NotFound(PathBuf),
+    /// A path is outside the allowed root, or the OS refused access.
+    #[error("{path}: permission denied{}", if .why.is_empty() { String::new() } else { format!(" ({})", .why) })]
+    PermissionDenied {
+        /// The path concerned.
+        path: String,
+        /// Why, when more is known than the OS said.
+        why: String,
+    },
+    /// The destination file system is full.
+    #[error("{}: no space left on device", .0.display())]
+    NoSpace(PathBuf),
+    /// A local I/O operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The request makes no sense (e.g. several sources into one file).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Nothing accepted the connection.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// Where we tried to connect.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TLS setup or handshake failed.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The server's certificate is not the one recorded or pinned.
+    #[error(
+        "the certificate of {host} has changed: expected {expected}, got {actual}.\n\
+         If the server was reinstalled or its state dir was reset, remove the line for {host} \
+         from {known_hosts} (or pin the new one with --fingerprint {actual}); otherwise someone \
+         may be intercepting the connection."
+    )]
+    FingerprintMismatch {
+        /// Host as written by the user.
+        host: String,
+        /// Fingerprint recorded or pinned.
+        expected: String,
+        /// Fingerprint presented.
+        actual: String,
+        /// File that holds the recorded fingerprint.
+        known_hosts: String,
+    },
+    /// The peer sent bytes that do not decode.
+    #[error("protocol error: {0}")]
+    Decode(#[from] DecodeError),
+    /// The peer broke the protocol in a way that decodes but makes no sense.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The peer reported an error.
+    #[error("peer: {message}")]
+    Peer {
+        /// The peer's code.
+        code: ErrorCode,
+        /// The peer's words.
+        message: String,
+    },
+    /// A connection to the peer was lost.
+    #[error("connection to the peer lost: {0}")]
+    PeerGone(String),
+    /// The whole-file digest did not match.
+    #[error("{path}: digest mismatch (sender {sender}, receiver {receiver})")]
+    DigestMismatch {
+        /// File concerned.
+        path: String,
+        /// Sender's digest, hex.
+        sender: String,
+        /// Receiver's digest, hex.
+        receiver: String,
+    },
+    /// Blocks stayed missing or corrupt after the repair limit.
+    #[error("{path}: blocks still bad after {rounds} repair rounds")]
+    TooManyRetries {
+        /// File concerned.
+        path: String,
+        /// Rounds tried.
+        rounds: u32,
+    },
+    /// The transfer was interrupted on purpose.
+    #[error("interrupted")]
+    Aborted,
+}
+
+/// What an error means to a caller; each maps to one documented exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorKind {
+    /// Bad arguments or request.
+    Usage,
+    /// A source is missing.
+    NotFound,
+    /// Access refused, or a path escapes its root.
+    Permission,
+    /// The destination is full.
+    NoSpace,
+    /// Other local I/O failure.
+    Io,
+    /// Could not reach the peer.
+    Connect,
+    /// TLS or server identity failure.
+    Security,
+    /// The connection broke during the transfer.
+    Network,
+    /// Data could not be verified (digest or repair limit).
+    Integrity,
+    /// The peer spoke nonsense.
+    Protocol,
+    /// Interrupted.
+    Aborted,
+}
+
+impl Error {
+    /// Wraps an I/O error with context, classifying `ENOSPC`, `EACCES` and
+    /// `ENOENT` into their own variants.
+    pub fn io(
+        context: impl Into<String>,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Error {
+        let path = path.into();
+        match source.kind() {
+            std::io::ErrorKind::StorageFull => Error::NoSpace(path),
+            std::io::ErrorKind::NotFound => Error::NotFound(path),
+            std::io::ErrorKind::PermissionDenied => Error::PermissionDenied {
+                path: path.display().to_string(),
+                why: String::new(),
+            },
+            _ if source.raw_os_error() == Some(libc::EDQUOT) => Error::NoSpace(path),
+            _ => Error::Io {
+                context: format!("{}: {}", path.display(), context.into()),
+                source,
+            },
+        }
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::NotFound(_) => ErrorKind::NotFound,
+            Error::PermissionDenied { .. } => ErrorKind::Permission,
+            Error::NoSpace(_) => ErrorKind::NoSpace,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::BadRequest(_) => ErrorKind::Usage,
+            Error::Connect { .. } => ErrorKind::Connect,
+            Error::Tls(_) | Error::FingerprintMismatch { .. } => ErrorKind::Security,
+            Error::Decode(_) | Error::Protocol(_) => ErrorKind::Protocol,
+            Error::PeerGone(_) => ErrorKind::Network,
+            Error::DigestMismatch { .. } | Error::TooManyRetries { .. } => ErrorKind::Integrity,
+            Error::Aborted => ErrorKind::Aborted,
+            Error::Peer { code, .. } => match code {
+                ErrorCode::NotFound => ErrorKind::NotFound,
+                ErrorCode::PermissionDenied => ErrorKind::Permission,
+                ErrorCode::NoSpace => ErrorKind::NoSpace,
+                ErrorCode::Io => ErrorKind::Io,
+                ErrorCode::BadRequest => ErrorKind::Usage,
+                ErrorCode::DigestMismatch | ErrorCode::TooManyRetries => ErrorKind::Integrity,
+                ErrorCode::Protocol => ErrorKind::Protocol,
+                ErrorCode::Aborted => ErrorKind::Aborted,
+            },
+        }
+    }
+
+    /// True when running the same transfer again may succeed (the network
+    /// broke, or the peer went away); false when it would fail the same way.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind(),
+            ErrorKind::Network | ErrorKind::Connect | ErrorKind::Aborted
+        )
+    }
+
+    /// The code to tell the peer about this error.
+    pub fn wire_code(&self) -> ErrorCode {
+        match self.kind() {
+            ErrorKind::NotFound => ErrorCode::NotFound,
+            ErrorKind::Permission | ErrorKind::Security => ErrorCode::PermissionDenied,
+            ErrorKind::NoSpace => ErrorCode::NoSpace,
+            ErrorKind::Io | ErrorKind::Connect | ErrorKind::Network => ErrorCode::Io,
+            ErrorKind::Usage => ErrorCode::BadRequest,
+            ErrorKind::Integrity => match self {
+                Error::TooManyRetries { .. } => ErrorCode::TooManyRetries,
+                _ => ErrorCode::DigestMismatch,
+            },
+            ErrorKind::Protocol => ErrorCode::Protocol,
+            ErrorKind::Aborted => ErrorCode::Aborted,
+        }
+    }
+
+    /// Of two errors from parallel parts of one transfer, the one worth
+    /// reporting: a concrete cause (disk full, digest mismatch, the peer's
+    /// own error) beats its consequence (a connection that then broke).
+    pub fn more_interesting(self, other: Error) -> Error {
+        fn rank(e: &Error) -> u8 {
+            match e {
+                Error::PeerGone(_) => 0,
+                Error::Aborted => 1,
+                Error::Decode(_) | Error::Protocol(_) => 2,
+                Error::Io { .. } => 3,
+                _ => 4,
+            }
+        }
+        if rank(&other) > rank(&self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// Result with the engine's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enospc_is_classified_as_no_space() {
+        let e = Error::io(
+            "write",
+            "/x",
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        );
+        assert_eq!(e.kind(), ErrorKind::NoSpace);
+        assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn a_cause_beats_the_broken_connection_it_caused() {
+        let cause = Error::NoSpace("/x".into());
+        let consequence = Error::PeerGone("reset".into());
+        assert_eq!(
+            consequence.more_interesting(cause).kind(),
+            ErrorKind::NoSpace
+        );
+        let cause = Error::NoSpace("/x".into());
+        let consequence = Error::PeerGone("reset".into());
+        assert_eq!(
+            cause.more_interesting(consequence).kind(),
+            ErrorKind::NoSpace
+        );
+    }
+
+    #[test]
+    fn peer_errors_keep_their_kind() {
+        let e = Error::Peer {
+            code: ErrorCode::NoSpace,
+            message: "full".into(),
+        };
+        assert_eq!(e.kind(), ErrorKind::NoSpace);
+        assert_eq!(e.wire_code(), ErrorCode::NoSpace);
+    }
+}

@@ -1,0 +1,72 @@
+//! Sans-I/O transfer sessions: what to send, what is missing, when a file
+//! is complete.
+//!
+//! [`SenderSession`] and [`ReceiverSession`] are deterministic state
+//! machines in the style of `quinn-proto`: the driver (see
+//! [`crate::transfer`]) feeds them events (control messages, blocks that
+//! arrived or were written, streams that died, the time) and carries out
+//! the actions they emit (control messages to send, files to open or put in
+//! place). They own no sockets, files or clocks, so scheduling, repair and
+//! completion logic are tested in memory (`tests` below) with simulated
+//! latency, reordering, dropped streams and corrupt blocks.
+//!
+//! Completion without acknowledgements: the sender's `FileSent` carries,
+//! per stream, how many frames it had handed to that stream. The receiver
+//! waits until every stream still alive has delivered that many, and only
+//! then judges what is missing; whatever a dead stream took with it is then
+//! simply requested again.
+
+mod receiver;
+mod sender;
+
+pub use receiver::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};
+pub use sender::{BlockTask, SendEntry, SenderConfig, SenderSession};
+
+/// Default number of repair rounds before a file is declared bad.
+pub const DEFAULT_MAX_REPAIR_ROUNDS: u32 = 8;
+
+/// What one finished file looked like, for reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOutcome {
+    /// Path relative to the transfer's top.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Whole-file digest (empty when digests are off, as in perf).
+    pub digest: Vec<u8>,
+}
+
+/// A growable set of block indices.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BlockSet {
+    words: Vec<u64>,
+}
+
+impl BlockSet {
+    pub(crate) fn insert(&mut self, index: u64) -> bool {
+        let (w, b) = ((index / 64) as usize, index % 64);
+        if w >= self.words.len() {
+            self.words.resize(w + 1, 0);
+        }
+        let fresh = self.words[w] & (1 << b) == 0;
+        self.words[w] |= 1 << b;
+        fresh
+    }
+
+    pub(crate) fn contains(&self, index: u64) -> bool {
+        let (w, b) = ((index / 64) as usize, index % 64);
+        self.words.get(w).is_some_and(|word| word & (1 << b) != 0)
+    }
+
+    /// Number of indices from `start` on that are all present.
+    pub(crate) fn run_from(&self, start: u64) -> u64 {
+        let mut i = start;
+        while self.contains(i) {
+            i += 1;
+        }
+        i - start
+    }
+}
+
+#[cfg(test)]
+mod tests;

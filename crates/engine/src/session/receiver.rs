@@ -1,0 +1,446 @@
+//! The receiving side of a session.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use tern_proto::{BlockHeader, ControlMsg, FileMeta};
+
+use super::{BlockSet, FileOutcome};
+use crate::{Error, Result};
+
+/// Settings of a receiver session.
+#[derive(Debug, Clone)]
+pub struct ReceiverConfig {
+    /// Number of data streams.
+    pub streams: u16,
+    /// Block payload size agreed for the session.
+    pub block_size: u32,
+    /// Repair rounds per file before giving up.
+    pub max_repair_rounds: u32,
+    /// Compare whole-file digests (off for perf, whose data is discarded).
+    pub verify_digest: bool,
+}
+
+/// What the driver must do for the receiver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecvAction {
+    /// Send this control message to the sender.
+    Send(ControlMsg),
+    /// Create this directory.
+    CreateDir {
+        /// Path relative to the transfer's top.
+        path: String,
+        /// Permission bits.
+        mode: u32,
+    },
+    /// Open a temporary file for this announced file.
+    OpenFile(FileMeta),
+    /// Every block arrived and the digests match: flush, set metadata and
+    /// rename into place, then call [`ReceiverSession::finalized`].
+    Finalize {
+        /// The file.
+        file_id: u32,
+    },
+}
+
+/// What to do with a block that arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockVerdict {
+    /// Write it at its offset, then call [`ReceiverSession::block_written`].
+    Write,
+    /// Its check failed: dropped, counted, and requested again later.
+    Corrupt,
+    /// Already have it (a repair raced the original): dropped.
+    Duplicate,
+}
+
+#[derive(Debug)]
+struct SentInfo {
+    size: u64,
+    digest: Vec<u8>,
+    marks: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct InFile {
+    meta: FileMeta,
+    received: BlockSet,
+    /// Blocks from 0 that are all written: the digest may read this far.
+    prefix_blocks: u64,
+    /// The sender's latest `FileSent`, while it is being judged.
+    sent: Option<SentInfo>,
+    /// All blocks present; waiting for our digest or for finalization.
+    complete: bool,
+    finalizing: bool,
+    digest: Option<Vec<u8>>,
+    rounds: u32,
+}
+
+/// The receiver's state machine. See the module docs of [`crate::session`].
+#[derive(Debug)]
+pub struct ReceiverSession {
+    cfg: ReceiverConfig,
+    files: BTreeMap<u32, InFile>,
+    frames: Vec<u64>,
+    alive: Vec<bool>,
+    stream_bytes: Vec<u64>,
+    actions: VecDeque<RecvAction>,
+    sender_closed: bool,
+    close_sent: bool,
+    blocks_corrupt: u64,
+    blocks_duplicate: u64,
+    finished: Vec<FileOutcome>,
+    highest_file_id: u32,
+}
+
+impl ReceiverSession {
+    /// A session expecting `cfg.streams` data streams.
+    pub fn new(cfg: ReceiverConfig) -> ReceiverSession {
+        let n = usize::from(cfg.streams);
+        ReceiverSession {
+            cfg,
+            files: BTreeMap::new(),
+            frames: vec![0; n],
+            alive: vec![true; n],
+            stream_bytes: vec![0; n],
+            actions: VecDeque::new(),
+            sender_closed: false,
+            close_sent: false,
+            blocks_corrupt: 0,
+            blocks_duplicate: 0,
+            finished: Vec::new(),
+            highest_file_id: 0,
+        }
+    }
+
+    /// Feeds a control message from the sender.
+    pub fn handle_control(&mut self, msg: ControlMsg) -> Result<()> {
+        match msg {
+            ControlMsg::DirAnnounce { path, mode } => {
+                self.actions.push_back(RecvAction::CreateDir { path, mode });
+                Ok(())
+            }
+            ControlMsg::FileAnnounce(meta) => {
+                if meta.file_id <= self.highest_file_id {
+                    return Err(Error::Protocol(format!(
+                        "file id {} announced out of order",
+                        meta.file_id
+                    )));
+                }
+                self.highest_file_id = meta.file_id;
+                self.actions.push_back(RecvAction::OpenFile(meta.clone()));
+                self.files.insert(
+                    meta.file_id,
+                    InFile {
+                        meta,
+                        received: BlockSet::default(),
+                        prefix_blocks: 0,
+                        sent: None,
+                        complete: false,
+                        finalizing: false,
+                        digest: None,
+                        rounds: 0,
+                    },
+                );
+                Ok(())
+            }
+            ControlMsg::FileSent {
+                file_id,
+                size,
+                digest,
+                stream_marks,
+            } => {
+                let streams = self.frames.len();
+                let file = self.file_mut(file_id)?;
+                let announced = file.meta.size;
+                if announced != FileMeta::UNKNOWN_SIZE && size != announced {
+                    return Err(Error::Protocol(format!(
+                        "file {file_id} announced with {announced} bytes but sent with {size}"
+                    )));
+                }
+                if stream_marks.len() != streams {
+                    return Err(Error::Protocol(
+                        "stream marks do not match the stream count".into(),
+                    ));
+                }
+                file.meta.size = size;
+                file.sent = Some(SentInfo {
+                    size,
+                    digest,
+                    marks: stream_marks,
+                });
+                self.judge(file_id)
+            }
+            ControlMsg::Close { .. } => {
+                self.sender_closed = true;
+                self.maybe_close();
+                Ok(())
+            }
+            ControlMsg::Error { code, message, .. } => Err(Error::Peer { code, message }),
+            other => Err(Error::Protocol(format!(
+                "unexpected message for a receiver: {other:?}"
+            ))),
+        }
+    }
+
+    fn file_mut(&mut self, file_id: u32) -> Result<&mut InFile> {
+        self.files
+            .get_mut(&file_id)
+            .ok_or_else(|| Error::Protocol(format!("unknown file id {file_id}")))
+    }
+
+    /// True once the file's announcement has arrived. A block can overtake
+    /// its announcement (they travel on different connections); the driver
+    /// holds such a block until this is true.
+    pub fn is_announced(&self, file_id: u32) -> bool {
+        file_id <= self.highest_file_id
+    }
+
+    /// Judges a block whose header arrived on `stream` and whose check was
+    /// computed by the driver (`check_ok`).
+    pub fn handle_block(
+        &mut self,
+        stream: usize,
+        header: &BlockHeader,
+        check_ok: bool,
+    ) -> Result<BlockVerdict> {
+        if stream >= self.frames.len() {
+            return Err(Error::Protocol(format!("no stream {stream}")));
+        }
+        let bs = u64::from(self.cfg.block_size);
+        let file_id = header.file_id;
+        let file = match self.files.get(&file_id) {
+            Some(file) => file,
+            // Finished already: a late repair duplicate.
+            None if self.is_announced(file_id) => {
+                self.count_frame(stream);
+                self.blocks_duplicate += 1;
+                return Ok(BlockVerdict::Duplicate);
+            }
+            None => return Err(Error::Protocol(format!("block for unknown file {file_id}"))),
+        };
+        let size = file.meta.size;
+        let expected_len = if size == FileMeta::UNKNOWN_SIZE {
+            bs
+        } else {
+            size.saturating_sub(header.offset).min(bs)
+        };
+        if header.offset % bs != 0
+            || (size != FileMeta::UNKNOWN_SIZE && header.offset >= size)
+            || (u64::from(header.length) != expected_len
+                && !(size == FileMeta::UNKNOWN_SIZE && u64::from(header.length) < bs))
+        {
+            return Err(Error::Protocol(format!(
+                "block {}+{} does not fit file {file_id} of {size} bytes",
+                header.offset, header.length
+            )));
+        }
+        if !check_ok {
+            self.blocks_corrupt += 1;
+            self.count_frame(stream);
+            return Ok(BlockVerdict::Corrupt);
+        }
+        if file.received.contains(header.offset / bs) {
+            self.blocks_duplicate += 1;
+            self.count_frame(stream);
+            return Ok(BlockVerdict::Duplicate);
+        }
+        Ok(BlockVerdict::Write)
+    }
+
+    /// A block judged [`BlockVerdict::Write`] is on disk.
+    pub fn block_written(&mut self, stream: usize, header: &BlockHeader) -> Result<()> {
+        let bs = u64::from(self.cfg.block_size);
+        let file = self.file_mut(header.file_id)?;
+        file.received.insert(header.offset / bs);
+        file.prefix_blocks += file.received.run_from(file.prefix_blocks);
+        self.stream_bytes[stream] += u64::from(header.length);
+        self.count_frame(stream);
+        Ok(())
+    }
+
+    fn count_frame(&mut self, stream: usize) {
+        self.frames[stream] += 1;
+    }
+
+    /// Re-judges files waiting for their stream marks. The driver calls this
+    /// after feeding blocks (cheap when nothing waits).
+    pub fn poll_judgements(&mut self) -> Result<()> {
+        let waiting: Vec<u32> = self
+            .files
+            .iter()
+            .filter(|(_, f)| f.sent.is_some())
+            .map(|(&id, _)| id)
+            .collect();
+        for file_id in waiting {
+            self.judge(file_id)?;
+        }
+        Ok(())
+    }
+
+    /// A data stream ended without its end marker.
+    pub fn stream_lost(&mut self, stream: usize) -> Result<()> {
+        if let Some(alive) = self.alive.get_mut(stream) {
+            *alive = false;
+        }
+        self.poll_judgements()
+    }
+
+    /// Bytes from the start of the file that are on disk, for the digest.
+    pub fn contiguous_prefix(&self, file_id: u32) -> u64 {
+        self.files.get(&file_id).map_or(0, |f| {
+            (f.prefix_blocks * u64::from(self.cfg.block_size)).min(f.meta.size)
+        })
+    }
+
+    /// The final size once the sender has said it (perf streams), else the
+    /// announced size.
+    pub fn final_size(&self, file_id: u32) -> Option<u64> {
+        self.files
+            .get(&file_id)
+            .map(|f| f.meta.size)
+            .filter(|&s| s != FileMeta::UNKNOWN_SIZE)
+    }
+
+    /// The receiver's whole-file digest is ready.
+    pub fn set_digest(&mut self, file_id: u32, digest: Vec<u8>) -> Result<()> {
+        self.file_mut(file_id)?.digest = Some(digest);
+        self.judge(file_id)
+    }
+
+    fn judge(&mut self, file_id: u32) -> Result<()> {
+        let bs = u64::from(self.cfg.block_size);
+        let max_rounds = self.cfg.max_repair_rounds;
+        let verify = self.cfg.verify_digest;
+        let Some(file) = self.files.get_mut(&file_id) else {
+            return Ok(());
+        };
+        if file.finalizing {
+            return Ok(());
+        }
+        if !file.complete {
+            let Some(sent) = &file.sent else {
+                return Ok(());
+            };
+            let waiting = sent
+                .marks
+                .iter()
+                .zip(&self.frames)
+                .zip(&self.alive)
+                .any(|((&mark, &got), &alive)| alive && got < mark);
+            if waiting {
+                return Ok(());
+            }
+            let blocks = sent.size.div_ceil(bs);
+            let missing: Vec<(u64, u32)> = (0..blocks)
+                .filter(|&i| !file.received.contains(i))
+                .map(|i| (i * bs, (sent.size - i * bs).min(bs) as u32))
+                .collect();
+            if !missing.is_empty() {
+                if !self.alive.iter().any(|&a| a) {
+                    return Err(Error::PeerGone(format!(
+                        "all data streams lost with {} blocks of {} missing",
+                        missing.len(),
+                        file.meta.path
+                    )));
+                }
+                file.rounds += 1;
+                if file.rounds > max_rounds {
+                    return Err(Error::TooManyRetries {
+                        path: file.meta.path.clone(),
+                        rounds: max_rounds,
+                    });
+                }
+                file.sent = None;
+                self.actions
+                    .push_back(RecvAction::Send(ControlMsg::BlockRequest {
+                        file_id,
+                        ranges: missing,
+                    }));
+                return Ok(());
+            }
+            file.complete = true;
+        }
+        let sent = file.sent.as_ref().expect("a complete file has been sent");
+        if !verify {
+            file.digest = Some(sent.digest.clone());
+        }
+        let Some(ours) = &file.digest else {
+            return Ok(());
+        };
+        if *ours != sent.digest {
+            return Err(Error::DigestMismatch {
+                path: file.meta.path.clone(),
+                sender: hex::encode(&sent.digest),
+                receiver: hex::encode(ours),
+            });
+        }
+        file.finalizing = true;
+        self.actions.push_back(RecvAction::Finalize { file_id });
+        Ok(())
+    }
+
+    /// The driver finished a [`RecvAction::Finalize`]: the file is in place.
+    pub fn finalized(&mut self, file_id: u32) -> Result<()> {
+        let file = self
+            .files
+            .remove(&file_id)
+            .ok_or_else(|| Error::Protocol(format!("finalized unknown file {file_id}")))?;
+        let digest = file.digest.unwrap_or_default();
+        self.actions
+            .push_back(RecvAction::Send(ControlMsg::FileDone {
+                file_id,
+                digest: digest.clone(),
+            }));
+        self.finished.push(FileOutcome {
+            path: file.meta.path,
+            size: file.meta.size,
+            digest,
+        });
+        self.maybe_close();
+        Ok(())
+    }
+
+    fn maybe_close(&mut self) {
+        if self.sender_closed && self.files.is_empty() && !self.close_sent {
+            self.close_sent = true;
+            self.actions.push_back(RecvAction::Send(ControlMsg::Close {
+                per_stream_bytes: self.stream_bytes.clone(),
+            }));
+        }
+    }
+
+    /// The next action for the driver, if any.
+    pub fn poll_action(&mut self) -> Option<RecvAction> {
+        self.actions.pop_front()
+    }
+
+    /// Everything received and confirmed; our `Close` is queued.
+    pub fn is_complete(&self) -> bool {
+        self.close_sent
+    }
+
+    /// Blocks whose check failed.
+    pub fn blocks_corrupt(&self) -> u64 {
+        self.blocks_corrupt
+    }
+
+    /// Blocks received twice.
+    pub fn blocks_duplicate(&self) -> u64 {
+        self.blocks_duplicate
+    }
+
+    /// Payload bytes written per stream.
+    pub fn stream_bytes(&self) -> &[u64] {
+        &self.stream_bytes
+    }
+
+    /// Files verified and in place, in completion order.
+    pub fn finished(&self) -> &[FileOutcome] {
+        &self.finished
+    }
+
+    /// Paths of files announced but not finished (for cleanup messages).
+    pub fn unfinished(&self) -> impl Iterator<Item = &FileMeta> {
+        self.files.values().map(|f| &f.meta)
+    }
+}

@@ -1,0 +1,390 @@
+//! The sending side of a session.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use tern_proto::{ControlMsg, FileMeta};
+
+use super::FileOutcome;
+use crate::{Error, Result};
+
+/// Settings of a sender session.
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    /// Number of data streams.
+    pub streams: u16,
+    /// Block payload size.
+    pub block_size: u32,
+    /// Files announced but not yet confirmed, at most. Bounds the receiver's
+    /// open files and the sender's bookkeeping.
+    pub max_files_in_flight: usize,
+    /// Repair rounds per file before giving up.
+    pub max_repair_rounds: u32,
+    /// For generated streams of unknown size: stop handing out new blocks at
+    /// this time (`tern perf --time`).
+    pub deadline: Option<Instant>,
+}
+
+/// Something to send, in the order the receiver should create it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendEntry {
+    /// A directory (created even if empty).
+    Dir {
+        /// Path relative to the transfer's top.
+        path: String,
+        /// Permission bits.
+        mode: u32,
+    },
+    /// A file; its `file_id` is assigned by the session.
+    File(FileMeta),
+}
+
+/// One block a stream worker should read and send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockTask {
+    /// File the block belongs to.
+    pub file_id: u32,
+    /// Offset in the file.
+    pub offset: u64,
+    /// Payload length.
+    pub len: u32,
+    /// The block was asked for again.
+    pub repair: bool,
+}
+
+#[derive(Debug)]
+struct OutFile {
+    meta: FileMeta,
+    /// Next offset never handed out yet.
+    next_offset: u64,
+    /// Every fresh block has been handed out; `meta.size` is final.
+    fresh_done: bool,
+    /// Repair blocks of the current round still in the queue.
+    repairs_pending: usize,
+    /// A round (the first, or a repair) whose `FileSent` is still owed.
+    round_open: bool,
+    digest: Option<Vec<u8>>,
+    rounds: u32,
+}
+
+/// The sender's state machine. See the module docs of [`crate::session`].
+#[derive(Debug)]
+pub struct SenderSession {
+    cfg: SenderConfig,
+    pending: VecDeque<SendEntry>,
+    listing_done: bool,
+    files: BTreeMap<u32, OutFile>,
+    /// Files with fresh blocks still to hand out, in order.
+    fresh_order: VecDeque<u32>,
+    repair_queue: VecDeque<BlockTask>,
+    stream_frames: Vec<u64>,
+    stream_alive: Vec<bool>,
+    stream_bytes: Vec<u64>,
+    outbox: VecDeque<ControlMsg>,
+    next_file_id: u32,
+    close_sent: bool,
+    peer_close: Option<Vec<u64>>,
+    blocks_retransmitted: u64,
+    finished: Vec<FileOutcome>,
+    bytes_total: u64,
+}
+
+impl SenderSession {
+    /// A session with nothing queued yet.
+    pub fn new(cfg: SenderConfig) -> SenderSession {
+        let n = usize::from(cfg.streams);
+        SenderSession {
+            cfg,
+            pending: VecDeque::new(),
+            listing_done: false,
+            files: BTreeMap::new(),
+            fresh_order: VecDeque::new(),
+            repair_queue: VecDeque::new(),
+            stream_frames: vec![0; n],
+            stream_alive: vec![true; n],
+            stream_bytes: vec![0; n],
+            outbox: VecDeque::new(),
+            next_file_id: 1,
+            close_sent: false,
+            peer_close: None,
+            blocks_retransmitted: 0,
+            finished: Vec::new(),
+            bytes_total: 0,
+        }
+    }
+
+    /// Queues an entry to send.
+    pub fn push(&mut self, entry: SendEntry) {
+        debug_assert!(!self.listing_done, "push after finish_listing");
+        self.pending.push_back(entry);
+        self.admit();
+    }
+
+    /// No more entries will be pushed.
+    pub fn finish_listing(&mut self) {
+        self.listing_done = true;
+        self.admit();
+    }
+
+    /// Announces queued entries while the in-flight limit allows.
+    fn admit(&mut self) {
+        while self.files.len() < self.cfg.max_files_in_flight {
+            let Some(entry) = self.pending.pop_front() else {
+                break;
+            };
+            match entry {
+                SendEntry::Dir { path, mode } => self
+                    .outbox
+                    .push_back(ControlMsg::DirAnnounce { path, mode }),
+                SendEntry::File(mut meta) => {
+                    meta.file_id = self.next_file_id;
+                    self.next_file_id += 1;
+                    let empty = meta.size == 0;
+                    self.outbox
+                        .push_back(ControlMsg::FileAnnounce(meta.clone()));
+                    if !empty {
+                        self.fresh_order.push_back(meta.file_id);
+                    }
+                    self.files.insert(
+                        meta.file_id,
+                        OutFile {
+                            meta,
+                            next_offset: 0,
+                            fresh_done: empty,
+                            repairs_pending: 0,
+                            round_open: true,
+                            digest: None,
+                            rounds: 0,
+                        },
+                    );
+                }
+            }
+        }
+        self.maybe_close();
+    }
+
+    fn maybe_close(&mut self) {
+        if self.listing_done && self.pending.is_empty() && self.files.is_empty() && !self.close_sent
+        {
+            self.close_sent = true;
+            self.outbox.push_back(ControlMsg::Close {
+                per_stream_bytes: self.stream_bytes.clone(),
+            });
+        }
+    }
+
+    /// The next block for `stream` to send, if any. Workers call this when
+    /// their connection can take more, so faster streams take more blocks.
+    pub fn next_block(&mut self, stream: usize, now: Instant) -> Option<BlockTask> {
+        if !self.stream_alive.get(stream).copied().unwrap_or(false) {
+            return None;
+        }
+        let task = if let Some(task) = self.repair_queue.pop_front() {
+            let file = self.files.get_mut(&task.file_id)?;
+            file.repairs_pending -= 1;
+            task
+        } else {
+            self.next_fresh_block(now)?
+        };
+        self.stream_frames[stream] += 1;
+        self.maybe_file_sent(task.file_id);
+        Some(task)
+    }
+
+    fn next_fresh_block(&mut self, now: Instant) -> Option<BlockTask> {
+        loop {
+            let file_id = *self.fresh_order.front()?;
+            let bs = u64::from(self.cfg.block_size);
+            let file = self
+                .files
+                .get_mut(&file_id)
+                .expect("fresh files are tracked");
+            let unknown = file.meta.size == FileMeta::UNKNOWN_SIZE;
+            if unknown && self.cfg.deadline.is_some_and(|d| now >= d) {
+                file.meta.size = file.next_offset;
+                file.fresh_done = true;
+                self.fresh_order.pop_front();
+                self.maybe_file_sent(file_id);
+                continue;
+            }
+            let offset = file.next_offset;
+            let len = (file.meta.size - offset).min(bs);
+            file.next_offset += len;
+            if file.next_offset == file.meta.size {
+                file.fresh_done = true;
+                self.fresh_order.pop_front();
+            }
+            return Some(BlockTask {
+                file_id,
+                offset,
+                len: len as u32,
+                repair: false,
+            });
+        }
+    }
+
+    /// Records payload bytes a stream finished writing.
+    pub fn record_sent(&mut self, stream: usize, bytes: u64) {
+        self.stream_bytes[stream] += bytes;
+        self.bytes_total += bytes;
+    }
+
+    /// The sender's whole-file digest is ready.
+    pub fn set_digest(&mut self, file_id: u32, digest: Vec<u8>) {
+        if let Some(file) = self.files.get_mut(&file_id) {
+            file.digest = Some(digest);
+            self.maybe_file_sent(file_id);
+        }
+    }
+
+    fn maybe_file_sent(&mut self, file_id: u32) {
+        let Some(file) = self.files.get_mut(&file_id) else {
+            return;
+        };
+        if file.round_open && file.fresh_done && file.repairs_pending == 0 {
+            let Some(digest) = file.digest.clone() else {
+                return;
+            };
+            file.round_open = false;
+            self.outbox.push_back(ControlMsg::FileSent {
+                file_id,
+                size: file.meta.size,
+                digest,
+                stream_marks: self.stream_frames.clone(),
+            });
+        }
+    }
+
+    /// A data stream failed; it gets no more blocks. What it carried is
+    /// requested again by the receiver.
+    pub fn stream_lost(&mut self, stream: usize) -> Result<()> {
+        if let Some(alive) = self.stream_alive.get_mut(stream) {
+            *alive = false;
+        }
+        if self.stream_alive.iter().all(|a| !a) && !self.is_complete() {
+            return Err(Error::PeerGone("all data streams lost".into()));
+        }
+        Ok(())
+    }
+
+    /// Feeds a control message from the receiver.
+    pub fn handle_control(&mut self, msg: ControlMsg) -> Result<()> {
+        match msg {
+            ControlMsg::BlockRequest { file_id, ranges } => {
+                let bs = u64::from(self.cfg.block_size);
+                let max_rounds = self.cfg.max_repair_rounds;
+                let file = self.files.get_mut(&file_id).ok_or_else(|| {
+                    Error::Protocol(format!("repair request for unknown file {file_id}"))
+                })?;
+                if !file.fresh_done || file.round_open {
+                    return Err(Error::Protocol(format!(
+                        "repair request for file {file_id} before it was sent"
+                    )));
+                }
+                file.rounds += 1;
+                if file.rounds > max_rounds {
+                    return Err(Error::TooManyRetries {
+                        path: file.meta.path.clone(),
+                        rounds: max_rounds,
+                    });
+                }
+                for (offset, len) in ranges {
+                    let end = offset
+                        .checked_add(u64::from(len))
+                        .filter(|&e| e <= file.meta.size);
+                    let Some(end) = end else {
+                        return Err(Error::Protocol(format!(
+                            "repair range {offset}+{len} beyond the end of file {file_id}"
+                        )));
+                    };
+                    let mut at = offset;
+                    while at < end {
+                        let n = (end - at).min(bs);
+                        self.repair_queue.push_back(BlockTask {
+                            file_id,
+                            offset: at,
+                            len: n as u32,
+                            repair: true,
+                        });
+                        file.repairs_pending += 1;
+                        self.blocks_retransmitted += 1;
+                        at += n;
+                    }
+                }
+                file.round_open = true;
+                self.maybe_file_sent(file_id);
+                Ok(())
+            }
+            ControlMsg::FileDone { file_id, digest } => {
+                let file = self.files.remove(&file_id).ok_or_else(|| {
+                    Error::Protocol(format!("completion for unknown file {file_id}"))
+                })?;
+                if file.round_open || file.digest.as_deref() != Some(&digest[..]) {
+                    return Err(Error::Protocol(format!(
+                        "completion of file {file_id} does not match what was sent"
+                    )));
+                }
+                self.finished.push(FileOutcome {
+                    path: file.meta.path,
+                    size: file.meta.size,
+                    digest,
+                });
+                self.admit();
+                Ok(())
+            }
+            ControlMsg::Error { code, message, .. } => Err(Error::Peer { code, message }),
+            ControlMsg::Close { per_stream_bytes } => {
+                if !self.close_sent {
+                    return Err(Error::Protocol("receiver closed before the sender".into()));
+                }
+                self.peer_close = Some(per_stream_bytes);
+                Ok(())
+            }
+            other => Err(Error::Protocol(format!(
+                "unexpected message for a sender: {other:?}"
+            ))),
+        }
+    }
+
+    /// The next control message to send, if any.
+    pub fn poll_control(&mut self) -> Option<ControlMsg> {
+        self.outbox.pop_front()
+    }
+
+    /// True when no block is waiting to be handed out right now (workers
+    /// should wait for an event before asking again).
+    pub fn idle(&self) -> bool {
+        self.repair_queue.is_empty() && self.fresh_order.is_empty()
+    }
+
+    /// Both sides have closed: the session is over.
+    pub fn is_complete(&self) -> bool {
+        self.close_sent && self.peer_close.is_some()
+    }
+
+    /// Files whose first-round blocks are not all handed out yet but whose
+    /// digest is owed: the driver computes digests for these.
+    pub fn file_meta(&self, file_id: u32) -> Option<&FileMeta> {
+        self.files.get(&file_id).map(|f| &f.meta)
+    }
+
+    /// Blocks sent again at the receiver's request.
+    pub fn blocks_retransmitted(&self) -> u64 {
+        self.blocks_retransmitted
+    }
+
+    /// Payload bytes written per stream.
+    pub fn stream_bytes(&self) -> &[u64] {
+        &self.stream_bytes
+    }
+
+    /// What the receiver reported in its `Close`, once it has.
+    pub fn peer_stream_bytes(&self) -> Option<&[u64]> {
+        self.peer_close.as_deref()
+    }
+
+    /// Files confirmed by the receiver, in completion order.
+    pub fn finished(&self) -> &[FileOutcome] {
+        &self.finished
+    }
+}

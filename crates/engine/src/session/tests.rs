@@ -1,0 +1,428 @@
+//! In-memory simulation of a sender and a receiver session over a network
+//! with per-stream latency and rate, a slower or faster control channel,
+//! dropped streams and corrupted blocks. Deterministic: time is a counter.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use tern_proto::{BlockFlags, BlockHeader, ControlMsg, ErrorCode, FileMeta};
+
+use super::*;
+use crate::{Error, ErrorKind};
+
+const BS: u32 = 1000;
+
+struct Link {
+    latency_ms: u64,
+    /// Blocks the stream can take per millisecond.
+    rate: usize,
+    queue: VecDeque<(u64, BlockHeader, bool)>,
+    dead: bool,
+}
+
+struct Sim {
+    start: Instant,
+    now_ms: u64,
+    s: SenderSession,
+    r: ReceiverSession,
+    links: Vec<Link>,
+    ctrl_latency_ms: u64,
+    to_r: VecDeque<(u64, ControlMsg)>,
+    to_s: VecDeque<(u64, ControlMsg)>,
+    /// Corrupt the n-th block handed out (0-based), once each.
+    corrupt: Vec<u64>,
+    handed_out: u64,
+    /// Kill this stream at this time.
+    kill: Option<(usize, u64)>,
+    opened: Vec<FileMeta>,
+    dirs: Vec<String>,
+    finalized: Vec<u32>,
+    /// Receiver's digest differs from the sender's for this file.
+    bad_digest_for: Option<u32>,
+    repair_blocks_seen: u64,
+}
+
+fn digest_for(file_id: u32) -> Vec<u8> {
+    vec![file_id as u8; 4]
+}
+
+impl Sim {
+    fn new(latencies: &[u64], rates: &[usize], ctrl_latency_ms: u64) -> Sim {
+        let streams = latencies.len() as u16;
+        let start = Instant::now();
+        Sim {
+            start,
+            now_ms: 0,
+            s: SenderSession::new(SenderConfig {
+                streams,
+                block_size: BS,
+                max_files_in_flight: 4,
+                max_repair_rounds: 3,
+                deadline: None,
+            }),
+            r: ReceiverSession::new(ReceiverConfig {
+                streams,
+                block_size: BS,
+                max_repair_rounds: 3,
+                verify_digest: true,
+            }),
+            links: latencies
+                .iter()
+                .zip(rates)
+                .map(|(&latency_ms, &rate)| Link {
+                    latency_ms,
+                    rate,
+                    queue: VecDeque::new(),
+                    dead: false,
+                })
+                .collect(),
+            ctrl_latency_ms,
+            to_r: VecDeque::new(),
+            to_s: VecDeque::new(),
+            corrupt: vec![],
+            handed_out: 0,
+            kill: None,
+            opened: vec![],
+            dirs: vec![],
+            finalized: vec![],
+            bad_digest_for: None,
+            repair_blocks_seen: 0,
+        }
+    }
+
+    fn file(path: &str, size: u64) -> SendEntry {
+        SendEntry::File(FileMeta {
+            file_id: 0,
+            path: path.into(),
+            size,
+            mode: 0o644,
+            mtime_s: 1_700_000_000,
+            mtime_ns: 0,
+        })
+    }
+
+    fn now(&self) -> Instant {
+        self.start + Duration::from_millis(self.now_ms)
+    }
+
+    /// Runs until both sides complete, an error, or the step limit.
+    fn run(&mut self, max_ms: u64) -> Result<(), Error> {
+        while self.now_ms < max_ms {
+            self.step()?;
+            if self.s.is_complete() && self.r.is_complete() {
+                return Ok(());
+            }
+            self.now_ms += 1;
+        }
+        panic!("simulation did not finish in {max_ms} ms");
+    }
+
+    fn step(&mut self) -> Result<(), Error> {
+        let now = self.now();
+        if let Some((k, at)) = self.kill {
+            if at == self.now_ms {
+                self.links[k].dead = true;
+                self.links[k].queue.clear();
+                self.s.stream_lost(k)?;
+                self.r.stream_lost(k)?;
+            }
+        }
+        // Sender: every stream pulls as many blocks as its rate allows.
+        for k in 0..self.links.len() {
+            if self.links[k].dead {
+                continue;
+            }
+            for _ in 0..self.links[k].rate {
+                let Some(task) = self.s.next_block(k, now) else {
+                    break;
+                };
+                let corrupt = self.corrupt.contains(&self.handed_out);
+                self.handed_out += 1;
+                let header = BlockHeader {
+                    flags: if task.repair {
+                        BlockFlags::REPAIR
+                    } else {
+                        BlockFlags::default()
+                    },
+                    file_id: task.file_id,
+                    offset: task.offset,
+                    length: task.len,
+                    check: [0; 16],
+                };
+                let at = self.now_ms + self.links[k].latency_ms;
+                self.links[k].queue.push_back((at, header, corrupt));
+                self.s.record_sent(k, u64::from(task.len));
+            }
+        }
+        // Sender control out; digests are "computed" as soon as a file is announced.
+        while let Some(msg) = self.s.poll_control() {
+            if let ControlMsg::FileAnnounce(meta) = &msg {
+                let id = meta.file_id;
+                self.to_r
+                    .push_back((self.now_ms + self.ctrl_latency_ms, msg));
+                self.s.set_digest(id, digest_for(id));
+                continue;
+            }
+            self.to_r
+                .push_back((self.now_ms + self.ctrl_latency_ms, msg));
+        }
+        // Receiver: control first, then data that is due.
+        while self.to_r.front().is_some_and(|(at, _)| *at <= self.now_ms) {
+            let (_, msg) = self.to_r.pop_front().unwrap();
+            self.r.handle_control(msg)?;
+        }
+        for k in 0..self.links.len() {
+            while let Some(&(at, header, corrupt)) = self.links[k].queue.front() {
+                if at > self.now_ms || !self.r.is_announced(header.file_id) {
+                    break;
+                }
+                self.links[k].queue.pop_front();
+                if header.flags.contains(BlockFlags::REPAIR) {
+                    self.repair_blocks_seen += 1;
+                }
+                match self.r.handle_block(k, &header, !corrupt)? {
+                    BlockVerdict::Write => self.r.block_written(k, &header)?,
+                    BlockVerdict::Corrupt | BlockVerdict::Duplicate => {}
+                }
+            }
+        }
+        self.r.poll_judgements()?;
+        // Receiver digests: ready once the whole file is contiguous on "disk".
+        for meta in &self.opened {
+            if let Some(size) = self.r.final_size(meta.file_id) {
+                if self.r.contiguous_prefix(meta.file_id) == size
+                    && !self.finalized.contains(&meta.file_id)
+                {
+                    let mut d = digest_for(meta.file_id);
+                    if self.bad_digest_for == Some(meta.file_id) {
+                        d[0] ^= 1;
+                    }
+                    self.r.set_digest(meta.file_id, d)?;
+                }
+            }
+        }
+        while let Some(action) = self.r.poll_action() {
+            match action {
+                RecvAction::Send(msg) => self
+                    .to_s
+                    .push_back((self.now_ms + self.ctrl_latency_ms, msg)),
+                RecvAction::CreateDir { path, .. } => self.dirs.push(path),
+                RecvAction::OpenFile(meta) => self.opened.push(meta),
+                RecvAction::Finalize { file_id } => {
+                    self.finalized.push(file_id);
+                    self.r.finalized(file_id)?;
+                }
+            }
+        }
+        while self.to_s.front().is_some_and(|(at, _)| *at <= self.now_ms) {
+            let (_, msg) = self.to_s.pop_front().unwrap();
+            self.s.handle_control(msg)?;
+        }
+        Ok(())
+    }
+}
+
+fn queue(sim: &mut Sim, entries: Vec<SendEntry>) {
+    for e in entries {
+        sim.s.push(e);
+    }
+    sim.s.finish_listing();
+}
+
+#[test]
+fn files_complete_across_streams_with_different_latencies() {
+    let mut sim = Sim::new(&[1, 5, 20], &[1, 1, 1], 2);
+    queue(
+        &mut sim,
+        vec![
+            SendEntry::Dir {
+                path: "d".into(),
+                mode: 0o755,
+            },
+            Sim::file("d/a", 10_500),
+            Sim::file("d/empty", 0),
+            Sim::file("d/b", 3_000),
+        ],
+    );
+    sim.run(10_000).unwrap();
+    assert_eq!(sim.dirs, vec!["d".to_string()]);
+    let done: Vec<_> = sim.r.finished().iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(done.len(), 3);
+    assert!(done.contains(&"d/empty"));
+    assert_eq!(sim.s.finished().len(), 3);
+    assert_eq!(sim.r.stream_bytes().iter().sum::<u64>(), 13_500);
+    assert_eq!(sim.s.blocks_retransmitted(), 0);
+    assert_eq!(sim.s.peer_stream_bytes().unwrap(), sim.r.stream_bytes());
+}
+
+#[test]
+fn control_overtaking_data_waits_for_the_stream_marks() {
+    // Data takes 50 ms, control 1 ms: FileSent arrives long before the blocks.
+    let mut sim = Sim::new(&[50, 50], &[1, 1], 1);
+    queue(&mut sim, vec![Sim::file("f", 20_000)]);
+    sim.run(10_000).unwrap();
+    assert_eq!(
+        sim.s.blocks_retransmitted(),
+        0,
+        "nothing was lost, nothing is re-sent"
+    );
+    assert_eq!(sim.r.finished()[0].size, 20_000);
+}
+
+#[test]
+fn faster_streams_carry_more_blocks() {
+    let mut sim = Sim::new(&[1, 1], &[4, 1], 1);
+    queue(&mut sim, vec![Sim::file("big", 500_000)]);
+    sim.run(10_000).unwrap();
+    let bytes = sim.r.stream_bytes();
+    assert!(bytes[0] > 3 * bytes[1], "per-stream bytes {bytes:?}");
+}
+
+#[test]
+fn a_corrupt_block_is_requested_again_and_counted() {
+    let mut sim = Sim::new(&[3, 7], &[1, 1], 2);
+    sim.corrupt = vec![4];
+    queue(&mut sim, vec![Sim::file("f", 12_345)]);
+    sim.run(10_000).unwrap();
+    assert_eq!(sim.r.blocks_corrupt(), 1);
+    assert_eq!(sim.s.blocks_retransmitted(), 1);
+    assert_eq!(sim.repair_blocks_seen, 1);
+    assert_eq!(sim.r.finished().len(), 1);
+}
+
+#[test]
+fn a_dropped_stream_loses_nothing() {
+    let mut sim = Sim::new(&[10, 10, 10], &[1, 1, 1], 1);
+    sim.kill = Some((1, 15));
+    queue(
+        &mut sim,
+        vec![Sim::file("f", 100_000), Sim::file("g", 5_000)],
+    );
+    sim.run(20_000).unwrap();
+    assert!(
+        sim.s.blocks_retransmitted() > 0,
+        "blocks in flight on the dead stream are re-sent"
+    );
+    assert_eq!(sim.r.finished().len(), 2);
+    let sizes: u64 = sim.r.finished().iter().map(|f| f.size).sum();
+    assert_eq!(sizes, 105_000);
+}
+
+#[test]
+fn losing_every_stream_is_an_error_not_a_hang() {
+    let mut sim = Sim::new(&[10], &[1], 1);
+    sim.kill = Some((0, 5));
+    queue(&mut sim, vec![Sim::file("f", 100_000)]);
+    let err = sim.run(20_000).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Network);
+}
+
+#[test]
+fn a_block_that_stays_corrupt_exhausts_the_repair_rounds() {
+    let mut sim = Sim::new(&[1], &[1], 1);
+    // Block 0 and every repair of it (handed out as the 3rd, 4th, ... block).
+    sim.corrupt = (0..50).filter(|&n| n == 0 || n >= 3).collect();
+    queue(&mut sim, vec![Sim::file("f", 3_000)]);
+    let err = sim.run(20_000).unwrap_err();
+    assert!(matches!(err, Error::TooManyRetries { .. }), "{err}");
+}
+
+#[test]
+fn a_digest_mismatch_fails_the_file() {
+    let mut sim = Sim::new(&[1, 2], &[1, 1], 1);
+    sim.bad_digest_for = Some(1);
+    queue(&mut sim, vec![Sim::file("f", 5_000)]);
+    let err = sim.run(20_000).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Integrity);
+}
+
+#[test]
+fn files_in_flight_are_bounded() {
+    let mut sim = Sim::new(&[30], &[8], 1);
+    queue(
+        &mut sim,
+        (0..20)
+            .map(|i| Sim::file(&format!("f{i}"), 1_500))
+            .collect(),
+    );
+    let mut most_open = 0;
+    while !(sim.s.is_complete() && sim.r.is_complete()) {
+        sim.step().unwrap();
+        let open = sim.opened.len() - sim.finalized.len();
+        most_open = most_open.max(open);
+        sim.now_ms += 1;
+        assert!(sim.now_ms < 10_000);
+    }
+    assert!(most_open <= 4, "at most 4 files in flight, saw {most_open}");
+    assert_eq!(sim.r.finished().len(), 20);
+}
+
+#[test]
+fn perf_streams_end_at_the_deadline() {
+    let start = Instant::now();
+    let mut s = SenderSession::new(SenderConfig {
+        streams: 1,
+        block_size: BS,
+        max_files_in_flight: 1,
+        max_repair_rounds: 1,
+        deadline: Some(start + Duration::from_millis(10)),
+    });
+    s.push(Sim::file("perf", FileMeta::UNKNOWN_SIZE));
+    s.finish_listing();
+    s.set_digest(1, vec![]);
+    let mut handed = 0;
+    for ms in 0..20 {
+        if s.next_block(0, start + Duration::from_millis(ms)).is_some() {
+            handed += 1;
+        }
+    }
+    assert_eq!(handed, 10);
+    let sent: Vec<_> = std::iter::from_fn(|| s.poll_control()).collect();
+    assert!(
+        sent.iter()
+            .any(|m| matches!(m, ControlMsg::FileSent { size: 10_000, .. }))
+    );
+}
+
+#[test]
+fn peer_errors_and_nonsense_are_reported() {
+    let mut sim = Sim::new(&[1], &[1], 1);
+    let err = sim
+        .s
+        .handle_control(ControlMsg::Error {
+            code: ErrorCode::NoSpace,
+            message: "disk full".into(),
+            file_id: None,
+        })
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoSpace);
+    let err = sim
+        .s
+        .handle_control(ControlMsg::BlockRequest {
+            file_id: 99,
+            ranges: vec![(0, 1)],
+        })
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol);
+    let bogus = BlockHeader {
+        flags: BlockFlags::default(),
+        file_id: 42,
+        offset: 0,
+        length: 10,
+        check: [0; 16],
+    };
+    assert!(sim.r.handle_block(0, &bogus, true).is_err());
+}
+
+#[test]
+fn block_set_tracks_runs() {
+    let mut set = BlockSet::default();
+    assert!(set.insert(0));
+    assert!(!set.insert(0));
+    set.insert(1);
+    set.insert(3);
+    set.insert(200);
+    assert_eq!(set.run_from(0), 2);
+    assert_eq!(set.run_from(3), 1);
+    assert!(set.contains(200) && !set.contains(199));
+}
