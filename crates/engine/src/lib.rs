@@ -12,6 +12,7 @@
 //! - [`tls`], [`server`], [`client`]: connections, identity and the daemon.
 
 pub mod error;
+pub mod fsio;
 pub mod integrity;
 pub mod session;
 

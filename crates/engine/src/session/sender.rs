@@ -113,11 +113,21 @@ impl SenderSession {
         }
     }
 
-    /// Queues an entry to send.
-    pub fn push(&mut self, entry: SendEntry) {
+    /// Queues an entry to send. Files get their `file_id` here: 1, 2, 3…
+    /// in push order, returned so the driver can map ids to its sources.
+    pub fn push(&mut self, mut entry: SendEntry) -> Option<u32> {
         debug_assert!(!self.listing_done, "push after finish_listing");
+        let id = match &mut entry {
+            SendEntry::File(meta) => {
+                meta.file_id = self.next_file_id;
+                self.next_file_id += 1;
+                Some(meta.file_id)
+            }
+            SendEntry::Dir { .. } => None,
+        };
         self.pending.push_back(entry);
         self.admit();
+        id
     }
 
     /// No more entries will be pushed.
@@ -136,9 +146,7 @@ impl SenderSession {
                 SendEntry::Dir { path, mode } => self
                     .outbox
                     .push_back(ControlMsg::DirAnnounce { path, mode }),
-                SendEntry::File(mut meta) => {
-                    meta.file_id = self.next_file_id;
-                    self.next_file_id += 1;
+                SendEntry::File(meta) => {
                     let empty = meta.size == 0;
                     self.outbox
                         .push_back(ControlMsg::FileAnnounce(meta.clone()));

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target in fuzz/ for a bounded time.
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 20)
+#
+# - Installs cargo-fuzz if it is missing (`cargo install cargo-fuzz --locked`).
+# - cargo-fuzz needs a nightly compiler (-Z sanitizer flags). It uses the
+#   rustup `nightly` toolchain when one is installed, and otherwise the
+#   default (stable) toolchain with RUSTC_BOOTSTRAP=1, which lets stable accept
+#   the nightly-only flags. FUZZ_TOOLCHAIN=stable|nightly forces a choice.
+# - Seeds each target's corpus with the golden vectors of docs/PROTOCOL.md,
+#   so the fuzzer starts from valid frames.
+# - Runs all targets even if one fails, prints a summary line per target
+#   (executions, corpus size, crash), and exits non-zero if any target found
+#   a crash. Crash inputs are kept under fuzz/artifacts/<target>/.
+set -euo pipefail
+
+secs="${1:-20}"
+case "$secs" in
+'' | *[!0-9]*)
+    echo "usage: $0 [SECONDS_PER_TARGET]" >&2
+    exit 2
+    ;;
+esac
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root/fuzz"
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "fuzz.sh: installing cargo-fuzz" >&2
+    cargo install cargo-fuzz --locked
+fi
+
+toolchain="${FUZZ_TOOLCHAIN:-}"
+if [ -z "$toolchain" ]; then
+    if command -v rustup >/dev/null 2>&1 && rustup toolchain list | grep -q '^nightly'; then
+        toolchain=nightly
+    else
+        toolchain=stable
+    fi
+fi
+if [ "$toolchain" = nightly ]; then
+    fuzz=(cargo +nightly fuzz)
+else
+    # A stable compiler accepts -Z flags when told it is bootstrapping itself.
+    export RUSTC_BOOTSTRAP=1
+    fuzz=(cargo fuzz)
+fi
+echo "fuzz.sh: $("${fuzz[@]:0:${#fuzz[@]}-1}" --version) ($toolchain${RUSTC_BOOTSTRAP:+, RUSTC_BOOTSTRAP=1}), ${secs}s per target"
+
+# Seed corpora: every golden block of the spec goes to the target that decodes it.
+target_of() {
+    case "$1" in
+    hello_*) echo hello ;;
+    data_join | join_reply_*) echo data_join ;;
+    block_repair | stream_end) echo data_frame ;;
+    block_check_*) echo "" ;; # checks, not frames
+    *) echo control ;;
+    esac
+}
+awk '
+    /^```golden/ { for (i = 2; i <= NF; i++) if ($i ~ /^name=/) name = substr($i, 6); hex = ""; inb = 1; next }
+    inb && /^```/ { print name, hex; inb = 0; next }
+    inb { sub(/#.*/, ""); gsub(/[ \t]/, ""); hex = hex $0 }
+' "$root/docs/PROTOCOL.md" | while read -r name hex; do
+    t="$(target_of "$name")"
+    [ -n "$t" ] || continue
+    mkdir -p "corpus/$t"
+    printf '%s' "$hex" | xxd -r -p >"corpus/$t/golden_$name"
+done
+
+targets=()
+while IFS= read -r t; do targets+=("$t"); done < <("${fuzz[@]}" list)
+
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+    mkdir -p "corpus/$t"
+    log="$(mktemp)"
+    echo "=== $t: ${secs}s"
+    status=ok
+    if ! "${fuzz[@]}" run "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 2>&1 | tee "$log" | grep -E '^(#[0-9]+\s+(INITED|DONE|pulse))|^Done|ERROR|panicked|SUMMARY|artifact|number_of_executed_units'; then
+        :
+    fi
+    if [ "${PIPESTATUS[0]}" -ne 0 ] || grep -qE 'ERROR: libFuzzer|panicked|SUMMARY: .*Sanitizer' "$log"; then
+        status=CRASH
+        failed+=("$t")
+    fi
+    execs="$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1 || true)"
+    cov="$(grep -oE '^#[0-9]+\s+DONE\s+cov: [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1 || true)"
+    units="$(find "corpus/$t" -type f | wc -l)"
+    summary+=("$(printf '%-12s %-6s execs=%-10s cov=%-6s corpus=%s' "$t" "$status" "${execs:-?}" "${cov:-?}" "$units")")
+    rm -f "$log"
+done
+
+echo "=== summary (${secs}s per target)"
+printf '%s\n' "${summary[@]}"
+if [ "${#failed[@]}" -ne 0 ]; then
+    echo "fuzz.sh: crashes in: ${failed[*]} (inputs under fuzz/artifacts/)" >&2
+    exit 1
+fi
