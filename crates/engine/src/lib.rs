@@ -12,8 +12,15 @@
 //! - [`tls`], [`server`], [`client`]: connections, identity and the daemon.
 
 pub mod error;
+pub mod fault;
 pub mod fsio;
 pub mod integrity;
+pub mod local;
 pub mod session;
+pub mod transfer;
 
 pub use error::{Error, ErrorKind, Result};
+
+/// Wraps a data stream before use; tests inject faults with it.
+pub type StreamWrap =
+    std::sync::Arc<dyn Fn(usize, transfer::BoxStream) -> transfer::BoxStream + Send + Sync>;

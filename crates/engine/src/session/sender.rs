@@ -359,6 +359,11 @@ impl SenderSession {
         self.outbox.pop_front()
     }
 
+    /// True when control messages are waiting in [`Self::poll_control`].
+    pub fn has_control(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
     /// True when no block is waiting to be handed out right now (workers
     /// should wait for an event before asking again).
     pub fn idle(&self) -> bool {

@@ -1,0 +1,143 @@
+//! Fault injection by wrapping a transport, never by global switches.
+//!
+//! Tests (and `tern`'s hidden test hooks) wrap a data stream in one of
+//! these to flip a byte in flight or to break the connection after some
+//! bytes, then check that the engine detects, repairs and reports it.
+
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Flips one byte at a given position of the written byte stream.
+#[derive(Debug)]
+pub struct CorruptAt<S> {
+    inner: S,
+    target: u64,
+    pos: u64,
+    done: bool,
+}
+
+impl<S> CorruptAt<S> {
+    /// Corrupts the byte at stream position `target` (0-based).
+    pub fn new(inner: S, target: u64) -> CorruptAt<S> {
+        CorruptAt {
+            inner,
+            target,
+            pos: 0,
+            done: false,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for CorruptAt<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        let end = this.pos + buf.len() as u64;
+        let n = if !this.done && (this.pos..end).contains(&this.target) {
+            let mut copy = buf.to_vec();
+            copy[(this.target - this.pos) as usize] ^= 0xff;
+            let n = ready!(Pin::new(&mut this.inner).poll_write(cx, &copy))?;
+            if this.pos + n as u64 > this.target {
+                this.done = true;
+            }
+            n
+        } else {
+            ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?
+        };
+        this.pos += n as u64;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for CorruptAt<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+/// Breaks the connection after a number of written bytes: further writes
+/// fail and the inner stream is dropped, so the peer sees it end.
+#[derive(Debug)]
+pub struct BreakAfter<S> {
+    inner: Option<S>,
+    left: u64,
+}
+
+impl<S> BreakAfter<S> {
+    /// Lets `bytes` through, then fails.
+    pub fn new(inner: S, bytes: u64) -> BreakAfter<S> {
+        BreakAfter {
+            inner: Some(inner),
+            left: bytes,
+        }
+    }
+}
+
+fn broken() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::BrokenPipe, "injected stream failure")
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for BreakAfter<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        if this.left == 0 {
+            this.inner = None;
+            return Poll::Ready(Err(broken()));
+        }
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(Err(broken()));
+        };
+        let allowed = buf.len().min(this.left as usize);
+        let n = ready!(Pin::new(inner).poll_write(cx, &buf[..allowed]))?;
+        this.left -= n as u64;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.inner.as_mut() {
+            Some(inner) => Pin::new(inner).poll_flush(cx),
+            None => Poll::Ready(Err(broken())),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.inner.as_mut() {
+            Some(inner) => Pin::new(inner).poll_shutdown(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for BreakAfter<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.inner.as_mut() {
+            Some(inner) => Pin::new(inner).poll_read(cx, buf),
+            None => Poll::Ready(Err(broken())),
+        }
+    }
+}

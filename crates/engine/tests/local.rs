@@ -1,0 +1,217 @@
+//! End-to-end transfers through the whole engine over in-memory pipes:
+//! trees, integrity, fault injection and every digest algorithm.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use rand::RngCore;
+use tern_engine::fault::{BreakAfter, CorruptAt};
+use tern_engine::fsio::{FsSink, FsSource, Root};
+use tern_engine::integrity::{BlockCheck, digest_of};
+use tern_engine::transfer::{BoxStream, Progress, TransferParams, TransferStats};
+use tern_engine::{StreamWrap, local};
+use tern_proto::ChecksumAlg;
+use tern_proto::data::HEADER_LEN;
+
+const BS: u32 = 256 << 10;
+
+fn params(streams: u16, checksum: ChecksumAlg) -> TransferParams {
+    TransferParams {
+        streams,
+        block_size: BS,
+        checksum,
+        block_check: BlockCheck::Xxh3,
+        deadline: None,
+        max_files_in_flight: 8,
+        max_repair_rounds: 4,
+    }
+}
+
+fn random_file(path: &Path, len: usize) -> Vec<u8> {
+    let mut data = vec![0u8; len];
+    rand::thread_rng().fill_bytes(&mut data);
+    std::fs::write(path, &data).unwrap();
+    data
+}
+
+async fn copy(
+    src: &Path,
+    dest: &Path,
+    p: TransferParams,
+    wrap: Option<StreamWrap>,
+) -> tern_engine::Result<(TransferStats, TransferStats)> {
+    let source = Arc::new(FsSource::new(Root::Ambient, vec![src.to_path_buf()], true));
+    let sink = Arc::new(FsSink::new(Root::Ambient, dest.to_path_buf(), 1)?);
+    local::copy(
+        source,
+        sink,
+        p,
+        Arc::new(Progress::default()),
+        wrap.as_ref(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_arrives_identical_with_modes_and_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("run");
+    std::fs::create_dir_all(src.join("sub/deeper")).unwrap();
+    std::fs::create_dir(src.join("empty")).unwrap();
+    let big = random_file(&src.join("big.dat"), 5 * BS as usize + 123);
+    let small = random_file(&src.join("sub/deeper/small.dat"), 10);
+    std::fs::write(src.join("sub/zero"), b"").unwrap();
+    std::fs::set_permissions(src.join("sub/zero"), std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let dest = dir.path().join("copy");
+    let (sent, received) = copy(&src, &dest, params(4, ChecksumAlg::Xxh3), None)
+        .await
+        .unwrap();
+
+    assert_eq!(std::fs::read(dest.join("big.dat")).unwrap(), big);
+    assert_eq!(
+        std::fs::read(dest.join("sub/deeper/small.dat")).unwrap(),
+        small
+    );
+    assert!(dest.join("empty").is_dir());
+    let zero = std::fs::metadata(dest.join("sub/zero")).unwrap();
+    assert_eq!(zero.len(), 0);
+    assert_eq!(zero.permissions().mode() & 0o777, 0o600);
+    let (a, b) = (
+        std::fs::metadata(src.join("big.dat")).unwrap(),
+        std::fs::metadata(dest.join("big.dat")).unwrap(),
+    );
+    assert_eq!((a.mtime(), a.mtime_nsec()), (b.mtime(), b.mtime_nsec()));
+    assert_eq!(sent.files.len(), 3);
+    assert_eq!(received.files.len(), 3);
+    assert_eq!(received.bytes, big.len() as u64 + 10);
+    assert_eq!(sent.per_stream_bytes.iter().sum::<u64>(), received.bytes);
+    assert_eq!(received.blocks_retransmitted, 0);
+    let leftovers: Vec<_> = walk(&dest)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".tern-partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_corrupted_in_flight_is_detected_resent_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("data.bin");
+    let data = random_file(&src, 8 * BS as usize);
+    let dest = dir.path().join("out.bin");
+    // Flip a payload byte of the first block stream 1 sends.
+    let wrap: StreamWrap = Arc::new(|k, s: BoxStream| -> BoxStream {
+        if k == 1 {
+            Box::new(CorruptAt::new(s, HEADER_LEN as u64 + 1000))
+        } else {
+            s
+        }
+    });
+    let (sent, received) = copy(&src, &dest, params(2, ChecksumAlg::Md5), Some(wrap))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert_eq!(received.blocks_corrupt, 1);
+    assert_eq!(received.blocks_retransmitted, 1);
+    assert_eq!(sent.blocks_retransmitted, 1);
+    assert_eq!(received.files[0].digest, digest_of(ChecksumAlg::Md5, &data));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_dies_mid_transfer_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("data.bin");
+    let data = random_file(&src, 24 * BS as usize + 7);
+    let dest = dir.path().join("out.bin");
+    let wrap: StreamWrap = Arc::new(|k, s: BoxStream| -> BoxStream {
+        if k == 2 {
+            Box::new(BreakAfter::new(s, 3 * u64::from(BS) + 500))
+        } else {
+            s
+        }
+    });
+    let (sent, received) = copy(&src, &dest, params(4, ChecksumAlg::Xxh3), Some(wrap))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert!(sent.blocks_retransmitted >= 1, "the torn block is re-sent");
+    assert!(received.per_stream_bytes[2] < 4 * u64::from(BS));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_digest_algorithm_agrees_with_a_one_shot_digest() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("data.bin");
+    let data = random_file(&src, 3 * BS as usize + 99);
+    for alg in ChecksumAlg::ALL {
+        let dest = dir.path().join(format!("out-{}", alg.name()));
+        let (_, received) = copy(&src, &dest, params(3, alg), None).await.unwrap();
+        assert_eq!(
+            received.files[0].digest,
+            digest_of(alg, &data),
+            "{}",
+            alg.name()
+        );
+        assert_eq!(std::fs::read(&dest).unwrap(), data);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn safe_mode_rejects_blocks_under_the_wrong_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("data.bin");
+    let data = random_file(&src, 2 * BS as usize);
+    let dest = dir.path().join("out.bin");
+    let mut p = params(1, ChecksumAlg::Blake3);
+    p.block_check = BlockCheck::KeyedBlake3([7; 32]);
+    let (_, received) = copy(&src, &dest, p.clone(), None).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert_eq!(received.blocks_corrupt, 0);
+
+    // A receiver with another key sees every block as forged and gives up.
+    let source = Arc::new(FsSource::new(Root::Ambient, vec![src.clone()], false));
+    let sink = Arc::new(FsSink::new(Root::Ambient, dir.path().join("forged.bin"), 1).unwrap());
+    let (ca, cb) = tokio::io::duplex(1 << 16);
+    let (da, db) = tokio::io::duplex(1 << 20);
+    let mut q = p.clone();
+    q.block_check = BlockCheck::KeyedBlake3([8; 32]);
+    let s = tern_engine::transfer::run_sender(
+        tern_engine::transfer::Control::new(Box::new(ca)),
+        vec![Box::new(da)],
+        source,
+        p,
+        Arc::new(Progress::default()),
+    );
+    let r = tern_engine::transfer::run_receiver(
+        tern_engine::transfer::Control::new(Box::new(cb)),
+        vec![Box::new(db)],
+        sink,
+        q,
+        Arc::new(Progress::default()),
+    );
+    let (s, r) = tokio::join!(s, r);
+    assert_eq!(r.unwrap_err().kind(), tern_engine::ErrorKind::Integrity);
+    assert!(s.is_err());
+    assert!(
+        !dir.path().join("forged.bin").exists(),
+        "nothing at the final name"
+    );
+    assert!(
+        dir.path().join(".forged.bin.tern-partial").exists(),
+        "partial kept for resume"
+    );
+}
