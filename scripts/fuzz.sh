@@ -46,7 +46,8 @@ else
     export RUSTC_BOOTSTRAP=1
     fuzz=(cargo fuzz)
 fi
-echo "fuzz.sh: $("${fuzz[@]:0:${#fuzz[@]}-1}" --version) ($toolchain${RUSTC_BOOTSTRAP:+, RUSTC_BOOTSTRAP=1}), ${secs}s per target"
+if [ "$toolchain" = nightly ]; then rustc_version="$(rustc +nightly --version)"; else rustc_version="$(rustc --version)"; fi
+echo "fuzz.sh: $rustc_version${RUSTC_BOOTSTRAP:+ with RUSTC_BOOTSTRAP=1}, $("${fuzz[@]}" --version), ${secs}s per target"
 
 # Seed corpora: every golden block of the spec goes to the target that decodes it.
 target_of() {
@@ -54,7 +55,7 @@ target_of() {
     hello_*) echo hello ;;
     data_join | join_reply_*) echo data_join ;;
     block_repair | stream_end) echo data_frame ;;
-    block_check_*) echo "" ;; # checks, not frames
+    block_*) echo "" ;; # checks and keys, not frames
     *) echo control ;;
     esac
 }
@@ -69,8 +70,15 @@ awk '
     printf '%s' "$hex" | xxd -r -p >"corpus/$t/golden_$name"
 done
 
+# A failure here (e.g. no Cargo project around fuzz/) must stop the script,
+# so list first, then split.
+listing="$("${fuzz[@]}" list)"
 targets=()
-while IFS= read -r t; do targets+=("$t"); done < <("${fuzz[@]}" list)
+while IFS= read -r t; do [ -n "$t" ] && targets+=("$t"); done <<<"$listing"
+if [ "${#targets[@]}" -eq 0 ]; then
+    echo "fuzz.sh: cargo fuzz list found no targets" >&2
+    exit 1
+fi
 
 failed=()
 summary=()
@@ -79,15 +87,18 @@ for t in "${targets[@]}"; do
     log="$(mktemp)"
     echo "=== $t: ${secs}s"
     status=ok
-    if ! "${fuzz[@]}" run "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 2>&1 | tee "$log" | grep -E '^(#[0-9]+\s+(INITED|DONE|pulse))|^Done|ERROR|panicked|SUMMARY|artifact|number_of_executed_units'; then
-        :
-    fi
-    if [ "${PIPESTATUS[0]}" -ne 0 ] || grep -qE 'ERROR: libFuzzer|panicked|SUMMARY: .*Sanitizer' "$log"; then
-        status=CRASH
+    set +e
+    "${fuzz[@]}" run "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 2>&1 |
+        tee "$log" |
+        grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^Done|ERROR|panicked|SUMMARY|artifact|number_of_executed_units|^error'
+    rc="${PIPESTATUS[0]}"
+    set -e
+    if [ "$rc" -ne 0 ] || grep -qE 'ERROR: libFuzzer|panicked|SUMMARY: .*Sanitizer' "$log"; then
+        status=FAILED
         failed+=("$t")
     fi
     execs="$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1 || true)"
-    cov="$(grep -oE '^#[0-9]+\s+DONE\s+cov: [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1 || true)"
+    cov="$(grep -oE '^#[0-9]+[[:space:]]+DONE[[:space:]]+cov: [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1 || true)"
     units="$(find "corpus/$t" -type f | wc -l)"
     summary+=("$(printf '%-12s %-6s execs=%-10s cov=%-6s corpus=%s' "$t" "$status" "${execs:-?}" "${cov:-?}" "$units")")
     rm -f "$log"
@@ -96,6 +107,6 @@ done
 echo "=== summary (${secs}s per target)"
 printf '%s\n' "${summary[@]}"
 if [ "${#failed[@]}" -ne 0 ]; then
-    echo "fuzz.sh: crashes in: ${failed[*]} (inputs under fuzz/artifacts/)" >&2
+    echo "fuzz.sh: failures (crash or build error) in: ${failed[*]} (inputs under fuzz/artifacts/)" >&2
     exit 1
 fi

@@ -139,6 +139,20 @@ impl Root {
         self.open(p)?.metadata().map_err(|e| self.err("stat", p, e))
     }
 
+    /// Whether `p` is a directory; `Ok(false)` when it does not exist, an
+    /// error when it cannot be looked at (e.g. it leads outside the root).
+    fn dir_status(&self, p: &Path) -> Result<bool> {
+        let meta = match self {
+            Root::Ambient => std::fs::metadata(p).map(|m| m.is_dir()),
+            Root::Confined { dir, .. } => dir.metadata(p).map(|m| m.is_dir()),
+        };
+        match meta {
+            Ok(is_dir) => Ok(is_dir),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.err("stat", p, e)),
+        }
+    }
+
     fn is_dir(&self, p: &Path) -> bool {
         match self {
             Root::Ambient => p.is_dir(),
@@ -415,7 +429,7 @@ enum DestPlan {
 impl FsSink {
     /// Receives `top_level` sources into `dest` (a path under `root`).
     pub fn new(root: Root, dest: PathBuf, top_level: u32) -> Result<FsSink> {
-        let plan = if root.is_dir(&dest) {
+        let plan = if root.dir_status(&dest)? {
             DestPlan::Into(dest)
         } else if top_level > 1 {
             return Err(Error::BadRequest(format!(
@@ -427,7 +441,7 @@ impl FsSink {
                 Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
                 _ => PathBuf::from("."),
             };
-            if !root.is_dir(&parent) {
+            if !root.dir_status(&parent)? {
                 return Err(Error::NotFound(parent));
             }
             DestPlan::As(dest)

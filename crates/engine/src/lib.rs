@@ -11,12 +11,15 @@
 //!   channel and N data streams;
 //! - [`tls`], [`server`], [`client`]: connections, identity and the daemon.
 
+pub mod client;
 pub mod error;
 pub mod fault;
 pub mod fsio;
 pub mod integrity;
 pub mod local;
+pub mod server;
 pub mod session;
+pub mod tls;
 pub mod transfer;
 
 pub use error::{Error, ErrorKind, Result};

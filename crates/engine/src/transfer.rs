@@ -171,7 +171,8 @@ pub struct Progress {
 /// What a finished transfer did.
 #[derive(Debug, Clone)]
 pub struct TransferStats {
-    /// Payload bytes moved (first copies, not repairs).
+    /// Payload bytes delivered: the sizes of the files completed (repairs
+    /// are in `per_stream_bytes`, not here).
     pub bytes: u64,
     /// Files verified and in place.
     pub files: Vec<FileOutcome>,
@@ -183,6 +184,31 @@ pub struct TransferStats {
     pub blocks_retransmitted: u64,
     /// Blocks whose check failed on arrival (receiver side).
     pub blocks_corrupt: u64,
+}
+
+/// Aborts a session's tasks when the session's future is dropped (a
+/// daemon shutting down, a caller giving up), so none outlives it.
+#[derive(Default)]
+struct TaskGuard(Vec<tokio::task::AbortHandle>);
+
+impl TaskGuard {
+    fn spawn<F>(&mut self, f: F) -> JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handle = tokio::spawn(f);
+        self.0.push(handle.abort_handle());
+        handle
+    }
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
+    }
 }
 
 /// First failure of a transfer, shared by its tasks.
@@ -229,6 +255,10 @@ struct SendShared {
     session: Mutex<SenderSession>,
     /// Wakes every task: new blocks, control output, completion, failure.
     wake: Notify,
+    /// Wakes the control writer only: a worker queued control output. Kept
+    /// apart from `wake` so a worker never wakes itself (or its peers) into
+    /// a busy loop.
+    control_wake: Notify,
     failure: Failure,
     source: Arc<dyn Source>,
     items: HashMap<u32, SourceItem>,
@@ -308,6 +338,7 @@ pub async fn run_sender(
     let shared = Arc::new(SendShared {
         session: Mutex::new(session),
         wake: Notify::new(),
+        control_wake: Notify::new(),
         failure: Failure::default(),
         source,
         items: by_id,
@@ -317,18 +348,14 @@ pub async fn run_sender(
     });
 
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
-    let mut tasks: Vec<JoinHandle<()>> = Vec::new();
-    tasks.push(tokio::spawn(sender_digests(
-        shared.clone(),
-        digest_rx,
-        params.checksum,
-    )));
-    let reader = tokio::spawn(sender_control_reader(shared.clone(), ctrl_rd));
-    let writer = tokio::spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
+    let mut guard = TaskGuard::default();
+    guard.spawn(sender_digests(shared.clone(), digest_rx, params.checksum));
+    let reader = guard.spawn(sender_control_reader(shared.clone(), ctrl_rd));
+    let writer = guard.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
     let workers: Vec<_> = streams
         .into_iter()
         .enumerate()
-        .map(|(k, s)| tokio::spawn(stream_worker(shared.clone(), k, s, params.block_size)))
+        .map(|(k, s)| guard.spawn(stream_worker(shared.clone(), k, s, params.block_size)))
         .collect();
     for w in workers {
         let _ = w.await;
@@ -338,15 +365,13 @@ pub async fn run_sender(
         reader.abort();
     }
     let _ = reader.await;
-    for t in tasks {
-        t.abort();
-    }
+    drop(guard);
     if let Some(e) = shared.failure.take() {
         return Err(e);
     }
     let session = shared.session.lock().expect("session");
     Ok(TransferStats {
-        bytes: session.stream_bytes().iter().sum::<u64>(),
+        bytes: session.finished().iter().map(|f| f.size).sum::<u64>(),
         files: session.finished().to_vec(),
         per_stream_bytes: session.stream_bytes().to_vec(),
         network_elapsed: started.elapsed(),
@@ -415,7 +440,10 @@ async fn sender_control_writer(
         if complete {
             return;
         }
-        notified.await;
+        tokio::select! {
+            () = notified => {}
+            () = shared.control_wake.notified() => {}
+        }
     }
 }
 
@@ -480,14 +508,15 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
         if complete {
             break;
         }
+        if has_control {
+            // Asking for a block may have queued a FileSent (the last block
+            // of a file was handed out, or a perf deadline passed).
+            shared.control_wake.notify_one();
+        }
         let Some(task) = task else {
             notified.await;
             continue;
         };
-        if has_control {
-            // A FileSent may have been queued by this hand-out.
-            shared.wake.notify_waiters();
-        }
         let len = task.len as usize;
         let reader = match shared.reader(task.file_id) {
             Ok(r) => r,
@@ -619,13 +648,14 @@ pub async fn run_receiver(
     });
     let (ctrl_rd, ctrl_wr) = control.split();
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
-    let reader = tokio::spawn(receiver_control_reader(shared.clone(), ctrl_rd));
-    let digests = tokio::spawn(receiver_digests(shared.clone(), digest_rx, params.checksum));
-    let actions = tokio::spawn(receiver_actions(shared.clone(), ctrl_wr, digest_tx, verify));
+    let mut guard = TaskGuard::default();
+    guard.spawn(receiver_control_reader(shared.clone(), ctrl_rd));
+    guard.spawn(receiver_digests(shared.clone(), digest_rx, params.checksum));
+    let actions = guard.spawn(receiver_actions(shared.clone(), ctrl_wr, digest_tx, verify));
     let readers: Vec<_> = streams
         .into_iter()
         .enumerate()
-        .map(|(k, s)| tokio::spawn(stream_reader(shared.clone(), k, s, params.block_size)))
+        .map(|(k, s)| guard.spawn(stream_reader(shared.clone(), k, s, params.block_size)))
         .collect();
     let _ = actions.await;
     let network_elapsed = started.elapsed();
@@ -640,17 +670,13 @@ pub async fn run_receiver(
         };
         let _ = tokio::time::timeout(LINGER, linger).await;
     }
-    for r in &readers {
-        r.abort();
-    }
-    reader.abort();
-    digests.abort();
+    drop(guard);
     if let Some(e) = shared.failure.take() {
         return Err(e);
     }
     let session = shared.session.lock().expect("session");
     Ok(TransferStats {
-        bytes: session.stream_bytes().iter().sum::<u64>(),
+        bytes: session.finished().iter().map(|f| f.size).sum::<u64>(),
         files: session.finished().to_vec(),
         per_stream_bytes: session.stream_bytes().to_vec(),
         network_elapsed,

@@ -32,6 +32,12 @@ enum Golden {
     Xxh3Check {
         payload: &'static [u8],
     },
+    /// Safe-mode key derivation, step 2: BLAKE3 keyed with the exported
+    /// material, over the session token.
+    MacKey {
+        material: [u8; 32],
+        token: [u8; 16],
+    },
     /// The safe-mode block check: keyed BLAKE3 over the header fields and
     /// the payload, truncated to 16 bytes.
     SafeMac {
@@ -68,6 +74,7 @@ fn safe_mac(key: &[u8; 32], h: &BlockHeader, payload: &[u8]) -> [u8; 16] {
     full.as_bytes()[..16].try_into().expect("16 bytes")
 }
 
+/// The example MAC key (and exported material): bytes 0x00..=0x1f.
 fn mac_key() -> [u8; 32] {
     std::array::from_fn(|i| i as u8)
 }
@@ -110,6 +117,13 @@ fn known() -> Vec<(&'static str, Golden)> {
         ),
         ("stream_end", Golden::Frame(DataFrame::StreamEnd)),
         ("block_check_xxh3", Golden::Xxh3Check { payload: PAYLOAD }),
+        (
+            "block_mac_key",
+            Golden::MacKey {
+                material: mac_key(),
+                token: TOKEN,
+            },
+        ),
         (
             "block_check_safe",
             Golden::SafeMac {
@@ -190,8 +204,8 @@ fn known() -> Vec<(&'static str, Golden)> {
         (
             "file_announce_perf",
             Golden::Control(ControlMsg::FileAnnounce(FileMeta {
-                file_id: 0,
-                path: String::new(),
+                file_id: 1,
+                path: "perf".into(),
                 size: FileMeta::UNKNOWN_SIZE,
                 mode: 0,
                 mtime_s: -1,
@@ -331,6 +345,13 @@ fn check(name: &str, golden: &Golden, bytes: &[u8]) {
         }
         Golden::Xxh3Check { payload } => {
             assert_eq!(xxh3_check(payload).as_slice(), bytes, "{name}: xxh3-128");
+        }
+        Golden::MacKey { material, token } => {
+            assert_eq!(
+                blake3::keyed_hash(material, token).as_bytes().as_slice(),
+                bytes,
+                "{name}: keyed BLAKE3 of the token"
+            );
         }
         Golden::SafeMac {
             key,

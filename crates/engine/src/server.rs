@@ -1,0 +1,502 @@
+//! `tern serve`: the daemon.
+//!
+//! One listening port carries everything. The first bytes of a connection
+//! tell what it is: a TLS ClientHello (`0x16`) is a control connection or a
+//! `private` data connection (told apart by the magic inside TLS); the
+//! magic `TERD` is a plain data connection joining a session by its token.
+//! Anything else is logged and dropped without disturbing other sessions.
+//!
+//! Like mini-redis, [`serve`] takes a bound listener and a shutdown future:
+//! on shutdown it stops accepting, lets running sessions finish for a grace
+//! period, then aborts them. A semaphore caps concurrent sessions.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tern_proto::data::{JOIN_LEN, JOIN_MAGIC};
+use tern_proto::hello::{HELLO_LEN, HELLO_MAGIC};
+use tern_proto::{
+    ControlMsg, DataJoin, FileMeta, Hello, JoinReply, MAX_BLOCK_SIZE, Protect, SessionAccept,
+    SessionMode, SessionOpen, Token,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use crate::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root, Sink, Source, checked_relative};
+use crate::integrity::BlockCheck;
+use crate::tls::{BLOCK_MAC_LABEL, ServerIdentity};
+use crate::transfer::{self, BoxStream, Control, Progress, TransferParams};
+use crate::{Error, Result};
+
+/// Most data streams one session may open.
+pub const MAX_STREAMS: u16 = 128;
+/// Smallest block size a session may ask for.
+pub const MIN_BLOCK_SIZE: u32 = 4 << 10;
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Only paths beneath this directory are served.
+    pub root: PathBuf,
+    /// Concurrent sessions, at most; more wait.
+    pub max_sessions: usize,
+    /// Time for a new connection to say what it is, and for a session's
+    /// data streams to join.
+    pub handshake_timeout: Duration,
+    /// On shutdown, how long running sessions may go on.
+    pub grace: Duration,
+}
+
+impl ServerOptions {
+    /// Defaults for a root.
+    pub fn new(root: PathBuf) -> ServerOptions {
+        ServerOptions {
+            root,
+            max_sessions: 64,
+            handshake_timeout: Duration::from_secs(20),
+            grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A data connection waiting to be taken by its session.
+struct Joining {
+    stream: BoxStream,
+    index: u16,
+    tls: bool,
+    peer: SocketAddr,
+}
+
+struct Context {
+    root: Root,
+    acceptor: TlsAcceptor,
+    opts: ServerOptions,
+    /// Sessions waiting for their data connections, by token.
+    pending: Mutex<HashMap<Token, mpsc::Sender<Joining>>>,
+    /// Caps concurrent sessions.
+    sessions: Semaphore,
+}
+
+/// Serves until `shutdown` completes, then drains sessions.
+pub async fn serve(
+    listener: TcpListener,
+    identity: &ServerIdentity,
+    opts: ServerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let root = Root::confined(&opts.root)?;
+    let ctx = Arc::new(Context {
+        root,
+        acceptor: TlsAcceptor::from(identity.server_config()?),
+        sessions: Semaphore::new(opts.max_sessions),
+        pending: Mutex::new(HashMap::new()),
+        opts,
+    });
+    let mut tasks = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((conn, peer)) => {
+                    let ctx = ctx.clone();
+                    tasks.spawn(async move { handle_connection(ctx, conn, peer).await });
+                }
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    let running = tasks.len();
+    if running > 0 {
+        tracing::info!(
+            "shutting down: waiting up to {:?} for {running} connection(s)",
+            ctx.opts.grace
+        );
+    }
+    let drained = tokio::time::timeout(ctx.opts.grace, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("shutting down: aborting {} connection(s)", tasks.len());
+        tasks.shutdown().await;
+    }
+    Ok(())
+}
+
+async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr) {
+    let timeout = ctx.opts.handshake_timeout;
+    let mut first = [0u8; 4];
+    match tokio::time::timeout(timeout, peek_exact(&conn, &mut first)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return tracing::debug!("{peer}: closed before saying anything: {e}"),
+        Err(_) => return tracing::warn!("{peer}: dropped, said nothing for {timeout:?}"),
+    }
+    if first[0] == 0x16 {
+        let _ = conn.set_nodelay(true);
+        let mut tls = match tokio::time::timeout(timeout, ctx.acceptor.accept(conn)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => return tracing::warn!("{peer}: TLS handshake failed: {e}"),
+            Err(_) => return tracing::warn!("{peer}: TLS handshake timed out"),
+        };
+        let mut magic = [0u8; 4];
+        if tokio::time::timeout(timeout, tls.read_exact(&mut magic))
+            .await
+            .is_err()
+        {
+            return tracing::warn!("{peer}: dropped, silent after TLS handshake");
+        }
+        if magic == HELLO_MAGIC {
+            let key = export_key_fn(&tls);
+            return control_session(ctx, Box::new(tls), key, peer).await;
+        }
+        if magic == JOIN_MAGIC {
+            return data_join(ctx, Box::new(tls), magic, true, peer).await;
+        }
+        return tracing::warn!(
+            "{peer}: dropped, not a tern client (first bytes inside TLS {magic:02x?})"
+        );
+    }
+    if first == JOIN_MAGIC {
+        return data_join(ctx, Box::new(conn), [0; 4], false, peer).await;
+    }
+    tracing::warn!("{peer}: dropped, not a tern client (first bytes {first:02x?})");
+}
+
+type KeyExporter = Box<dyn Fn(&Token) -> Option<[u8; 32]> + Send>;
+
+fn export_key_fn(tls: &tokio_rustls::server::TlsStream<TcpStream>) -> KeyExporter {
+    // Exported now, while the concrete connection type is at hand; the
+    // token does not exist yet, so it is bound in afterwards by a keyed hash.
+    let (_, conn) = tls.get_ref();
+    let mut base = [0u8; 32];
+    let ok = conn
+        .export_keying_material(&mut base, BLOCK_MAC_LABEL, None)
+        .is_ok();
+    Box::new(move |token: &Token| ok.then(|| bind_token(&base, token)))
+}
+
+/// Derives the per-session block MAC key from exported keying material and
+/// the session token (both ends do the same).
+pub fn bind_token(material: &[u8; 32], token: &Token) -> [u8; 32] {
+    *blake3::keyed_hash(material, token).as_bytes()
+}
+
+async fn peek_exact(conn: &TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    loop {
+        let n = conn.peek(buf).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if n >= buf.len() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn data_join(
+    ctx: Arc<Context>,
+    mut stream: BoxStream,
+    consumed: [u8; 4],
+    tls: bool,
+    peer: SocketAddr,
+) {
+    let mut buf = [0u8; JOIN_LEN];
+    let start = if tls {
+        buf[..4].copy_from_slice(&consumed);
+        4
+    } else {
+        0
+    };
+    let read = tokio::time::timeout(
+        ctx.opts.handshake_timeout,
+        stream.read_exact(&mut buf[start..]),
+    );
+    if !matches!(read.await, Ok(Ok(_))) {
+        return tracing::warn!("{peer}: data connection dropped before joining");
+    }
+    let join = match DataJoin::decode(&buf) {
+        Ok(j) => j,
+        Err(e) => return tracing::warn!("{peer}: dropped, bad data join: {e}"),
+    };
+    let session = ctx
+        .pending
+        .lock()
+        .expect("pending")
+        .get(&join.token)
+        .cloned();
+    let Some(session) = session else {
+        tracing::warn!("{peer}: refused a data connection for an unknown session");
+        let _ = stream.write_all(&JoinReply::Refused.encode()).await;
+        return;
+    };
+    let _ = session
+        .send(Joining {
+            stream,
+            index: join.stream,
+            tls,
+            peer,
+        })
+        .await;
+}
+
+async fn control_session(ctx: Arc<Context>, stream: BoxStream, key: KeyExporter, peer: SocketAddr) {
+    let _permit = ctx.sessions.acquire().await;
+    match run_control(&ctx, stream, key, peer).await {
+        Ok(()) => {}
+        Err(e) => tracing::warn!("{peer}: session failed: {e}"),
+    }
+}
+
+async fn refuse(control: &mut Control, e: Error) -> Result<()> {
+    let _ = control
+        .send(&ControlMsg::Error {
+            code: e.wire_code(),
+            message: e.to_string(),
+            file_id: None,
+        })
+        .await;
+    Err(e)
+}
+
+async fn run_control(
+    ctx: &Context,
+    mut stream: BoxStream,
+    key: KeyExporter,
+    peer: SocketAddr,
+) -> Result<()> {
+    let timeout = ctx.opts.handshake_timeout;
+    let mut rest = [0u8; HELLO_LEN - 4];
+    tokio::time::timeout(timeout, stream.read_exact(&mut rest))
+        .await
+        .map_err(|_| Error::PeerGone("handshake timed out".into()))?
+        .map_err(|e| Error::PeerGone(e.to_string()))?;
+    let mut hello = [0u8; HELLO_LEN];
+    hello[..4].copy_from_slice(&HELLO_MAGIC);
+    hello[4..].copy_from_slice(&rest);
+    let theirs = Hello::decode(&hello)?;
+    let ours = Hello::ours();
+    stream
+        .write_all(&ours.encode())
+        .await
+        .map_err(|e| Error::PeerGone(e.to_string()))?;
+    let negotiated = ours
+        .negotiate(&theirs)
+        .map_err(|e| Error::Protocol(e.to_string()))?;
+    let mut control = Control::new(stream);
+    let open = match tokio::time::timeout(timeout, control.recv()).await {
+        Ok(Ok(ControlMsg::SessionOpen(open))) => open,
+        Ok(Ok(other)) => {
+            return refuse(
+                &mut control,
+                Error::Protocol(format!("expected SessionOpen, got {other:?}")),
+            )
+            .await;
+        }
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(Error::PeerGone("no session request".into())),
+    };
+    if let Err(e) = validate(&open, negotiated.features) {
+        return refuse(&mut control, e).await;
+    }
+    let role = match prepare_role(ctx, &open) {
+        Ok(role) => role,
+        Err(e) => return refuse(&mut control, e).await,
+    };
+    let token: Token = rand::random();
+    let (tx, mut rx) = mpsc::channel(usize::from(open.streams));
+    ctx.pending.lock().expect("pending").insert(token, tx);
+    let accepted = control
+        .send(&ControlMsg::SessionAccept(SessionAccept {
+            token,
+            streams: open.streams,
+            block_size: open.block_size,
+        }))
+        .await;
+    let streams = match accepted {
+        Ok(()) => collect_streams(&mut rx, &open, timeout).await,
+        Err(e) => Err(e),
+    };
+    ctx.pending.lock().expect("pending").remove(&token);
+    drop(rx);
+    let streams = match streams {
+        Ok(s) => s,
+        Err(e) => return refuse(&mut control, e).await,
+    };
+    let block_check = match open.protect {
+        Protect::Safe => match key(&token) {
+            Some(k) => BlockCheck::KeyedBlake3(k),
+            None => {
+                return refuse(
+                    &mut control,
+                    Error::Tls("cannot export keying material".into()),
+                )
+                .await;
+            }
+        },
+        Protect::Clear | Protect::Private => BlockCheck::Xxh3,
+    };
+    let mut params = TransferParams {
+        streams: open.streams,
+        block_size: open.block_size,
+        checksum: open.checksum,
+        block_check,
+        deadline: None,
+        max_files_in_flight: 32,
+        max_repair_rounds: crate::session::DEFAULT_MAX_REPAIR_ROUNDS,
+    };
+    let progress = Arc::new(Progress::default());
+    let started = Instant::now();
+    let result = match role {
+        Role::Send(source, deadline) => {
+            params.deadline = deadline.map(|d| Instant::now() + d);
+            transfer::run_sender(control, streams, source, params, progress).await
+        }
+        Role::Receive(sink) => {
+            transfer::run_receiver(control, streams, sink, params, progress).await
+        }
+    };
+    let stats = result?;
+    tracing::info!(
+        "{peer}: session done: {} bytes, {} files, {} streams, {:.2?}",
+        stats.bytes,
+        stats.files.len(),
+        open.streams,
+        started.elapsed()
+    );
+    Ok(())
+}
+
+fn validate(open: &SessionOpen, features: tern_proto::Features) -> Result<()> {
+    use tern_proto::Features;
+    if open.streams == 0 || open.streams > MAX_STREAMS {
+        return Err(Error::BadRequest(format!(
+            "{} streams requested; 1 to {MAX_STREAMS} allowed",
+            open.streams
+        )));
+    }
+    if !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&open.block_size) {
+        return Err(Error::BadRequest(format!(
+            "block size {} outside {MIN_BLOCK_SIZE}..={MAX_BLOCK_SIZE}",
+            open.block_size
+        )));
+    }
+    let needed = match open.protect {
+        Protect::Clear => Features(0),
+        Protect::Safe => Features::PROTECT_SAFE,
+        Protect::Private => Features::PROTECT_PRIVATE,
+    };
+    if !features.contains(needed) {
+        // Never downgrade silently: refuse what was asked for.
+        return Err(Error::BadRequest(format!(
+            "protection '{}' is not supported by both ends",
+            open.protect.name()
+        )));
+    }
+    Ok(())
+}
+
+enum Role {
+    Send(Arc<dyn Source>, Option<Duration>),
+    Receive(Arc<dyn Sink>),
+}
+
+fn prepare_role(ctx: &Context, open: &SessionOpen) -> Result<Role> {
+    Ok(match &open.mode {
+        SessionMode::Push { dest, top_level } => {
+            let dest = checked_relative(dest, true)?;
+            Role::Receive(Arc::new(FsSink::new(ctx.root.clone(), dest, *top_level)?))
+        }
+        SessionMode::Pull { sources, recursive } => {
+            if sources.is_empty() {
+                return Err(Error::BadRequest("no source paths".into()));
+            }
+            let paths = sources
+                .iter()
+                .map(|s| checked_relative(s, true))
+                .collect::<Result<Vec<_>>>()?;
+            Role::Send(
+                Arc::new(FsSource::new(ctx.root.clone(), paths, *recursive)),
+                None,
+            )
+        }
+        SessionMode::Perf {
+            server_sends,
+            bytes,
+            millis,
+        } => {
+            if *server_sends {
+                let (size, deadline) = if *bytes > 0 {
+                    (*bytes, None)
+                } else {
+                    (FileMeta::UNKNOWN_SIZE, Some(Duration::from_millis(*millis)))
+                };
+                Role::Send(Arc::new(GenSource::new(size, open.block_size)), deadline)
+            } else {
+                Role::Receive(Arc::new(DiscardSink))
+            }
+        }
+    })
+}
+
+async fn collect_streams(
+    rx: &mut mpsc::Receiver<Joining>,
+    open: &SessionOpen,
+    timeout: Duration,
+) -> Result<Vec<BoxStream>> {
+    let want_tls = open.protect == Protect::Private;
+    let mut slots: Vec<Option<BoxStream>> = (0..open.streams).map(|_| None).collect();
+    let deadline = tokio::time::Instant::now() + timeout;
+    while slots.iter().any(Option::is_none) {
+        let joining = match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(j)) => j,
+            _ => {
+                let got = slots.iter().filter(|s| s.is_some()).count();
+                return Err(Error::PeerGone(format!(
+                    "only {got} of {} data connections joined within {timeout:?}",
+                    open.streams
+                )));
+            }
+        };
+        let Joining {
+            mut stream,
+            index,
+            tls,
+            peer,
+        } = joining;
+        let slot = slots.get_mut(usize::from(index));
+        let acceptable = tls == want_tls && slot.as_ref().is_some_and(|s| s.is_none());
+        if !acceptable {
+            tracing::warn!(
+                "{peer}: refused data connection {index} ({}, session wants {})",
+                if tls { "TLS" } else { "plain" },
+                open.protect.name()
+            );
+            let _ = stream.write_all(&JoinReply::Refused.encode()).await;
+            continue;
+        }
+        stream
+            .write_all(&JoinReply::Accepted.encode())
+            .await
+            .map_err(|e| Error::PeerGone(e.to_string()))?;
+        stream
+            .flush()
+            .await
+            .map_err(|e| Error::PeerGone(e.to_string()))?;
+        *slot.expect("checked") = Some(stream);
+    }
+    Ok(slots.into_iter().map(|s| s.expect("all joined")).collect())
+}

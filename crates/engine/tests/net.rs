@@ -1,0 +1,478 @@
+//! Client and daemon over real TCP on loopback: the must-have transfers,
+//! identity checks, confinement, and failures.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{RngCore, SeedableRng};
+use tern_engine::client::{self, ClientOptions, Endpoint};
+use tern_engine::fault::CorruptAt;
+use tern_engine::server::{ServerOptions, serve};
+use tern_engine::tls::{KnownHosts, ServerIdentity};
+use tern_engine::transfer::{BoxStream, Progress};
+use tern_engine::{ErrorKind, StreamWrap};
+use tern_proto::data::HEADER_LEN;
+use tern_proto::{ChecksumAlg, Protect};
+use tokio::io::AsyncWriteExt;
+
+struct Daemon {
+    ep: Endpoint,
+    fingerprint: String,
+    task: tokio::task::JoinHandle<()>,
+    _state: tempfile::TempDir,
+}
+
+async fn daemon(root: &Path) -> Daemon {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let state = tempfile::tempdir().unwrap();
+    let identity = ServerIdentity::load_or_create(state.path()).unwrap();
+    let fingerprint = identity.fingerprint.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let opts = ServerOptions::new(root.to_path_buf());
+    let task = tokio::spawn(async move {
+        serve(listener, &identity, opts, std::future::pending())
+            .await
+            .unwrap();
+    });
+    Daemon {
+        ep: Endpoint {
+            host: "127.0.0.1".into(),
+            port,
+        },
+        fingerprint,
+        task,
+        _state: state,
+    }
+}
+
+fn opts(streams: u16, protect: Protect) -> ClientOptions {
+    ClientOptions {
+        streams,
+        block_size: 1 << 20,
+        checksum: ChecksumAlg::Xxh3,
+        protect,
+        pin: None,
+        known_hosts: None,
+        wrap: None,
+        connect_timeout: Duration::from_secs(5),
+    }
+}
+
+/// Writes `len` bytes of seeded random data, streaming (bounded memory).
+fn random_file(path: &Path, len: u64, seed: u64) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        rng.fill_bytes(&mut buf[..n]);
+        f.write_all(&buf[..n]).unwrap();
+        left -= n as u64;
+    }
+    f.flush().unwrap();
+}
+
+/// Compares two files chunk by chunk.
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    let (mut fa, mut fb) = (
+        std::fs::File::open(a).unwrap(),
+        std::fs::File::open(b).unwrap(),
+    );
+    if fa.metadata().unwrap().len() != fb.metadata().unwrap().len() {
+        return false;
+    }
+    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = fa.read(&mut ba).unwrap();
+        if n == 0 {
+            return true;
+        }
+        fb.read_exact(&mut bb[..n]).unwrap();
+        if ba[..n] != bb[..n] {
+            return false;
+        }
+    }
+}
+
+fn big_size() -> u64 {
+    std::env::var("TERN_TEST_BIG_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2 << 30)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_random_file_round_trips_through_a_daemon_with_8_streams_despite_corruption() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = work.path().join("big.bin");
+    let size = big_size();
+    random_file(&src, size, 42);
+    let d = daemon(&root).await;
+
+    // One payload byte of the third block on stream 5 is flipped in flight.
+    let target = 2 * (HEADER_LEN as u64 + (1 << 20)) + HEADER_LEN as u64 + 77;
+    let wrap: StreamWrap = Arc::new(move |k, s: BoxStream| -> BoxStream {
+        if k == 5 {
+            Box::new(CorruptAt::new(s, target))
+        } else {
+            s
+        }
+    });
+    let mut o = opts(8, Protect::Clear);
+    o.wrap = Some(wrap);
+    let up = client::push(
+        &d.ep,
+        &o,
+        vec![src.clone()],
+        false,
+        "big.bin".into(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert!(
+        same_bytes(&src, &root.join("big.bin")),
+        "uploaded copy differs"
+    );
+    assert_eq!(
+        up.stats.blocks_retransmitted, 1,
+        "the corrupted block was re-sent once"
+    );
+    assert_eq!(up.stats.bytes, size);
+    assert_eq!(up.stats.per_stream_bytes.len(), 8);
+
+    let back = work.path().join("back.bin");
+    let down = client::pull(
+        &d.ep,
+        &opts(8, Protect::Private),
+        vec!["big.bin".into()],
+        false,
+        back.clone(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert!(same_bytes(&src, &back), "downloaded copy differs");
+    assert_eq!(down.stats.files.len(), 1);
+    assert_eq!(down.stats.files[0].digest, up.stats.files[0].digest);
+    d.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trees_go_up_and_come_back_in_every_protection_mode() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let tree = work.path().join("tree");
+    std::fs::create_dir_all(tree.join("a/b")).unwrap();
+    random_file(&tree.join("a/one"), 3_000_000, 1);
+    random_file(&tree.join("a/b/two"), 10, 2);
+    let d = daemon(&root).await;
+    for protect in [Protect::Clear, Protect::Safe, Protect::Private] {
+        let name = protect.name().to_string();
+        client::push(
+            &d.ep,
+            &opts(3, protect),
+            vec![tree.clone()],
+            true,
+            name.clone(),
+            Arc::new(Progress::default()),
+        )
+        .await
+        .unwrap();
+        assert!(same_bytes(
+            &tree.join("a/one"),
+            &root.join(&name).join("a/one")
+        ));
+        let back = work.path().join(format!("back-{name}"));
+        client::pull(
+            &d.ep,
+            &opts(2, protect),
+            vec![name.clone()],
+            true,
+            back.clone(),
+            Arc::new(Progress::default()),
+        )
+        .await
+        .unwrap();
+        assert!(same_bytes(&tree.join("a/b/two"), &back.join("a/b/two")));
+    }
+    d.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn perf_runs_both_ways_and_for_a_time() {
+    let root = tempfile::tempdir().unwrap();
+    let d = daemon(root.path()).await;
+    let fwd = client::perf(
+        &d.ep,
+        &opts(2, Protect::Clear),
+        Some(50 << 20),
+        None,
+        false,
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(fwd.stats.bytes, 50 << 20);
+    let rev = client::perf(
+        &d.ep,
+        &opts(2, Protect::Safe),
+        Some(20 << 20),
+        None,
+        true,
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rev.stats.bytes, 20 << 20);
+    let timed = client::perf(
+        &d.ep,
+        &opts(1, Protect::Private),
+        None,
+        Some(Duration::from_millis(300)),
+        false,
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert!(timed.stats.bytes > 0);
+    assert_eq!(timed.stats.bytes % (1 << 20), 0, "whole blocks only");
+    assert_eq!(
+        std::fs::read_dir(root.path()).unwrap().count(),
+        0,
+        "perf writes nothing"
+    );
+    d.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_identity_is_recorded_then_enforced() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = tempfile::tempdir().unwrap();
+    let src = cfg.path().join("f");
+    std::fs::write(&src, b"hello").unwrap();
+    let d = daemon(root.path()).await;
+    let mut o = opts(1, Protect::Clear);
+    o.known_hosts = Some(KnownHosts {
+        path: cfg.path().join("known_hosts"),
+    });
+    let first = client::push(
+        &d.ep,
+        &o,
+        vec![src.clone()],
+        false,
+        "f".into(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.fingerprint, d.fingerprint);
+    assert!(first.recorded.is_some(), "first contact is recorded");
+    let second = client::push(
+        &d.ep,
+        &o,
+        vec![src.clone()],
+        false,
+        "g".into(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert!(
+        second.recorded.is_none(),
+        "known host is not recorded again"
+    );
+
+    // Same address, new identity: a hard error that names the file to fix.
+    d.task.abort();
+    let _ = d.task.await;
+    let state = tempfile::tempdir().unwrap();
+    let other = ServerIdentity::load_or_create(state.path()).unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", d.ep.port))
+        .await
+        .unwrap();
+    let opts2 = ServerOptions::new(root.path().to_path_buf());
+    let task = tokio::spawn(async move {
+        serve(listener, &other, opts2, std::future::pending())
+            .await
+            .unwrap();
+    });
+    let err = client::push(
+        &d.ep,
+        &o,
+        vec![src.clone()],
+        false,
+        "h".into(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Security);
+    assert!(err.to_string().contains("known_hosts"), "{err}");
+    assert!(!root.path().join("h").exists());
+
+    // An explicit pin of the wrong value fails too.
+    let mut pinned = opts(1, Protect::Clear);
+    pinned.pin = Some(d.fingerprint.clone());
+    let err = client::push(
+        &d.ep,
+        &pinned,
+        vec![src],
+        false,
+        "i".into(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Security);
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_outside_the_root_are_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(work.path().join("secret"), b"secret").unwrap();
+    std::os::unix::fs::symlink(work.path(), root.join("link")).unwrap();
+    let src = work.path().join("f");
+    std::fs::write(&src, b"x").unwrap();
+    let d = daemon(&root).await;
+    let o = opts(1, Protect::Clear);
+    for dest in ["../escaped", "/tmp/escaped", "link/escaped"] {
+        let err = client::push(
+            &d.ep,
+            &o,
+            vec![src.clone()],
+            false,
+            dest.into(),
+            Arc::new(Progress::default()),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err.kind(), ErrorKind::Permission), "{dest}: {err}");
+    }
+    assert!(!work.path().join("escaped").exists());
+    for source in ["../secret", "/etc/passwd", "link/secret"] {
+        let out = work.path().join("stolen");
+        let err = client::pull(
+            &d.ep,
+            &o,
+            vec![source.into()],
+            false,
+            out.clone(),
+            Arc::new(Progress::default()),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Permission, "{source}: {err}");
+        assert!(!out.exists());
+    }
+    d.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_the_port_is_dropped_and_other_sessions_go_on() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("f");
+    random_file(&src, 30 << 20, 3);
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let d = daemon(&root).await;
+    let addr = format!("127.0.0.1:{}", d.ep.port);
+    let ep = d.ep.clone();
+    let good = tokio::spawn(async move {
+        client::push(
+            &ep,
+            &opts(4, Protect::Clear),
+            vec![src],
+            false,
+            "f".into(),
+            Arc::new(Progress::default()),
+        )
+        .await
+    });
+    for garbage in [
+        &b"GET / HTTP/1.0\r\n\r\n"[..],
+        &[0x16, 3, 1, 0, 5, 1, 2, 3, 4, 5][..],
+        b"TERD0123456789abcdefghijklmnop",
+        b"TERN\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+    ] {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let _ = s.write_all(garbage).await;
+        let _ = s.shutdown().await;
+    }
+    good.await.unwrap().unwrap();
+    assert_eq!(std::fs::metadata(root.join("f")).unwrap().len(), 30 << 20);
+    d.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_listening_is_a_connect_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let ep = Endpoint {
+        host: "127.0.0.1".into(),
+        port,
+    };
+    let err = client::perf(
+        &ep,
+        &opts(1, Protect::Clear),
+        Some(1),
+        None,
+        false,
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connect);
+    assert!(err.is_retryable());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_killed_mid_transfer_leaves_only_a_partial_file() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    random_file(&root.join("big"), 400 << 20, 4);
+    let d = daemon(&root).await;
+    let dest = work.path().join("big.copy");
+    let progress = Arc::new(Progress::default());
+    let ep = d.ep.clone();
+    let (p2, dest2) = (progress.clone(), dest.clone());
+    let pull = tokio::spawn(async move {
+        client::pull(
+            &ep,
+            &opts(2, Protect::Clear),
+            vec!["big".into()],
+            false,
+            dest2,
+            p2,
+        )
+        .await
+    });
+    while progress.bytes.load(std::sync::atomic::Ordering::Relaxed) < (8 << 20) {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert!(!pull.is_finished(), "transfer finished before the kill");
+    }
+    d.task.abort();
+    let err = pull.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Network, "{err}");
+    assert!(!dest.exists(), "nothing at the final name");
+    assert!(
+        work.path().join(".big.copy.tern-partial").exists(),
+        "partial kept for resume"
+    );
+}
