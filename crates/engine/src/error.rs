@@ -150,6 +150,10 @@ impl Error {
                 why: String::new(),
             },
             _ if source.raw_os_error() == Some(libc::EDQUOT) => Error::NoSpace(path),
+            _ if source.raw_os_error() == Some(libc::EROFS) => Error::PermissionDenied {
+                path: path.display().to_string(),
+                why: "read-only file system".into(),
+            },
             _ => Error::Io {
                 context: format!("{}: {}", path.display(), context.into()),
                 source,

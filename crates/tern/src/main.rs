@@ -1,1 +1,44 @@
-fn main() {}
+//! `tern`: move large data sets over long, fast networks.
+//!
+//! A thin main, like ripgrep's: set up logging, parse the command line,
+//! run the command, and turn the outcome into a documented exit code.
+
+mod cli;
+mod cmd;
+mod location;
+mod output;
+mod size;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let started = Instant::now();
+    let args = cli::Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(args.log_level()));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tern: cannot start the runtime: {e}");
+            return ExitCode::from(cli::exit::GENERAL);
+        }
+    };
+    match runtime.block_on(cmd::run(args, started)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tern: {e:#}");
+            ExitCode::from(cli::exit::code_for(&e))
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The command line: one options struct per command, defaults included.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::size::parse_size;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0   success
+  1   unexpected internal error
+  2   usage: bad arguments or a request that makes no sense
+  3   a source does not exist
+  4   permission denied, or a path outside the served root
+  5   no space left at the destination
+  6   other I/O error
+  7   cannot connect (nothing listening, name does not resolve)
+  8   security: TLS failure or server fingerprint mismatch
+  9   connection lost during the transfer (partial files are kept)
+  10  integrity: digest mismatch, or blocks still bad after repairs
+  11  protocol error: the peer sent something invalid
+  130 interrupted";
+
+/// Move large data sets over long, fast networks at the speed the path allows.
+#[derive(Debug, Parser)]
+#[command(name = "tern", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// More log output (-v info, -vv debug); TERN_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Cli {
+    /// Log filter for the verbosity asked for.
+    pub fn log_level(&self) -> &'static str {
+        match (self.verbose, &self.command) {
+            (0, Command::Serve(_)) => "info",
+            (0, _) => "warn",
+            (1, _) => "info",
+            _ => "debug",
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Copy files and trees to, from or between places.
+    #[command(after_help = CP_HELP)]
+    Cp(CpArgs),
+    /// Run the daemon that `tern cp` and `tern perf` connect to.
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
+    /// Measure memory-to-memory throughput to a daemon (like iperf3).
+    #[command(after_help = PERF_HELP)]
+    Perf(PerfArgs),
+}
+
+const CP_HELP: &str = "\
+Locations are local paths or tern://HOST[:PORT]/PATH (PATH under the daemon's
+root; default port 4747; IPv6 as tern://[::1]/PATH). Like scp: with one source,
+DST may be a new name; with several, DST must be an existing directory.
+
+Every block is checked on arrival and sent again if damaged; each file is
+written to .NAME.tern-partial and renamed into place only after its whole-file
+digest matched. A failed transfer leaves no file at the final name.
+
+Examples:
+  tern cp run42.root tern://dtn.example.org/incoming/
+  tern cp -r -P 8 tern://dtn.example.org/runs/2026 ./runs
+  tern cp --checksum adler32 --json big.h5 tern://[2001:db8::7]:4747/data/
+
+The first connection to a daemon records its certificate fingerprint in
+~/.config/tern/known_hosts (like ssh); a later change is refused.
+
+Exit codes: 0 ok, 2 usage, 3 source missing, 4 permission/outside root,
+5 disk full, 6 I/O, 7 cannot connect, 8 fingerprint/TLS, 9 connection lost,
+10 integrity, 11 protocol, 130 interrupted.";
+
+const SERVE_HELP: &str = "\
+Everything uses one port: a TLS control connection per session plus its data
+connections. Only paths beneath --root can be read or written. On first start
+a self-signed certificate is created in the state directory; its fingerprint
+is printed so clients can pin it (--fingerprint). SIGINT/SIGTERM stop
+accepting and let running sessions finish for --grace seconds.
+
+Example:
+  tern serve --listen 0.0.0.0:4747 --root /data/export";
+
+const PERF_HELP: &str = "\
+Sends generated data through the full engine (framing, per-block checks,
+protection) and discards it at the far end, like bbcp /dev/zero→/dev/null or
+iperf3. --reverse makes the daemon send.
+
+Examples:
+  tern perf tern://dtn.example.org --time 10 -P 4
+  tern perf tern://[::1] --size 4G --protect clear --json";
+
+/// Data-channel protection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProtectArg {
+    /// Encrypted and authenticated (TLS on every stream).
+    Private,
+    /// Authenticated, not encrypted: a keyed MAC on every block.
+    Safe,
+    /// Plain TCP with an unkeyed checksum per block.
+    Clear,
+}
+
+/// Whole-file digest algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ChecksumArg {
+    /// XXH3-128: default; far faster than any disk or network.
+    Xxh3,
+    /// BLAKE3-256, cryptographic.
+    Blake3,
+    /// CRC-32C.
+    Crc32c,
+    /// Adler-32 (as in many HEP file catalogues).
+    Adler32,
+    /// MD5 (as in many HEP file catalogues).
+    Md5,
+    /// SHA-256.
+    Sha256,
+}
+
+/// Options shared by commands that move data.
+#[derive(Debug, Clone, Args)]
+pub struct TransferArgs {
+    /// Parallel TCP streams.
+    #[arg(short = 'P', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=128))]
+    pub streams: u16,
+    /// Block size: the unit of scheduling, checking and repair.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub block_size: u64,
+    /// Data-channel protection; never downgraded silently.
+    #[arg(long, value_enum, default_value_t = ProtectArg::Private)]
+    pub protect: ProtectArg,
+    /// Expect exactly this server certificate (SHA256:… as printed by `tern serve`).
+    #[arg(long, value_name = "SHA256:…")]
+    pub fingerprint: Option<String>,
+    /// Where server fingerprints are remembered [default: $XDG_CONFIG_HOME/tern/known_hosts].
+    #[arg(long, value_name = "FILE")]
+    pub known_hosts: Option<PathBuf>,
+    /// Print one JSON object with the results on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Show progress (default: when stderr is a terminal and not --json).
+    #[arg(long, overrides_with = "no_progress")]
+    pub progress: bool,
+    /// Never show progress.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// Sources, then the destination.
+    #[arg(required = true, num_args = 2.., value_name = "SRC… DST")]
+    pub paths: Vec<String>,
+    /// Copy directories recursively.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Whole-file digest, verified end to end.
+    #[arg(long, value_enum, default_value_t = ChecksumArg::Xxh3)]
+    pub checksum: ChecksumArg,
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on.
+    #[arg(long, default_value = "[::]:4747", value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// Serve only what lies beneath this directory.
+    #[arg(long, value_name = "DIR")]
+    pub root: PathBuf,
+    /// Where the certificate is kept [default: $XDG_STATE_HOME/tern or ~/.local/state/tern].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Concurrent sessions at most; more wait their turn.
+    #[arg(long, default_value_t = 64)]
+    pub max_sessions: usize,
+    /// Seconds running sessions may go on after SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 10)]
+    pub grace: u64,
+    /// Print the startup line as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PerfArgs {
+    /// The daemon: tern://HOST[:PORT].
+    pub target: String,
+    /// Send this much data.
+    #[arg(long, value_parser = parse_size, conflicts_with = "time")]
+    pub size: Option<u64>,
+    /// Send for this many seconds [default: 10].
+    #[arg(long)]
+    pub time: Option<f64>,
+    /// The daemon sends, this side receives.
+    #[arg(long)]
+    pub reverse: bool,
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+}
+
+/// Exit codes; see [`EXIT_CODES`].
+pub mod exit {
+    use tern_engine::ErrorKind;
+
+    pub const GENERAL: u8 = 1;
+    pub const USAGE: u8 = 2;
+
+    /// A usage error found by tern itself (not by clap).
+    #[derive(Debug)]
+    pub struct Usage(pub String);
+
+    impl std::fmt::Display for Usage {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Usage {}
+
+    /// The exit code for an error.
+    pub fn code_for(e: &anyhow::Error) -> u8 {
+        if e.downcast_ref::<Usage>().is_some() {
+            return USAGE;
+        }
+        let Some(engine) = e.downcast_ref::<tern_engine::Error>() else {
+            return GENERAL;
+        };
+        match engine.kind() {
+            ErrorKind::Usage => USAGE,
+            ErrorKind::NotFound => 3,
+            ErrorKind::Permission => 4,
+            ErrorKind::NoSpace => 5,
+            ErrorKind::Io => 6,
+            ErrorKind::Connect => 7,
+            ErrorKind::Security => 8,
+            ErrorKind::Network => 9,
+            ErrorKind::Integrity => 10,
+            ErrorKind::Protocol => 11,
+            ErrorKind::Aborted => 130,
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! The commands: turn parsed options into engine calls and reports.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tern_engine::client::{self, ClientOptions, Endpoint};
+use tern_engine::fsio::{FsSink, FsSource, Root};
+use tern_engine::integrity::BlockCheck;
+use tern_engine::server::{ServerOptions, serve};
+use tern_engine::tls::{KnownHosts, ServerIdentity};
+use tern_engine::transfer::{Progress, TransferParams};
+use tern_engine::{StreamWrap, local};
+use tern_proto::{ChecksumAlg, Protect};
+
+use crate::cli::exit::Usage;
+use crate::cli::{
+    ChecksumArg, Cli, Command, CpArgs, PerfArgs, ProtectArg, ServeArgs, TransferArgs,
+};
+use crate::location::{self, Location};
+use crate::output::{ProgressDisplay, Report, ReportInput};
+
+/// Runs the parsed command.
+pub async fn run(cli: Cli, started: Instant) -> Result<()> {
+    match cli.command {
+        Command::Cp(args) => cp(args, started).await,
+        Command::Serve(args) => serve_cmd(args).await,
+        Command::Perf(args) => perf(args, started).await,
+    }
+}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Usage(msg.into()))
+}
+
+fn protect_of(p: ProtectArg) -> Protect {
+    match p {
+        ProtectArg::Private => Protect::Private,
+        ProtectArg::Safe => Protect::Safe,
+        ProtectArg::Clear => Protect::Clear,
+    }
+}
+
+fn checksum_of(c: ChecksumArg) -> ChecksumAlg {
+    match c {
+        ChecksumArg::Xxh3 => ChecksumAlg::Xxh3,
+        ChecksumArg::Blake3 => ChecksumAlg::Blake3,
+        ChecksumArg::Crc32c => ChecksumAlg::Crc32c,
+        ChecksumArg::Adler32 => ChecksumAlg::Adler32,
+        ChecksumArg::Md5 => ChecksumAlg::Md5,
+        ChecksumArg::Sha256 => ChecksumAlg::Sha256,
+    }
+}
+
+fn block_size(t: &TransferArgs) -> Result<u32> {
+    let bs = t.block_size;
+    if !(u64::from(tern_engine::server::MIN_BLOCK_SIZE)..=u64::from(tern_proto::MAX_BLOCK_SIZE))
+        .contains(&bs)
+    {
+        return Err(usage(format!(
+            "--block-size must be between 4K and 64M, not {bs}"
+        )));
+    }
+    Ok(bs as u32)
+}
+
+/// Test hook: `TERN_FAULT_CORRUPT=STREAM:BYTE` flips the byte at that
+/// position of that data stream, to show repair end to end. Not for users.
+fn fault_from_env() -> Option<StreamWrap> {
+    let spec = std::env::var("TERN_FAULT_CORRUPT").ok()?;
+    let (stream, byte) = spec.split_once(':')?;
+    let (stream, byte): (usize, u64) = (stream.parse().ok()?, byte.parse().ok()?);
+    tracing::warn!("test hook: corrupting byte {byte} of data stream {stream}");
+    Some(Arc::new(move |k, s| {
+        if k == stream {
+            Box::new(tern_engine::fault::CorruptAt::new(s, byte))
+        } else {
+            s
+        }
+    }))
+}
+
+fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptions> {
+    let known_hosts = t
+        .known_hosts
+        .clone()
+        .or_else(KnownHosts::default_path)
+        .map(|path| KnownHosts { path });
+    if let Some(fp) = &t.fingerprint {
+        if !fp.starts_with("SHA256:") {
+            return Err(usage(format!(
+                "--fingerprint must look like SHA256:…, not '{fp}'"
+            )));
+        }
+    }
+    Ok(ClientOptions {
+        streams: t.streams,
+        block_size: block_size(t)?,
+        checksum,
+        protect: protect_of(t.protect),
+        pin: t.fingerprint.clone(),
+        known_hosts,
+        wrap: fault_from_env(),
+        connect_timeout: Duration::from_secs(15),
+    })
+}
+
+fn progress_choice(t: &TransferArgs) -> Option<bool> {
+    if t.no_progress {
+        Some(false)
+    } else if t.progress {
+        Some(true)
+    } else {
+        None
+    }
+}
+
+fn tell_recorded(outcome: &client::Outcome, ep: &Endpoint) {
+    if let Some(path) = &outcome.recorded {
+        eprintln!(
+            "tern: first contact with {}: recorded its fingerprint {} in {}",
+            ep.host_port(),
+            outcome.fingerprint,
+            path.display()
+        );
+    }
+}
+
+async fn cp(args: CpArgs, started: Instant) -> Result<()> {
+    let checksum = checksum_of(args.checksum);
+    let t = &args.transfer;
+    let (dst_arg, src_args) = args.paths.split_last().expect("clap requires two paths");
+    let dst = location::parse(dst_arg).map_err(usage)?;
+    let srcs = src_args
+        .iter()
+        .map(|s| location::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(usage)?;
+    let progress = Arc::new(Progress::default());
+    let display = ProgressDisplay::start(&progress, progress_choice(t), t.json);
+    let protect = protect_of(t.protect);
+    let result: Result<(client::Outcome, &'static str, Option<Endpoint>)> = async {
+        let all_local = srcs.iter().all(|s| matches!(s, Location::Local(_)));
+        match (&dst, all_local) {
+            (Location::Remote { endpoint, path }, true) => {
+                let sources = local_paths(&srcs);
+                let opts = client_options(t, checksum)?;
+                let o = client::push(endpoint, &opts, sources, args.recursive, path.clone(), progress.clone())
+                    .await?;
+                Ok((o, "push", Some(endpoint.clone())))
+            }
+            (Location::Local(dest), false) => {
+                let (endpoint, paths) = same_remote(&srcs)?;
+                let opts = client_options(t, checksum)?;
+                let o = client::pull(&endpoint, &opts, paths, args.recursive, dest.clone(), progress.clone())
+                    .await?;
+                Ok((o, "pull", Some(endpoint)))
+            }
+            (Location::Local(dest), true) => {
+                let o = copy_local(&srcs, dest, &args, checksum, progress.clone()).await?;
+                Ok((o, "local", None))
+            }
+            (Location::Remote { .. }, false) => {
+                bail!(usage("copying from one daemon to another is not supported yet; copy through a local directory"))
+            }
+        }
+    }
+    .await;
+    display.finish();
+    let (outcome, direction, endpoint) = result?;
+    if let Some(ep) = &endpoint {
+        tell_recorded(&outcome, ep);
+    }
+    Report::new(ReportInput {
+        command: "cp",
+        direction,
+        stats: &outcome.stats,
+        started,
+        setup: outcome.setup,
+        protect: if endpoint.is_some() {
+            protect
+        } else {
+            Protect::Clear
+        },
+        checksum: Some(checksum),
+        block_size: t.block_size,
+        fingerprint: endpoint.map(|_| outcome.fingerprint.clone()),
+    })
+    .emit(t.json);
+    Ok(())
+}
+
+fn local_paths(srcs: &[Location]) -> Vec<PathBuf> {
+    srcs.iter()
+        .filter_map(|s| match s {
+            Location::Local(p) => Some(p.clone()),
+            Location::Remote { .. } => None,
+        })
+        .collect()
+}
+
+fn same_remote(srcs: &[Location]) -> Result<(Endpoint, Vec<String>)> {
+    let mut endpoint: Option<Endpoint> = None;
+    let mut paths = Vec::new();
+    for s in srcs {
+        let Location::Remote { endpoint: ep, path } = s else {
+            bail!(usage("sources must be all local or all on the same daemon"));
+        };
+        if endpoint.as_ref().is_some_and(|e| e != ep) {
+            bail!(usage("all remote sources must be on the same daemon"));
+        }
+        endpoint = Some(ep.clone());
+        paths.push(path.clone());
+    }
+    Ok((endpoint.expect("at least one source"), paths))
+}
+
+async fn copy_local(
+    srcs: &[Location],
+    dest: &std::path::Path,
+    args: &CpArgs,
+    checksum: ChecksumAlg,
+    progress: Arc<Progress>,
+) -> Result<client::Outcome> {
+    let t = &args.transfer;
+    let sources = local_paths(srcs);
+    for s in &sources {
+        let meta = std::fs::metadata(s).map_err(|e| tern_engine::Error::io("stat", s, e))?;
+        if meta.is_dir() && !args.recursive {
+            bail!(tern_engine::Error::BadRequest(format!(
+                "{}: is a directory (use -r to copy it)",
+                s.display()
+            )));
+        }
+    }
+    let sink = Arc::new(FsSink::new(
+        Root::Ambient,
+        dest.to_path_buf(),
+        sources.len() as u32,
+    )?);
+    let source = Arc::new(FsSource::new(Root::Ambient, sources, args.recursive));
+    let params = TransferParams {
+        streams: t.streams,
+        block_size: block_size(t)?,
+        checksum,
+        block_check: BlockCheck::Xxh3,
+        deadline: None,
+        max_files_in_flight: 32,
+        max_repair_rounds: tern_engine::session::DEFAULT_MAX_REPAIR_ROUNDS,
+    };
+    let (_, received) =
+        local::copy(source, sink, params, progress, fault_from_env().as_ref()).await?;
+    Ok(client::Outcome {
+        stats: received,
+        fingerprint: String::new(),
+        recorded: None,
+        setup: Duration::ZERO,
+        streams: t.streams,
+    })
+}
+
+async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
+    let t = &args.transfer;
+    let endpoint = match location::parse(&args.target).map_err(usage)? {
+        Location::Remote { endpoint, path } if path.is_empty() => endpoint,
+        Location::Remote { .. } => {
+            return Err(usage("tern perf takes tern://HOST[:PORT] without a path"));
+        }
+        Location::Local(_) => return Err(usage("tern perf needs a daemon: tern://HOST[:PORT]")),
+    };
+    let duration = match (args.size, args.time) {
+        (Some(_), _) => None,
+        (None, Some(secs)) if secs > 0.0 && secs < 1e6 => Some(Duration::from_secs_f64(secs)),
+        (None, Some(secs)) => return Err(usage(format!("--time must be positive, not {secs}"))),
+        (None, None) => Some(Duration::from_secs(10)),
+    };
+    let opts = client_options(t, ChecksumAlg::Xxh3)?;
+    let progress = Arc::new(Progress::default());
+    let display = ProgressDisplay::start(&progress, progress_choice(t), t.json);
+    let result = client::perf(
+        &endpoint,
+        &opts,
+        args.size,
+        duration,
+        args.reverse,
+        progress,
+    )
+    .await;
+    display.finish();
+    let outcome = result?;
+    tell_recorded(&outcome, &endpoint);
+    Report::new(ReportInput {
+        command: "perf",
+        direction: if args.reverse { "receive" } else { "send" },
+        stats: &outcome.stats,
+        started,
+        setup: outcome.setup,
+        protect: opts.protect,
+        checksum: None,
+        block_size: t.block_size,
+        fingerprint: Some(outcome.fingerprint.clone()),
+    })
+    .emit(t.json);
+    Ok(())
+}
+
+fn default_state_dir() -> Result<PathBuf> {
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(d).join("tern"));
+    }
+    let home =
+        std::env::var_os("HOME").context("neither --state-dir, XDG_STATE_HOME nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".local/state/tern"))
+}
+
+async fn serve_cmd(args: ServeArgs) -> Result<()> {
+    let addr: SocketAddr = args.listen.parse().map_err(|_| {
+        usage(format!(
+            "--listen wants ADDR:PORT (e.g. 0.0.0.0:4747 or [::]:4747), not '{}'",
+            args.listen
+        ))
+    })?;
+    let root = args
+        .root
+        .canonicalize()
+        .map_err(|e| tern_engine::Error::io("open root", &args.root, e))?;
+    if !root.is_dir() {
+        return Err(usage(format!(
+            "--root {} is not a directory",
+            root.display()
+        )));
+    }
+    let state_dir = match args.state_dir {
+        Some(d) => d,
+        None => default_state_dir()?,
+    };
+    let identity = ServerIdentity::load_or_create(&state_dir)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| tern_engine::Error::io("listen", args.listen.clone(), e))?;
+    let bound = listener.local_addr()?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"listen": bound.to_string(), "root": root, "fingerprint": identity.fingerprint})
+        );
+    } else {
+        println!("tern serve: listening on {bound}, root {}", root.display());
+        println!(
+            "tern serve: certificate fingerprint {}",
+            identity.fingerprint
+        );
+    }
+    let mut opts = ServerOptions::new(root);
+    opts.max_sessions = args.max_sessions;
+    opts.grace = Duration::from_secs(args.grace);
+    serve(listener, &identity, opts, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}

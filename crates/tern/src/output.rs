@@ -1,0 +1,209 @@
+//! What tern prints: progress while working, then a summary for people or
+//! one JSON object for scripts.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+use tern_engine::transfer::{Progress, TransferStats};
+use tern_proto::{ChecksumAlg, Protect};
+
+use crate::size::{human_bytes, human_rate};
+
+/// Per-stream numbers.
+#[derive(Debug, Serialize)]
+pub struct StreamReport {
+    pub stream: usize,
+    pub bytes: u64,
+    pub throughput_bps: f64,
+}
+
+/// One file's end-to-end digest.
+#[derive(Debug, Serialize)]
+pub struct ChecksumReport {
+    pub path: String,
+    pub algorithm: &'static str,
+    pub digest: String,
+}
+
+/// The `--json` object (and the source of the human summary).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub command: &'static str,
+    pub direction: &'static str,
+    pub bytes: u64,
+    pub files: usize,
+    pub elapsed_s: f64,
+    pub setup_s: f64,
+    pub network_elapsed_s: f64,
+    pub throughput_bps: f64,
+    pub network_throughput_bps: f64,
+    pub streams: usize,
+    pub per_stream: Vec<StreamReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<Vec<ChecksumReport>>,
+    pub blocks_retransmitted: u64,
+    pub blocks_corrupt: u64,
+    pub protect: &'static str,
+    pub block_size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_fingerprint: Option<String>,
+}
+
+fn bps(bytes: u64, d: Duration) -> f64 {
+    let s = d.as_secs_f64();
+    if s > 0.0 { bytes as f64 * 8.0 / s } else { 0.0 }
+}
+
+/// Everything a report is made of.
+pub struct ReportInput<'a> {
+    pub command: &'static str,
+    pub direction: &'static str,
+    pub stats: &'a TransferStats,
+    pub started: Instant,
+    pub setup: Duration,
+    pub protect: Protect,
+    pub checksum: Option<ChecksumAlg>,
+    pub block_size: u64,
+    pub fingerprint: Option<String>,
+}
+
+impl Report {
+    pub fn new(i: ReportInput<'_>) -> Report {
+        let elapsed = i.started.elapsed();
+        let net = i.stats.network_elapsed;
+        Report {
+            command: i.command,
+            direction: i.direction,
+            bytes: i.stats.bytes,
+            files: i.stats.files.len(),
+            elapsed_s: elapsed.as_secs_f64(),
+            setup_s: i.setup.as_secs_f64(),
+            network_elapsed_s: net.as_secs_f64(),
+            throughput_bps: bps(i.stats.bytes, elapsed),
+            network_throughput_bps: bps(i.stats.bytes, net),
+            streams: i.stats.per_stream_bytes.len(),
+            per_stream: i
+                .stats
+                .per_stream_bytes
+                .iter()
+                .enumerate()
+                .map(|(stream, &bytes)| StreamReport {
+                    stream,
+                    bytes,
+                    throughput_bps: bps(bytes, net),
+                })
+                .collect(),
+            checksum: i.checksum.map(|alg| {
+                i.stats
+                    .files
+                    .iter()
+                    .map(|f| ChecksumReport {
+                        path: f.path.clone(),
+                        algorithm: alg.name(),
+                        digest: hex(&f.digest),
+                    })
+                    .collect()
+            }),
+            blocks_retransmitted: i.stats.blocks_retransmitted,
+            blocks_corrupt: i.stats.blocks_corrupt,
+            protect: i.protect.name(),
+            block_size: i.block_size,
+            server_fingerprint: i.fingerprint,
+        }
+    }
+
+    /// Prints the report: JSON on stdout, or a summary on stderr.
+    pub fn emit(&self, json: bool) {
+        if json {
+            println!(
+                "{}",
+                serde_json::to_string(self).expect("report serializes")
+            );
+            return;
+        }
+        let files = match self.files {
+            1 => "1 file".to_string(),
+            n => format!("{n} files"),
+        };
+        eprintln!(
+            "tern {}: {} in {files}, {:.2} s, {} (network {}), {} streams, protect {}, {} blocks re-sent",
+            self.command,
+            human_bytes(self.bytes),
+            self.elapsed_s,
+            human_rate(self.throughput_bps),
+            human_rate(self.network_throughput_bps),
+            self.streams,
+            self.protect,
+            self.blocks_retransmitted,
+        );
+        if self.streams > 1 {
+            let parts: Vec<String> = self
+                .per_stream
+                .iter()
+                .map(|s| format!("#{} {}", s.stream, human_rate(s.throughput_bps)))
+                .collect();
+            eprintln!("  per stream: {}", parts.join(", "));
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A progress bar fed from the engine's counters.
+pub struct ProgressDisplay {
+    bar: Option<ProgressBar>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl ProgressDisplay {
+    /// Starts drawing when `enabled` is set, or by default when stderr is a
+    /// terminal and the output is not JSON.
+    pub fn start(progress: &Arc<Progress>, explicit: Option<bool>, json: bool) -> ProgressDisplay {
+        let enabled = explicit.unwrap_or(!json && std::io::stderr().is_terminal());
+        if !enabled {
+            return ProgressDisplay {
+                bar: None,
+                task: None,
+            };
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{bytes:>10} / {total_bytes:<10} {bar:30} {binary_bytes_per_sec:>12}  ETA {eta}",
+            )
+            .expect("template")
+            .progress_chars("=> "),
+        );
+        let (b, p) = (bar.clone(), progress.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let total = p.total.load(Ordering::Relaxed);
+                if total > 0 {
+                    b.set_length(total);
+                }
+                b.set_position(p.bytes.load(Ordering::Relaxed));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        ProgressDisplay {
+            bar: Some(bar),
+            task: Some(task),
+        }
+    }
+
+    /// Stops drawing and clears the bar.
+    pub fn finish(self) {
+        if let Some(t) = self.task {
+            t.abort();
+        }
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
