@@ -12,10 +12,20 @@
 use md5::Digest as _;
 use tern_proto::{BLOCK_CHECK_LEN, ChecksumAlg};
 
+/// `file_id | offset | length`, big-endian: the header fields a check binds.
+fn position(file_id: u32, offset: u64, len: usize) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    p[..4].copy_from_slice(&file_id.to_be_bytes());
+    p[4..12].copy_from_slice(&offset.to_be_bytes());
+    p[12..].copy_from_slice(&(len as u32).to_be_bytes());
+    p
+}
+
 /// Computes and verifies per-block checks.
 #[derive(Clone)]
 pub enum BlockCheck {
-    /// XXH3-128 of the payload.
+    /// XXH3-128 of the payload, seeded with the XXH3-64 of the block's
+    /// position (`file_id | offset | length`).
     Xxh3,
     /// BLAKE3 keyed MAC over `file_id | offset | length | payload`.
     KeyedBlake3([u8; 32]),
@@ -34,12 +44,16 @@ impl BlockCheck {
     /// The check of one block.
     pub fn compute(&self, file_id: u32, offset: u64, payload: &[u8]) -> [u8; BLOCK_CHECK_LEN] {
         match self {
-            BlockCheck::Xxh3 => xxhash_rust::xxh3::xxh3_128(payload).to_be_bytes(),
+            BlockCheck::Xxh3 => {
+                // Bind the position too: a header damaged in flight must not
+                // put a good payload in the wrong place. The seed costs one
+                // 16-byte hash; the payload is hashed once.
+                let seed = xxhash_rust::xxh3::xxh3_64(&position(file_id, offset, payload.len()));
+                xxhash_rust::xxh3::xxh3_128_with_seed(payload, seed).to_be_bytes()
+            }
             BlockCheck::KeyedBlake3(key) => {
                 let mut h = blake3::Hasher::new_keyed(key);
-                h.update(&file_id.to_be_bytes());
-                h.update(&offset.to_be_bytes());
-                h.update(&(payload.len() as u32).to_be_bytes());
+                h.update(&position(file_id, offset, payload.len()));
                 h.update(payload);
                 let mut out = [0u8; BLOCK_CHECK_LEN];
                 out.copy_from_slice(&h.finalize().as_bytes()[..BLOCK_CHECK_LEN]);
@@ -194,6 +208,9 @@ mod tests {
         assert!(!mac.verify(2, 0, b"data", &c));
         assert!(!BlockCheck::KeyedBlake3([2; 32]).verify(1, 0, b"data", &c));
         let x = BlockCheck::Xxh3.compute(1, 0, b"data");
+        assert!(BlockCheck::Xxh3.verify(1, 0, b"data", &x));
         assert!(!BlockCheck::Xxh3.verify(1, 0, b"dat4", &x));
+        assert!(!BlockCheck::Xxh3.verify(1, 4096, b"data", &x), "a moved block is caught");
+        assert!(!BlockCheck::Xxh3.verify(3, 0, b"data", &x), "a block of another file is caught");
     }
 }

@@ -492,9 +492,8 @@ async fn sender_digests(
 async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream, block_size: u32) {
     let mut buf = vec![0u8; HEADER_LEN + block_size as usize];
     // For constant (generated) sources: the buffer already holds this many
-    // pattern bytes, and the unkeyed check of a block of this length.
+    // pattern bytes.
     let mut constant_filled = 0usize;
-    let mut cached_check: Option<(u32, [u8; 16])> = None;
     loop {
         let notified = shared.wake.notified();
         if shared.failure.is_set() {
@@ -558,16 +557,7 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
             }
         }
         let payload = &buf[HEADER_LEN..HEADER_LEN + len];
-        let check = match (&shared.check, reader.is_constant(), cached_check) {
-            (BlockCheck::Xxh3, true, Some((l, c))) if l == task.len => c,
-            _ => {
-                let c = shared.check.compute(task.file_id, task.offset, payload);
-                if reader.is_constant() {
-                    cached_check = Some((task.len, c));
-                }
-                c
-            }
-        };
+        let check = shared.check.compute(task.file_id, task.offset, payload);
         let header = DataFrame::Block(BlockHeader {
             flags: if task.repair {
                 BlockFlags::REPAIR
