@@ -210,7 +210,13 @@ mod tests {
         let x = BlockCheck::Xxh3.compute(1, 0, b"data");
         assert!(BlockCheck::Xxh3.verify(1, 0, b"data", &x));
         assert!(!BlockCheck::Xxh3.verify(1, 0, b"dat4", &x));
-        assert!(!BlockCheck::Xxh3.verify(1, 4096, b"data", &x), "a moved block is caught");
-        assert!(!BlockCheck::Xxh3.verify(3, 0, b"data", &x), "a block of another file is caught");
+        assert!(
+            !BlockCheck::Xxh3.verify(1, 4096, b"data", &x),
+            "a moved block is caught"
+        );
+        assert!(
+            !BlockCheck::Xxh3.verify(3, 0, b"data", &x),
+            "a block of another file is caught"
+        );
     }
 }

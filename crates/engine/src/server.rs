@@ -70,6 +70,7 @@ impl ServerOptions {
 struct Joining {
     stream: BoxStream,
     index: u16,
+    version: u16,
     tls: bool,
     peer: SocketAddr,
 }
@@ -247,6 +248,7 @@ async fn data_join(
         .send(Joining {
             stream,
             index: join.stream,
+            version: join.version,
             tls,
             peer,
         })
@@ -327,7 +329,7 @@ async fn run_control(
         }))
         .await;
     let streams = match accepted {
-        Ok(()) => collect_streams(&mut rx, &open, timeout).await,
+        Ok(()) => collect_streams(&mut rx, &open, negotiated.version, timeout).await,
         Err(e) => Err(e),
     };
     ctx.pending.lock().expect("pending").remove(&token);
@@ -455,6 +457,7 @@ fn prepare_role(ctx: &Context, open: &SessionOpen) -> Result<Role> {
 async fn collect_streams(
     rx: &mut mpsc::Receiver<Joining>,
     open: &SessionOpen,
+    version: u16,
     timeout: Duration,
 ) -> Result<Vec<BoxStream>> {
     let want_tls = open.protect == Protect::Private;
@@ -474,14 +477,17 @@ async fn collect_streams(
         let Joining {
             mut stream,
             index,
+            version: join_version,
             tls,
             peer,
         } = joining;
         let slot = slots.get_mut(usize::from(index));
-        let acceptable = tls == want_tls && slot.as_ref().is_some_and(|s| s.is_none());
+        let acceptable = tls == want_tls
+            && join_version == version
+            && slot.as_ref().is_some_and(|s| s.is_none());
         if !acceptable {
             tracing::warn!(
-                "{peer}: refused data connection {index} ({}, session wants {})",
+                "{peer}: refused data connection {index} ({}, version {join_version}; session wants {}, version {version})",
                 if tls { "TLS" } else { "plain" },
                 open.protect.name()
             );

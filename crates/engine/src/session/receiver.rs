@@ -330,11 +330,7 @@ impl ReceiverSession {
             if waiting {
                 return Ok(());
             }
-            let blocks = sent.size.div_ceil(bs);
-            let missing: Vec<(u64, u32)> = (0..blocks)
-                .filter(|&i| !file.received.contains(i))
-                .map(|i| (i * bs, (sent.size - i * bs).min(bs) as u32))
-                .collect();
+            let missing = missing_ranges(&file.received, sent.size, bs);
             if !missing.is_empty() {
                 if !self.alive.iter().any(|&a| a) {
                     return Err(Error::PeerGone(format!(
@@ -442,5 +438,48 @@ impl ReceiverSession {
     /// Paths of files announced but not finished (for cleanup messages).
     pub fn unfinished(&self) -> impl Iterator<Item = &FileMeta> {
         self.files.values().map(|f| &f.meta)
+    }
+}
+
+/// Runs of missing blocks as `(offset, length)` ranges, each a whole number
+/// of blocks (the last may end at the file's end) and at most 2 GiB, so a
+/// `BlockRequest` stays small however many blocks a dead stream took.
+fn missing_ranges(received: &BlockSet, size: u64, bs: u64) -> Vec<(u64, u32)> {
+    let max_run = ((1u64 << 31) / bs).max(1);
+    let blocks = size.div_ceil(bs);
+    let mut ranges = Vec::new();
+    let mut i = 0;
+    while i < blocks {
+        if received.contains(i) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < blocks && !received.contains(i) && i - start < max_run {
+            i += 1;
+        }
+        let offset = start * bs;
+        let end = (i * bs).min(size);
+        ranges.push((offset, (end - offset) as u32));
+    }
+    ranges
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::*;
+
+    #[test]
+    fn missing_blocks_coalesce_into_ranges() {
+        let mut got = BlockSet::default();
+        for i in [0, 1, 4, 7] {
+            got.insert(i);
+        }
+        // 8 blocks of 10 bytes, the last one 5 bytes long.
+        assert_eq!(missing_ranges(&got, 75, 10), vec![(20, 20), (50, 20)]);
+        assert_eq!(missing_ranges(&BlockSet::default(), 75, 10), vec![(0, 75)]);
+        let big = missing_ranges(&BlockSet::default(), 5 << 30, 1 << 20);
+        assert_eq!(big.len(), 3, "runs are capped at 2 GiB");
+        assert_eq!(big.iter().map(|r| u64::from(r.1)).sum::<u64>(), 5 << 30);
     }
 }
