@@ -1,0 +1,554 @@
+//! The `tern` binary as users run it: commands, JSON reports, and every
+//! documented exit code.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn tern() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+    fingerprint: String,
+    stderr: Option<std::process::ChildStderr>,
+}
+
+impl Server {
+    fn start(root: &Path, state: &Path) -> Server {
+        let mut child = tern()
+            .args(["serve", "--listen", "127.0.0.1:0", "--grace", "2", "--root"])
+            .arg(root)
+            .arg("--state-dir")
+            .arg(state)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let listen = lines.next().unwrap().unwrap();
+        let fp_line = lines.next().unwrap().unwrap();
+        let port = listen
+            .split("127.0.0.1:")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {listen:?}"));
+        let fingerprint = fp_line.rsplit(' ').next().unwrap().to_string();
+        assert!(fingerprint.starts_with("SHA256:"), "{fp_line}");
+        let stderr = child.stderr.take();
+        Server {
+            child,
+            port,
+            fingerprint,
+            stderr,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("tern://127.0.0.1:{}/{path}", self.port)
+    }
+
+    /// Stops with SIGTERM and returns (exit success, stderr).
+    fn stop(mut self) -> (bool, String) {
+        unsafe_free_kill(self.child.id(), "TERM");
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        if let Some(mut s) = self.stderr.take() {
+            s.read_to_string(&mut err).unwrap();
+        }
+        (status.success(), err)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unsafe_free_kill(pid: u32, signal: &str) {
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("root")).unwrap();
+        std::fs::create_dir(dir.path().join("cfg")).unwrap();
+        Env { dir }
+    }
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+    fn server(&self) -> Server {
+        Server::start(&self.p("root"), &self.p("state"))
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_env(args, &[])
+    }
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = tern();
+        c.args(args).env("XDG_CONFIG_HOME", self.p("cfg"));
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    }
+}
+
+fn random_file(path: &Path, len: usize) -> Vec<u8> {
+    let mut data = vec![0u8; len];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
+    for b in data.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::write(path, &data).unwrap();
+    data
+}
+
+fn json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "tern failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON object ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn push_and_pull_report_what_they_did() {
+    let env = Env::new();
+    let data = random_file(&env.p("src.bin"), 5 << 20);
+    let server = env.server();
+    let up = json(&env.run(&[
+        "cp",
+        "--json",
+        "-P",
+        "3",
+        env.p("src.bin").to_str().unwrap(),
+        &server.url("up.bin"),
+    ]));
+    assert_eq!(std::fs::read(env.p("root/up.bin")).unwrap(), data);
+    for key in [
+        "bytes",
+        "files",
+        "elapsed_s",
+        "network_elapsed_s",
+        "throughput_bps",
+        "network_throughput_bps",
+        "streams",
+        "per_stream",
+        "checksum",
+        "blocks_retransmitted",
+        "protect",
+    ] {
+        assert!(up.get(key).is_some(), "missing {key} in {up}");
+    }
+    assert_eq!(up["bytes"], 5 << 20);
+    assert_eq!(up["files"], 1);
+    assert_eq!(up["streams"], 3);
+    assert_eq!(up["protect"], "private");
+    assert_eq!(up["per_stream"].as_array().unwrap().len(), 3);
+    let per_stream_total: u64 = up["per_stream"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_stream_total, 5 << 20);
+    assert_eq!(up["checksum"][0]["algorithm"], "xxh3");
+    assert!(up["elapsed_s"].as_f64().unwrap() >= up["network_elapsed_s"].as_f64().unwrap());
+    assert_eq!(up["server_fingerprint"], server.fingerprint.as_str());
+
+    let down = json(&env.run(&[
+        "cp",
+        "--json",
+        "--checksum",
+        "md5",
+        &server.url("up.bin"),
+        env.p("down.bin").to_str().unwrap(),
+    ]));
+    assert_eq!(std::fs::read(env.p("down.bin")).unwrap(), data);
+    assert_eq!(down["checksum"][0]["algorithm"], "md5");
+    assert_eq!(down["checksum"][0]["digest"].as_str().unwrap().len(), 32);
+    let known = std::fs::read_to_string(env.p("cfg/tern/known_hosts")).unwrap();
+    assert!(known.contains(&server.fingerprint), "{known}");
+}
+
+#[test]
+fn trees_copy_recursively_and_locally() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.p("tree/sub")).unwrap();
+    let a = random_file(&env.p("tree/a"), 100_000);
+    let b = random_file(&env.p("tree/sub/b"), 3);
+    let server = env.server();
+    let out = env.run(&["cp", env.p("tree").to_str().unwrap(), &server.url("")]);
+    assert_eq!(
+        code(&out),
+        2,
+        "a directory without -r is a usage error: {}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("-r"), "{}", stderr(&out));
+    json(&env.run(&[
+        "cp",
+        "-r",
+        "--json",
+        "--protect",
+        "safe",
+        env.p("tree").to_str().unwrap(),
+        &server.url(""),
+    ]));
+    assert_eq!(std::fs::read(env.p("root/tree/sub/b")).unwrap(), b);
+    json(&env.run(&[
+        "cp",
+        "-r",
+        "--json",
+        &server.url("tree"),
+        env.p("back").to_str().unwrap(),
+    ]));
+    assert_eq!(std::fs::read(env.p("back/a")).unwrap(), a);
+    let local = json(&env.run(&[
+        "cp",
+        "-r",
+        "--json",
+        env.p("tree").to_str().unwrap(),
+        env.p("local").to_str().unwrap(),
+    ]));
+    assert_eq!(local["files"], 2);
+    assert_eq!(std::fs::read(env.p("local/sub/b")).unwrap(), b);
+}
+
+#[test]
+fn a_block_corrupted_in_flight_is_counted_in_the_report() {
+    let env = Env::new();
+    let data = random_file(&env.p("src.bin"), 6 << 20);
+    let server = env.server();
+    // Byte 1000 of stream 1 lies in the payload of its first block.
+    let out = env.run_env(
+        &[
+            "cp",
+            "--json",
+            "-P",
+            "2",
+            "--protect",
+            "clear",
+            env.p("src.bin").to_str().unwrap(),
+            &server.url("x.bin"),
+        ],
+        &[("TERN_FAULT_CORRUPT", "1:1000")],
+    );
+    let report = json(&out);
+    assert_eq!(report["blocks_retransmitted"], 1, "{report}");
+    assert_eq!(std::fs::read(env.p("root/x.bin")).unwrap(), data);
+}
+
+#[test]
+fn perf_reports_throughput_both_ways() {
+    let env = Env::new();
+    let server = env.server();
+    let url = format!("tern://127.0.0.1:{}", server.port);
+    let fwd = json(&env.run(&[
+        "perf",
+        &url,
+        "--size",
+        "64M",
+        "-P",
+        "2",
+        "--protect",
+        "clear",
+        "--json",
+    ]));
+    assert_eq!(fwd["bytes"], 64 << 20);
+    assert!(fwd["network_throughput_bps"].as_f64().unwrap() > 0.0);
+    assert_eq!(fwd["command"], "perf");
+    let rev = json(&env.run(&["perf", &url, "--time", "0.5", "--reverse", "--json"]));
+    assert!(rev["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(rev["direction"], "receive");
+    assert!(
+        std::fs::read_dir(env.p("root")).unwrap().next().is_none(),
+        "perf leaves nothing"
+    );
+}
+
+#[test]
+fn exit_codes_mean_what_the_help_says() {
+    let env = Env::new();
+    let help = tern().args(["cp", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for needle in [
+        "Exit codes",
+        "3 source missing",
+        "7 cannot connect",
+        "8 fingerprint",
+    ] {
+        assert!(help.contains(needle), "cp --help lacks {needle:?}");
+    }
+    random_file(&env.p("src.bin"), 1000);
+    let server = env.server();
+    let src = env.p("src.bin");
+    let src = src.to_str().unwrap();
+
+    let missing = env.run(&["cp", env.p("nope").to_str().unwrap(), &server.url("x")]);
+    assert_eq!(code(&missing), 3, "{}", stderr(&missing));
+    assert!(
+        stderr(&missing).contains("no such file"),
+        "{}",
+        stderr(&missing)
+    );
+
+    let escape = env.run(&["cp", src, &server.url("../escape")]);
+    assert_eq!(code(&escape), 4, "{}", stderr(&escape));
+    assert!(!env.p("escape").exists());
+
+    let pinned = env.run(&[
+        "cp",
+        "--fingerprint",
+        "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        src,
+        &server.url("x"),
+    ]);
+    assert_eq!(code(&pinned), 8, "{}", stderr(&pinned));
+    assert!(stderr(&pinned).contains("SHA256:"), "{}", stderr(&pinned));
+
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let refused = env.run(&["cp", src, &format!("tern://127.0.0.1:{port}/x")]);
+    assert_eq!(code(&refused), 7, "{}", stderr(&refused));
+
+    let usage = env.run(&["cp", "--block-size", "1", src, &server.url("x")]);
+    assert_eq!(code(&usage), 2);
+    let usage = env.run(&["cp", "--streams", "0", src, &server.url("x")]);
+    assert_eq!(code(&usage), 2);
+}
+
+#[test]
+fn a_changed_server_identity_is_refused_with_advice() {
+    let env = Env::new();
+    random_file(&env.p("src.bin"), 1000);
+    let src = env.p("src.bin");
+    let first = env.server();
+    let port = first.port;
+    json(&env.run(&["cp", "--json", src.to_str().unwrap(), &first.url("a")]));
+    drop(first);
+    // Same port, new state dir: a new certificate.
+    let mut second = None;
+    for _ in 0..50 {
+        let child = tern()
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
+            .arg(env.p("root"))
+            .arg("--state-dir")
+            .arg(env.p("state2"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut child = child;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        if line.contains("listening") {
+            second = Some(child);
+            break;
+        }
+        let _ = child.wait();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut second = second.expect("second server started");
+    let out = env.run(&[
+        "cp",
+        src.to_str().unwrap(),
+        &format!("tern://127.0.0.1:{port}/b"),
+    ]);
+    let _ = second.kill();
+    let _ = second.wait();
+    assert_eq!(code(&out), 8, "{}", stderr(&out));
+    assert!(stderr(&out).contains("known_hosts"), "{}", stderr(&out));
+    assert!(!env.p("root/b").exists());
+}
+
+#[test]
+fn garbage_on_the_port_is_logged_and_dropped() {
+    let env = Env::new();
+    let data = random_file(&env.p("src.bin"), 100_000);
+    let server = env.server();
+    for garbage in [
+        &b"SSH-2.0-OpenSSH_9.2\r\n"[..],
+        &[0u8; 64][..],
+        b"\x16\x03\x01\x00\x02\x01\x00",
+    ] {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let _ = s.write_all(garbage);
+    }
+    json(&env.run(&[
+        "cp",
+        "--json",
+        env.p("src.bin").to_str().unwrap(),
+        &server.url("after"),
+    ]));
+    assert_eq!(std::fs::read(env.p("root/after")).unwrap(), data);
+    let (clean, log) = server.stop();
+    assert!(clean, "SIGTERM stops the daemon cleanly; log:\n{log}");
+    assert!(log.contains("not a tern client"), "{log}");
+}
+
+#[test]
+fn a_killed_daemon_leaves_no_file_at_the_final_name() {
+    let env = Env::new();
+    random_file(&env.p("root/big"), 300 << 20);
+    let mut server = env.server();
+    let dest = env.p("copy");
+    let mut client = tern()
+        .args(["cp", "--protect", "clear", "-P", "2", &server.url("big")])
+        .arg(&dest)
+        .env("XDG_CONFIG_HOME", env.p("cfg"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let partial = env.p(".copy.tern-partial");
+    let start = Instant::now();
+    while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < (4 << 20) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "transfer never started"
+        );
+        assert!(
+            client.try_wait().unwrap().is_none(),
+            "finished before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    unsafe_free_kill(server.child.id(), "KILL");
+    let _ = server.child.wait();
+    let status = client.wait().unwrap();
+    let mut err = String::new();
+    client
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(9), "{err}");
+    assert!(!dest.exists(), "nothing at the final name");
+    assert!(partial.exists(), "partial file kept for resume");
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn mount_tmpfs(dir: &Path, opts: &str) -> bool {
+    std::fs::create_dir_all(dir).unwrap();
+    Command::new("mount")
+        .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
+        .arg(dir)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn umount(dir: &Path) {
+    let _ = Command::new("umount").arg(dir).status();
+}
+
+#[test]
+fn a_full_disk_at_the_receiver_is_exit_5_and_loses_nothing() {
+    if !is_root() {
+        eprintln!("SKIP a_full_disk_at_the_receiver: needs root to mount a small tmpfs");
+        return;
+    }
+    let env = Env::new();
+    let small = env.p("small");
+    if !mount_tmpfs(&small, "size=2m") {
+        eprintln!("SKIP a_full_disk_at_the_receiver: mount -t tmpfs failed");
+        return;
+    }
+    random_file(&env.p("src.bin"), 6 << 20);
+    let server = Server::start(&small, &env.p("state"));
+    let out = env.run(&[
+        "cp",
+        "--protect",
+        "clear",
+        env.p("src.bin").to_str().unwrap(),
+        &server.url("x.bin"),
+    ]);
+    // Pull into the full file system too.
+    std::fs::copy(env.p("src.bin"), env.p("root/y.bin")).unwrap();
+    let root_server = env.server();
+    let pulled = env.run(&[
+        "cp",
+        &root_server.url("y.bin"),
+        small.join("y.bin").to_str().unwrap(),
+    ]);
+    drop(server);
+    drop(root_server);
+    let present = small.join("x.bin").exists() || small.join("y.bin").exists();
+    umount(&small);
+    assert_eq!(code(&out), 5, "push: {}", stderr(&out));
+    assert!(stderr(&out).contains("no space"), "{}", stderr(&out));
+    assert_eq!(code(&pulled), 5, "pull: {}", stderr(&pulled));
+    assert!(!present, "nothing at the final names");
+}
+
+#[test]
+fn an_unwritable_destination_is_exit_4() {
+    let env = Env::new();
+    random_file(&env.p("root/f"), 1000);
+    let server = env.server();
+    let ro = env.p("ro");
+    let mounted = is_root() && mount_tmpfs(&ro, "ro,size=1m");
+    if !mounted {
+        if is_root() {
+            eprintln!("SKIP an_unwritable_destination: mount failed and root ignores modes");
+            return;
+        }
+        std::fs::create_dir(&ro).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let out = env.run(&["cp", &server.url("f"), ro.join("f").to_str().unwrap()]);
+    if mounted {
+        umount(&ro);
+    }
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+}
