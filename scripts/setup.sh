@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what building and testing tern needs on a fresh Debian 12 machine.
+# Idempotent; safe to run again.
+set -euo pipefail
+
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: cargo not found. Install Rust (stable, 1.85 or newer) with rustup first." >&2
+    exit 1
+  fi
+fi
+
+need=()
+for tool in mount:util-linux kill:procps cmp:diffutils; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+  else
+    echo "setup: please install: ${need[*]}" >&2
+    exit 1
+  fi
+fi
+
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
