@@ -570,7 +570,13 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
             check,
         });
         buf[..HEADER_LEN].copy_from_slice(&header.encode());
-        if let Err(e) = stream.write_all(&buf[..HEADER_LEN + len]).await {
+        // Flush too: a TLS stream may hold the tail of the block in its own
+        // buffer, and the receiver cannot finish without it.
+        let written = match stream.write_all(&buf[..HEADER_LEN + len]).await {
+            Ok(()) => stream.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
             tracing::warn!("data stream {k} failed: {e}");
             let lost = shared.session.lock().expect("session").stream_lost(k);
             shared.wake.notify_waiters();

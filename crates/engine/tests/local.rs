@@ -215,3 +215,74 @@ async fn safe_mode_rejects_blocks_under_the_wrong_key() {
         "partial kept for resume"
     );
 }
+
+/// A transport that, like TLS, keeps written bytes in its own buffer until
+/// flushed.
+struct HoldUntilFlush {
+    inner: BoxStream,
+    held: Vec<u8>,
+}
+
+impl tokio::io::AsyncWrite for HoldUntilFlush {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.held.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        while !this.held.is_empty() {
+            let n =
+                std::task::ready!(std::pin::Pin::new(&mut this.inner).poll_write(cx, &this.held))?;
+            this.held.drain(..n);
+        }
+        std::pin::Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::ready!(self.as_mut().poll_flush(cx))?;
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl tokio::io::AsyncRead for HoldUntilFlush {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_tls_tail_of_last_block_held_unflushed_hung_the_transfer() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("data.bin");
+    let data = random_file(&src, 3 * BS as usize + 5);
+    let dest = dir.path().join("out.bin");
+    let wrap: StreamWrap = Arc::new(|_, s: BoxStream| -> BoxStream {
+        Box::new(HoldUntilFlush {
+            inner: s,
+            held: Vec::new(),
+        })
+    });
+    let copied = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        copy(&src, &dest, params(2, ChecksumAlg::Xxh3), Some(wrap)),
+    )
+    .await
+    .expect("the transfer must not wait for bytes the sender never flushed");
+    copied.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+}

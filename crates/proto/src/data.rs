@@ -139,7 +139,7 @@ pub struct BlockHeader {
     pub offset: u64,
     /// Payload length that follows the header.
     pub length: u32,
-    /// Check over the payload (and, keyed, over the header fields).
+    /// Check over the position (file id, offset, length) and the payload.
     pub check: [u8; BLOCK_CHECK_LEN],
 }
 

@@ -28,8 +28,15 @@ enum Golden {
     Frame(DataFrame),
     /// A complete control frame: 4-byte length prefix and postcard body.
     Control(ControlMsg),
-    /// The clear/private block check: xxh3-128 of the payload, big-endian.
+    /// The clear/private block check's seed: XXH3-64 of the block's
+    /// position (`file_id | offset | length`), as a big-endian `u64`.
+    Xxh3Seed {
+        header: BlockHeader,
+    },
+    /// The clear/private block check: XXH3-128 of the payload with that
+    /// seed, big-endian.
     Xxh3Check {
+        header: BlockHeader,
         payload: &'static [u8],
     },
     /// Safe-mode key derivation, step 2: BLAKE3 keyed with the exported
@@ -60,15 +67,29 @@ const DIGEST: [u8; 16] = [
     0xf0, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7, 0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff,
 ];
 
-fn xxh3_check(payload: &[u8]) -> [u8; 16] {
-    xxhash_rust::xxh3::xxh3_128(payload).to_be_bytes()
+/// The 16 bytes every block check binds: `file_id | offset | length`, all
+/// big-endian (header bytes 4..20). Computed here from the spec, not with
+/// the engine's code, so the vectors check the engine rather than echo it.
+fn position(file_id: u32, offset: u64, length: u32) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    p[..4].copy_from_slice(&file_id.to_be_bytes());
+    p[4..12].copy_from_slice(&offset.to_be_bytes());
+    p[12..].copy_from_slice(&length.to_be_bytes());
+    p
+}
+
+fn xxh3_seed(file_id: u32, offset: u64, length: u32) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(&position(file_id, offset, length))
+}
+
+fn xxh3_check(file_id: u32, offset: u64, payload: &[u8]) -> [u8; 16] {
+    let seed = xxh3_seed(file_id, offset, payload.len() as u32);
+    xxhash_rust::xxh3::xxh3_128_with_seed(payload, seed).to_be_bytes()
 }
 
 fn safe_mac(key: &[u8; 32], h: &BlockHeader, payload: &[u8]) -> [u8; 16] {
     let mut hasher = blake3::Hasher::new_keyed(key);
-    hasher.update(&h.file_id.to_be_bytes());
-    hasher.update(&h.offset.to_be_bytes());
-    hasher.update(&h.length.to_be_bytes());
+    hasher.update(&position(h.file_id, h.offset, h.length));
     hasher.update(payload);
     let full = hasher.finalize();
     full.as_bytes()[..16].try_into().expect("16 bytes")
@@ -79,13 +100,16 @@ fn mac_key() -> [u8; 32] {
     std::array::from_fn(|i| i as u8)
 }
 
+/// The example block: `PAYLOAD` of file 7 at offset 4 GiB, with its
+/// clear/private check.
 fn repair_block() -> BlockHeader {
+    let (file_id, offset) = (7, 0x1_0000_0000);
     BlockHeader {
         flags: BlockFlags::REPAIR,
-        file_id: 7,
-        offset: 0x1_0000_0000,
+        file_id,
+        offset,
         length: PAYLOAD.len() as u32,
-        check: xxh3_check(PAYLOAD),
+        check: xxh3_check(file_id, offset, PAYLOAD),
     }
 }
 
@@ -116,7 +140,19 @@ fn known() -> Vec<(&'static str, Golden)> {
             Golden::Frame(DataFrame::Block(repair_block())),
         ),
         ("stream_end", Golden::Frame(DataFrame::StreamEnd)),
-        ("block_check_xxh3", Golden::Xxh3Check { payload: PAYLOAD }),
+        (
+            "block_check_xxh3_seed",
+            Golden::Xxh3Seed {
+                header: repair_block(),
+            },
+        ),
+        (
+            "block_check_xxh3",
+            Golden::Xxh3Check {
+                header: repair_block(),
+                payload: PAYLOAD,
+            },
+        ),
         (
             "block_mac_key",
             Golden::MacKey {
@@ -343,8 +379,17 @@ fn check(name: &str, golden: &Golden, bytes: &[u8]) {
             assert_eq!(len, bytes.len() - 4, "{name}: length prefix");
             assert_eq!(&decode_control(&bytes[4..]).unwrap(), v, "{name}: decode");
         }
-        Golden::Xxh3Check { payload } => {
-            assert_eq!(xxh3_check(payload).as_slice(), bytes, "{name}: xxh3-128");
+        Golden::Xxh3Seed { header } => {
+            let seed = xxh3_seed(header.file_id, header.offset, header.length);
+            assert_eq!(seed.to_be_bytes().as_slice(), bytes, "{name}: xxh3-64");
+        }
+        Golden::Xxh3Check { header, payload } => {
+            assert_eq!(header.length as usize, payload.len(), "{name}: length");
+            assert_eq!(
+                xxh3_check(header.file_id, header.offset, payload).as_slice(),
+                bytes,
+                "{name}: seeded xxh3-128"
+            );
         }
         Golden::MacKey { material, token } => {
             assert_eq!(
@@ -394,10 +439,23 @@ fn every_golden_vector_in_the_spec_encodes_and_decodes() {
 
 #[test]
 fn the_example_block_carries_the_check_of_its_payload() {
-    // The spec's block_repair vector embeds block_check_xxh3; pin that link.
+    // The spec's block_repair vector embeds block_check_xxh3, and both that
+    // check and block_check_safe are over its header fields (bytes 4..20).
     let doc = parse_golden(&doc());
-    assert_eq!(doc["block_repair"][20..36], doc["block_check_xxh3"][..]);
-    assert_eq!(&doc["block_repair"][20..36], xxh3_check(PAYLOAD).as_slice());
+    let block = &doc["block_repair"];
+    assert_eq!(block[20..36], doc["block_check_xxh3"][..]);
+    assert_eq!(
+        &block[20..36],
+        xxh3_check(7, 0x1_0000_0000, PAYLOAD).as_slice()
+    );
+    assert_eq!(block[4..20], position(7, 0x1_0000_0000, 4), "header fields");
+    assert_ne!(
+        &block[20..36],
+        xxhash_rust::xxh3::xxh3_128(PAYLOAD)
+            .to_be_bytes()
+            .as_slice(),
+        "the check is seeded, not the plain XXH3-128 of the payload"
+    );
 }
 
 #[test]
