@@ -476,3 +476,39 @@ async fn a_daemon_killed_mid_transfer_leaves_only_a_partial_file() {
         "partial kept for resume"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_sessions_run_at_once() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let d = daemon(&root).await;
+    let mut sessions = Vec::new();
+    for i in 0..6u64 {
+        let src = work.path().join(format!("src{i}"));
+        random_file(&src, (3 << 20) + i * 1000, 100 + i);
+        let ep = d.ep.clone();
+        let protect = [Protect::Clear, Protect::Safe, Protect::Private][i as usize % 3];
+        sessions.push(tokio::spawn(async move {
+            client::push(
+                &ep,
+                &opts(2, protect),
+                vec![src],
+                false,
+                format!("dst{i}"),
+                Arc::new(Progress::default()),
+            )
+            .await
+        }));
+    }
+    for s in sessions {
+        s.await.unwrap().unwrap();
+    }
+    for i in 0..6 {
+        assert!(same_bytes(
+            &work.path().join(format!("src{i}")),
+            &root.join(format!("dst{i}"))
+        ));
+    }
+    d.task.abort();
+}

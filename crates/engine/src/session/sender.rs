@@ -299,10 +299,10 @@ impl SenderSession {
                 for (offset, len) in ranges {
                     let end = offset
                         .checked_add(u64::from(len))
-                        .filter(|&e| e <= file.meta.size);
+                        .filter(|&e| e <= file.meta.size && offset % bs == 0);
                     let Some(end) = end else {
                         return Err(Error::Protocol(format!(
-                            "repair range {offset}+{len} beyond the end of file {file_id}"
+                            "repair range {offset}+{len} is not block-aligned within file {file_id}"
                         )));
                     };
                     let mut at = offset;

@@ -404,6 +404,21 @@ fn peer_errors_and_nonsense_are_reported() {
         })
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Protocol);
+    // A repair range that is not block-aligned is refused.
+    let mut sim = Sim::new(&[1], &[1], 1);
+    queue(&mut sim, vec![Sim::file("f", 5_000)]);
+    for _ in 0..5 {
+        sim.s.next_block(0, sim.now()).unwrap();
+    }
+    sim.s.set_digest(1, vec![1]);
+    let err = sim
+        .s
+        .handle_control(ControlMsg::BlockRequest {
+            file_id: 1,
+            ranges: vec![(500, 1000)],
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("block-aligned"), "{err}");
     let bogus = BlockHeader {
         flags: BlockFlags::default(),
         file_id: 42,
