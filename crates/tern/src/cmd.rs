@@ -341,17 +341,24 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
         .await
         .map_err(|e| tern_engine::Error::io("listen", args.listen.clone(), e))?;
     let bound = listener.local_addr()?;
-    if args.json {
-        println!(
-            "{}",
+    // The startup lines are best effort: a daemon whose stdout was closed
+    // must keep serving, not die of a broken pipe.
+    let banner = if args.json {
+        format!(
+            "{}\n",
             serde_json::json!({"listen": bound.to_string(), "root": root, "fingerprint": identity.fingerprint})
-        );
+        )
     } else {
-        println!("tern serve: listening on {bound}, root {}", root.display());
-        println!(
-            "tern serve: certificate fingerprint {}",
+        format!(
+            "tern serve: listening on {bound}, root {}\ntern serve: certificate fingerprint {}\n",
+            root.display(),
             identity.fingerprint
-        );
+        )
+    };
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
     }
     let mut opts = ServerOptions::new(root);
     opts.max_sessions = args.max_sessions;
