@@ -13,4 +13,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --release --workspace --all-targets -- -D warnings
 echo "== cargo test"
-cargo test --release --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --release --workspace 2>&1 | tee "$log"
+# One closing line for the whole run, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i-1); if ($(i) ~ /^failed/) f += $(i-1); if ($(i) ~ /^ignored/) s += $(i-1) } }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s; exit (f > 0) }' "$log"
