@@ -552,3 +552,45 @@ fn an_unwritable_destination_is_exit_4() {
     }
     assert_eq!(code(&out), 4, "{}", stderr(&out));
 }
+
+#[test]
+fn ipv6_literals_work_end_to_end() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("SKIP ipv6_literals_work_end_to_end: no IPv6 loopback here");
+        return;
+    }
+    let env = Env::new();
+    let data = random_file(&env.p("src.bin"), 200_000);
+    let mut child = tern()
+        .args(["serve", "--listen", "[::1]:0", "--root"])
+        .arg(env.p("root"))
+        .arg("--state-dir")
+        .arg(env.p("state"))
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let banner: Value = serde_json::from_str(&line).unwrap();
+    let listen = banner["listen"].as_str().unwrap().to_string();
+    assert!(listen.starts_with("[::1]:"), "{listen}");
+    let out = env.run(&[
+        "cp",
+        "--json",
+        env.p("src.bin").to_str().unwrap(),
+        &format!("tern://{listen}/v6.bin"),
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    json(&out);
+    assert_eq!(std::fs::read(env.p("root/v6.bin")).unwrap(), data);
+    let known = std::fs::read_to_string(env.p("cfg/tern/known_hosts")).unwrap();
+    assert!(
+        known.starts_with(&listen),
+        "known_hosts keys IPv6 hosts as [addr]:port: {known}"
+    );
+}
