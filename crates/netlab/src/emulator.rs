@@ -37,12 +37,21 @@ pub fn run(name: &str) -> Result<()> {
         let dev = lab::device(i);
         let open = |host: Host| {
             let ns = Path::new("/var/run/netns").join(cfg.netns(host));
-            crate::sys::create_tun_in(ns, &dev).with_context(|| format!("creating {dev} in {}", cfg.netns(host)))
+            crate::sys::create_tun_in(ns, &dev)
+                .with_context(|| format!("creating {dev} in {}", cfg.netns(host)))
         };
         let (tun_a, tun_b) = (open(Host::A)?, open(Host::B)?);
         let link_cfg = spec.link_config(cfg.mtu);
-        let dirs = [Arc::new(new_direction(link_cfg)), Arc::new(new_direction(link_cfg))];
-        spawn_direction(tun_a.try_clone()?, tun_b.try_clone()?, dirs[0].clone(), cfg.mtu);
+        let dirs = [
+            Arc::new(new_direction(link_cfg)),
+            Arc::new(new_direction(link_cfg)),
+        ];
+        spawn_direction(
+            tun_a.try_clone()?,
+            tun_b.try_clone()?,
+            dirs[0].clone(),
+            cfg.mtu,
+        );
         spawn_direction(tun_b, tun_a, dirs[1].clone(), cfg.mtu);
         paths.push((*spec, dirs));
     }
@@ -71,7 +80,10 @@ fn spawn_direction(mut from: File, mut to: File, dir: Arc<Direction>, mtu: u32) 
             let fate = reader_dir.link.lock().expect("link").offer(now, n, uniform);
             if let crate::link::Fate::Deliver(at) = fate {
                 let (queue, cv) = &reader_dir.pending;
-                queue.lock().expect("queue").push_back((at, buf[..n].to_vec()));
+                queue
+                    .lock()
+                    .expect("queue")
+                    .push_back((at, buf[..n].to_vec()));
                 cv.notify_one();
             }
         }

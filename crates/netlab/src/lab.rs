@@ -116,7 +116,10 @@ pub fn state_dir(name: &str) -> PathBuf {
 fn run(cmd: &mut Command) -> Result<()> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
-        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }
@@ -188,7 +191,9 @@ pub fn up(cfg: &LabConfig, sysctls: &[(String, String)]) -> Result<()> {
             let (local, remote) = (host.addr(i).to_string(), peer.addr(i).to_string());
             let mtu = cfg.mtu.to_string();
             ip(&["-n", &ns, "link", "set", &dev, "mtu", &mtu, "up"])?;
-            ip(&["-n", &ns, "addr", "add", &local, "peer", &remote, "dev", &dev])?;
+            ip(&[
+                "-n", &ns, "addr", "add", &local, "peer", &remote, "dev", &dev,
+            ])?;
         }
     }
     for (key, value) in sysctls {
@@ -204,7 +209,14 @@ pub fn set_sysctl(cfg: &LabConfig, key: &str, value: &str) -> Result<()> {
         let path = format!("/proc/sys/{}", key.replace('.', "/"));
         let ns = cfg.netns(host);
         let _ = Command::new("ip")
-            .args(["netns", "exec", &ns, "sh", "-c", &format!("echo '{value}' > {path}")])
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "sh",
+                "-c",
+                &format!("echo '{value}' > {path}"),
+            ])
             .stderr(Stdio::null())
             .status();
         let now = read_sysctl(&ns, key)?;
@@ -219,7 +231,9 @@ pub fn set_sysctl(cfg: &LabConfig, key: &str, value: &str) -> Result<()> {
 /// Reads a sysctl inside a namespace.
 pub fn read_sysctl(ns: &str, key: &str) -> Result<String> {
     let path = format!("/proc/sys/{}", key.replace('.', "/"));
-    let out = Command::new("ip").args(["netns", "exec", ns, "cat", &path]).output()?;
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", &path])
+        .output()?;
     if !out.status.success() {
         bail!("cannot read {key} in {ns}");
     }
@@ -238,7 +252,10 @@ pub fn down(name: &str) -> Result<()> {
     let dir = state_dir(name);
     if let Ok(pid) = std::fs::read_to_string(dir.join("emulator.pid")) {
         if let Ok(pid) = pid.trim().parse::<i32>() {
-            let _ = Command::new("kill").arg(pid.to_string()).stderr(Stdio::null()).status();
+            let _ = Command::new("kill")
+                .arg(pid.to_string())
+                .stderr(Stdio::null())
+                .status();
         }
     }
     for suffix in ["a", "b"] {
@@ -254,7 +271,8 @@ pub fn down(name: &str) -> Result<()> {
 /// Loads a running lab's configuration.
 pub fn load(name: &str) -> Result<LabConfig> {
     let path = state_dir(name).join("config.json");
-    let text = std::fs::read(&path).with_context(|| format!("lab '{name}' is not up ({} missing)", path.display()))?;
+    let text = std::fs::read(&path)
+        .with_context(|| format!("lab '{name}' is not up ({} missing)", path.display()))?;
     Ok(serde_json::from_slice(&text)?)
 }
 

@@ -182,7 +182,10 @@ mod tests {
         // 10 packets of queue.
         let mut l = Link::new(cfg(0, 8, 10_000, 0.0));
         let fates: Vec<Fate> = (0..20).map(|_| l.offer(t0, 1000, 0.9)).collect();
-        let delivered = fates.iter().filter(|f| matches!(f, Fate::Deliver(_))).count();
+        let delivered = fates
+            .iter()
+            .filter(|f| matches!(f, Fate::Deliver(_)))
+            .count();
         // One in transmission plus ten queued.
         assert_eq!(delivered, 11);
         assert_eq!(l.counters().queue_drops, 9);
@@ -212,7 +215,10 @@ mod tests {
     fn changing_the_rate_changes_later_packets_only() {
         let t0 = Instant::now();
         let mut l = Link::new(cfg(0, 8, 1 << 20, 0.0));
-        assert_eq!(l.offer(t0, 1000, 0.9), Fate::Deliver(t0 + Duration::from_millis(1)));
+        assert_eq!(
+            l.offer(t0, 1000, 0.9),
+            Fate::Deliver(t0 + Duration::from_millis(1))
+        );
         l.set(cfg(0, 16, 1 << 20, 0.0));
         assert_eq!(
             l.offer(t0, 1000, 0.9),

@@ -124,7 +124,9 @@ fn parse_loss(s: &str) -> Result<f64, String> {
     let v: f64 = num.parse().map_err(|_| format!("bad loss '{s}'"))?;
     let p = v * scale;
     if !(0.0..=1.0).contains(&p) {
-        return Err(format!("loss '{s}' is not between 0 and 1 (or 0% and 100%)"));
+        return Err(format!(
+            "loss '{s}' is not between 0 and 1 (or 0% and 100%)"
+        ));
     }
     Ok(p)
 }
@@ -146,7 +148,9 @@ fn parse_path_spec(s: &str) -> Result<PathSpec, String> {
         queue_packets: None,
     };
     for part in s.split(',') {
-        let (k, v) = part.split_once('=').ok_or(format!("'{part}' is not KEY=VALUE"))?;
+        let (k, v) = part
+            .split_once('=')
+            .ok_or(format!("'{part}' is not KEY=VALUE"))?;
         match k {
             "rtt" => spec.rtt_ms = v.parse().map_err(|_| format!("bad rtt '{v}'"))?,
             "rate" => spec.rate_mbit = v.parse().map_err(|_| format!("bad rate '{v}'"))?,
@@ -175,7 +179,11 @@ fn run(cli: Cli) -> Result<()> {
             tcp_rmem,
             tcp_wmem,
         } => {
-            let paths = if paths.is_empty() { vec![path.spec()] } else { paths };
+            let paths = if paths.is_empty() {
+                vec![path.spec()]
+            } else {
+                paths
+            };
             let cfg = LabConfig {
                 name: cli.lab.clone(),
                 mtu,
@@ -201,7 +209,10 @@ fn run(cli: Cli) -> Result<()> {
             let Reply::Status(now) = lab::query(&cli.lab, &Request::Status)? else {
                 bail!("the emulator did not answer");
             };
-            let mut spec = now.get(index).with_context(|| format!("no path {index}"))?.spec;
+            let mut spec = now
+                .get(index)
+                .with_context(|| format!("no path {index}"))?
+                .spec;
             if let Some(v) = rtt {
                 spec.rtt_ms = v;
             }
@@ -231,7 +242,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Sysctl { settings } => {
             let cfg = lab::load(&cli.lab)?;
             for s in &settings {
-                let (k, v) = s.split_once('=').with_context(|| format!("'{s}' is not KEY=VALUE"))?;
+                let (k, v) = s
+                    .split_once('=')
+                    .with_context(|| format!("'{s}' is not KEY=VALUE"))?;
                 lab::set_sysctl(&cfg, k, v)?;
             }
             print_status(&cli.lab, false)
@@ -252,7 +265,10 @@ fn print_status(name: &str, json: bool) -> Result<()> {
         let ns = cfg.netns(host);
         let mut m = serde_json::Map::new();
         for key in lab::REPORTED_SYSCTLS {
-            m.insert(key.into(), lab::read_sysctl(&ns, key).unwrap_or_default().into());
+            m.insert(
+                key.into(),
+                lab::read_sysctl(&ns, key).unwrap_or_default().into(),
+            );
         }
         sysctls.insert(format!("{host:?}"), m.into());
     }
@@ -278,7 +294,13 @@ fn print_status(name: &str, json: bool) -> Result<()> {
         println!("{out}");
         return Ok(());
     }
-    println!("lab {} (hosts A = netns {}, B = netns {}), MTU {}", cfg.name, cfg.netns(Host::A), cfg.netns(Host::B), cfg.mtu);
+    println!(
+        "lab {} (hosts A = netns {}, B = netns {}), MTU {}",
+        cfg.name,
+        cfg.netns(Host::A),
+        cfg.netns(Host::B),
+        cfg.mtu
+    );
     for (i, p) in paths.iter().enumerate() {
         println!(
             "  path {i}: A {} <-> B {}  rtt {} ms, rate {} Mbit/s, loss {}, queue {} bytes",

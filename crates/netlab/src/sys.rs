@@ -19,7 +19,10 @@ const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 /// network namespace at `netns` (e.g. `/var/run/netns/lab-a`).
 pub fn create_tun_in(netns: PathBuf, name: &str) -> io::Result<File> {
     if name.len() >= libc::IFNAMSIZ {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name too long"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name too long",
+        ));
     }
     let name = name.to_string();
     std::thread::spawn(move || -> io::Result<File> {
@@ -29,7 +32,10 @@ pub fn create_tun_in(netns: PathBuf, name: &str) -> io::Result<File> {
         if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let tun = OpenOptions::new().read(true).write(true).open("/dev/net/tun")?;
+        let tun = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")?;
         // SAFETY: ifreq is plain old data; all-zero is a valid value.
         let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
         for (dst, src) in ifr.ifr_name.iter_mut().zip(name.bytes()) {

@@ -1,0 +1,397 @@
+//! The emulator against its configuration, and tern over an emulated long
+//! path. These need root (namespaces, TUN devices); without it they skip
+//! with a message. They check behaviour against configured values, with
+//! tolerances from the issue (RTT within max(1 ms, 3%), rate within 5%).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn netlab_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_netlab")
+}
+
+fn can_run(test: &str) -> bool {
+    let root = netlab::sys::is_root();
+    let tun = Path::new("/dev/net/tun").exists();
+    let tools = ["ip", "ping", "iperf3"].iter().all(|t| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !(root && tun && tools) {
+        eprintln!(
+            "SKIP {test}: needs root, /dev/net/tun, ip, ping and iperf3 (root={root}, tun={tun}, tools={tools})"
+        );
+        return false;
+    }
+    true
+}
+
+/// A lab that is torn down when dropped.
+struct Lab {
+    name: String,
+}
+
+impl Lab {
+    fn up(name: &str, args: &[&str]) -> Lab {
+        let _ = Command::new(netlab_bin())
+            .args(["--lab", name, "down"])
+            .status();
+        let out = Command::new(netlab_bin())
+            .args(["--lab", name, "up"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "netlab up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Lab { name: name.into() }
+    }
+
+    fn exec(&self, host: &str, cmd: &[&str]) -> Output {
+        Command::new(netlab_bin())
+            .args(["--lab", &self.name, "exec", host])
+            .args(cmd)
+            .output()
+            .unwrap()
+    }
+
+    fn spawn(&self, host: &str, cmd: &[&str]) -> Child {
+        Command::new(netlab_bin())
+            .args(["--lab", &self.name, "exec", host])
+            .args(cmd)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn netlab(&self, args: &[&str]) -> Output {
+        Command::new(netlab_bin())
+            .args(["--lab", &self.name])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn status(&self) -> Value {
+        let out = self.netlab(&["status", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Round-trip times from `ping`, in ms.
+    fn ping(&self, count: u32, interval: &str, to: &str) -> (Vec<f64>, u32) {
+        let out = self.exec(
+            "A",
+            &[
+                "ping",
+                "-n",
+                "-q",
+                "-c",
+                &count.to_string(),
+                "-i",
+                interval,
+                "-W",
+                "3",
+                to,
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let received: u32 = text
+            .split(", ")
+            .find_map(|p| {
+                p.strip_suffix(" received")
+                    .map(|n| n.trim().parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no ping summary in {text}"));
+        let rtts = text
+            .lines()
+            .find(|l| l.starts_with("rtt"))
+            .map(|l| {
+                l.split(" = ")
+                    .nth(1)
+                    .unwrap()
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .split('/')
+                    .map(|v| v.parse().unwrap())
+                    .collect()
+            })
+            .unwrap_or_default();
+        (rtts, received)
+    }
+
+    /// iperf3 throughput A→B in Mbit/s (omitting the first seconds).
+    fn iperf3(&self, to: &str, secs: u32, extra: &[&str]) -> f64 {
+        let mut server = self.spawn("B", &["iperf3", "-s", "-1", "-p", "5301"]);
+        std::thread::sleep(Duration::from_millis(300));
+        let t = secs.to_string();
+        let mut args = vec!["iperf3", "-c", to, "-p", "5301", "-t", &t, "-O", "2", "-J"];
+        args.extend_from_slice(extra);
+        let out = self.exec("A", &args);
+        let _ = server.kill();
+        let _ = server.wait();
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("iperf3: {}", String::from_utf8_lossy(&out.stdout)));
+        v["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .expect("bits_per_second")
+            / 1e6
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new(netlab_bin())
+            .args(["--lab", &self.name, "down"])
+            .status();
+    }
+}
+
+/// TCP payload share of a full-size packet: what a goodput can reach.
+fn goodput_share(mtu: f64) -> f64 {
+    (mtu - 52.0) / mtu
+}
+
+#[test]
+fn rtt_rate_and_status_match_the_configuration() {
+    if !can_run("rtt_rate_and_status_match_the_configuration") {
+        return;
+    }
+    let lab = Lab::up(
+        "nltest1",
+        &[
+            "--rtt",
+            "40",
+            "--rate",
+            "200",
+            "--tcp-rmem",
+            "4096 131072 33554432",
+            "--tcp-wmem",
+            "4096 16384 33554432",
+        ],
+    );
+    let (rtts, received) = lab.ping(10, "0.1", "10.47.0.2");
+    assert_eq!(received, 10);
+    let avg = rtts[1];
+    assert!(
+        (avg - 40.0).abs() <= (40.0f64 * 0.03).max(1.0),
+        "ping avg {avg} ms for 40 ms"
+    );
+
+    let mbit = lab.iperf3("10.47.0.2", 6, &[]);
+    let target = 200.0 * goodput_share(1500.0);
+    assert!(
+        (mbit - target).abs() / target <= 0.05,
+        "iperf3 {mbit:.1} Mbit/s, path allows {target:.1}"
+    );
+
+    let st = lab.status();
+    assert_eq!(st["paths"][0]["rtt_ms"], 40.0);
+    assert_eq!(st["paths"][0]["b"], "10.47.0.2");
+    assert!(st["paths"][0]["a_to_b"]["packets"].as_u64().unwrap() > 10_000);
+    assert_eq!(
+        st["sysctls"]["A"]["net.ipv4.tcp_rmem"]
+            .as_str()
+            .unwrap()
+            .split_whitespace()
+            .last(),
+        Some("33554432")
+    );
+    assert!(
+        st["sysctls"]["B"]["net.ipv4.tcp_congestion_control"]
+            .as_str()
+            .is_some()
+    );
+
+    // `set` changes the path under a running lab.
+    let out = lab.netlab(&["set", "--rtt", "80"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (rtts, _) = lab.ping(5, "0.1", "10.47.0.2");
+    assert!((rtts[1] - 80.0).abs() <= 2.4, "after set: {} ms", rtts[1]);
+}
+
+#[test]
+fn random_loss_is_within_statistical_bounds() {
+    if !can_run("random_loss_is_within_statistical_bounds") {
+        return;
+    }
+    let lab = Lab::up("nltest2", &["--rtt", "2", "--rate", "100", "--loss", "5%"]);
+    let n = 1000;
+    let (_, received) = lab.ping(n, "0.002", "10.47.0.2");
+    // A round trip survives with probability 0.95²; allow 4 standard deviations.
+    let p = 1.0 - 0.95f64 * 0.95;
+    let sigma = (p * (1.0 - p) / f64::from(n)).sqrt();
+    let lost = 1.0 - f64::from(received) / f64::from(n);
+    assert!(
+        (lost - p).abs() <= 4.0 * sigma,
+        "lost {lost:.4}, expected {p:.4} ± {:.4}",
+        4.0 * sigma
+    );
+    let st = lab.status();
+    assert!(st["paths"][0]["a_to_b"]["random_drops"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn several_paths_and_down_is_idempotent() {
+    if !can_run("several_paths_and_down_is_idempotent") {
+        return;
+    }
+    let lab = Lab::up(
+        "nltest3",
+        &[
+            "--path",
+            "rtt=10,rate=100",
+            "--path",
+            "rtt=30,rate=50",
+            "--mtu",
+            "9000",
+        ],
+    );
+    let (r0, _) = lab.ping(3, "0.1", "10.47.0.2");
+    let (r1, _) = lab.ping(3, "0.1", "10.47.1.2");
+    assert!((r0[1] - 10.0).abs() <= 1.0, "path 0: {}", r0[1]);
+    assert!((r1[1] - 30.0).abs() <= 1.0, "path 1: {}", r1[1]);
+    let st = lab.status();
+    assert_eq!(st["mtu"], 9000);
+    assert_eq!(st["paths"].as_array().unwrap().len(), 2);
+    for _ in 0..2 {
+        assert!(lab.netlab(&["down"]).status.success());
+    }
+    assert!(!Path::new("/var/run/netns/nltest3-a").exists());
+    assert!(
+        !lab.netlab(&["status"]).status.success(),
+        "status of a lab that is down fails"
+    );
+}
+
+fn tern_bin() -> Option<PathBuf> {
+    let p = Path::new(netlab_bin()).with_file_name("tern");
+    p.exists().then_some(p)
+}
+
+#[test]
+fn tern_copies_and_measures_over_a_50ms_path() {
+    if !can_run("tern_copies_and_measures_over_a_50ms_path") {
+        return;
+    }
+    let Some(tern) = tern_bin() else {
+        eprintln!(
+            "SKIP tern_copies_and_measures_over_a_50ms_path: build the tern binary first (cargo build -p tern)"
+        );
+        return;
+    };
+    let tern = tern.to_str().unwrap().to_string();
+    let work = tempfile_dir("nltern");
+    std::fs::create_dir_all(work.join("root")).unwrap();
+    let data: Vec<u8> = (0..(24u32 << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(work.join("src.bin"), &data).unwrap();
+    let lab = Lab::up(
+        "nltest4",
+        &[
+            "--rtt",
+            "50",
+            "--rate",
+            "200",
+            "--tcp-rmem",
+            "4096 131072 16777216",
+            "--tcp-wmem",
+            "4096 16384 16777216",
+        ],
+    );
+    let root = work.join("root");
+    let state = work.join("state");
+    let mut server = lab.spawn(
+        "B",
+        &[
+            &tern,
+            "serve",
+            "--listen",
+            "10.47.0.2:4747",
+            "--root",
+            root.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let cfg = work.join("cfg");
+    let env_cfg = format!("XDG_CONFIG_HOME={}", cfg.display());
+    let src = work.join("src.bin");
+    let out = lab.exec(
+        "A",
+        &[
+            "env",
+            &env_cfg,
+            &tern,
+            "cp",
+            "--json",
+            "-P",
+            "4",
+            src.to_str().unwrap(),
+            "tern://10.47.0.2/copy.bin",
+        ],
+    );
+    let perf = lab.exec(
+        "A",
+        &[
+            "env",
+            &env_cfg,
+            &tern,
+            "perf",
+            "tern://10.47.0.2",
+            "--time",
+            "3",
+            "--protect",
+            "clear",
+            "--json",
+        ],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        out.status.success(),
+        "tern cp: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["bytes"], 24 << 20);
+    assert_eq!(
+        std::fs::read(root.join("copy.bin")).unwrap(),
+        data,
+        "byte-identical over the emulated path"
+    );
+    assert!(
+        perf.status.success(),
+        "tern perf: {}",
+        String::from_utf8_lossy(&perf.stderr)
+    );
+    let perf: Value = serde_json::from_slice(&perf.stdout).unwrap();
+    assert!(perf["bytes"].as_u64().unwrap() > 0);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+fn tempfile_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
