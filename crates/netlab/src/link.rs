@@ -121,11 +121,9 @@ impl Link {
             self.counters.queue_drops += 1;
             return Fate::QueueFull;
         }
-        let tx = if self.cfg.rate_bps == 0 {
-            Duration::ZERO
-        } else {
-            Duration::from_nanos(len * 8 * 1_000_000_000 / self.cfg.rate_bps)
-        };
+        let tx = (len * 8 * 1_000_000_000)
+            .checked_div(self.cfg.rate_bps)
+            .map_or(Duration::ZERO, Duration::from_nanos);
         let end = start + tx;
         self.tx_free_at = Some(end);
         if start > now {
