@@ -322,7 +322,7 @@ fn print_status(name: &str, json: bool) -> Result<()> {
         );
     }
     for (host, m) in &sysctls {
-        println!("  host {host}: {}", serde_json::Value::from(m.clone()));
+        println!("  host {host}: {m}");
     }
     Ok(())
 }
