@@ -140,6 +140,18 @@ pub fn up(cfg: &LabConfig, sysctls: &[(String, String)]) -> Result<()> {
     if cfg.paths.is_empty() || cfg.paths.len() > 16 {
         bail!("between 1 and 16 paths, not {}", cfg.paths.len());
     }
+    for (i, p) in cfg.paths.iter().enumerate() {
+        if !(p.rtt_ms >= 0.0
+            && p.rate_mbit >= 0.0
+            && p.rtt_ms.is_finite()
+            && p.rate_mbit.is_finite())
+        {
+            bail!("path {i}: rtt and rate must be zero or positive");
+        }
+    }
+    if !(576..=65_535).contains(&cfg.mtu) {
+        bail!("MTU {} outside 576..=65535", cfg.mtu);
+    }
     for host in [Host::A, Host::B] {
         if netns_exists(&cfg.netns(host)) {
             bail!(
@@ -181,6 +193,13 @@ pub fn up(cfg: &LabConfig, sysctls: &[(String, String)]) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    // From here on a failure must not leave a half-made lab behind.
+    configure(cfg, sysctls).inspect_err(|_| {
+        let _ = down(&cfg.name);
+    })
+}
+
+fn configure(cfg: &LabConfig, sysctls: &[(String, String)]) -> Result<()> {
     for (i, _) in cfg.paths.iter().enumerate() {
         for host in [Host::A, Host::B] {
             let (ns, dev) = (cfg.netns(host), device(i));
@@ -261,6 +280,12 @@ pub fn down(name: &str) -> Result<()> {
     for suffix in ["a", "b"] {
         let ns = format!("{name}-{suffix}");
         if netns_exists(&ns) {
+            // Processes started with `exec` would keep the namespace alive.
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", &ns]).output() {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = Command::new("kill").arg(pid).stderr(Stdio::null()).status();
+                }
+            }
             ip(&["netns", "del", &ns])?;
         }
     }

@@ -205,7 +205,12 @@ fn run(cli: Cli) -> Result<()> {
             rate,
             loss,
         } => {
-            let cfg = lab::load(&cli.lab)?;
+            lab::load(&cli.lab)?;
+            if rtt.is_some_and(|v| v.is_nan() || v < 0.0)
+                || rate.is_some_and(|v| v.is_nan() || v < 0.0)
+            {
+                bail!("rtt and rate must be zero or positive");
+            }
             let Reply::Status(now) = lab::query(&cli.lab, &Request::Status)? else {
                 bail!("the emulator did not answer");
             };
@@ -222,7 +227,6 @@ fn run(cli: Cli) -> Result<()> {
             if let Some(v) = loss {
                 spec.loss = v;
             }
-            let _ = cfg;
             match lab::query(&cli.lab, &Request::Set { path: index, spec })? {
                 Reply::Ok => Ok(()),
                 Reply::Error(e) => bail!(e),
