@@ -63,6 +63,8 @@ pub struct ClientOptions {
     pub wrap: Option<StreamWrap>,
     /// Give up connecting after this long.
     pub connect_timeout: Duration,
+    /// Fail a connection whose peer stays silent this long.
+    pub io_timeout: Duration,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -100,7 +102,7 @@ struct Opened {
     setup: Duration,
 }
 
-async fn tcp_connect(ep: &Endpoint, timeout: Duration) -> Result<TcpStream> {
+async fn tcp_connect(ep: &Endpoint, timeout: Duration, io_timeout: Duration) -> Result<TcpStream> {
     let addr = ep.host_port();
     let fail = |source: std::io::Error| Error::Connect {
         addr: addr.clone(),
@@ -113,7 +115,10 @@ async fn tcp_connect(ep: &Endpoint, timeout: Duration) -> Result<TcpStream> {
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
     for a in addrs {
         match tokio::time::timeout(timeout, TcpStream::connect(a)).await {
-            Ok(Ok(s)) => return Ok(s),
+            Ok(Ok(s)) => {
+                crate::net::prepare(&s, io_timeout);
+                return Ok(s);
+            }
             Ok(Err(e)) => last = e,
             Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
         }
@@ -131,7 +136,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     };
     let verifier = PinVerifier::new(expected.clone());
     let connector = TlsConnector::from(verifier.client_config()?);
-    let tcp = tcp_connect(ep, opts.connect_timeout).await?;
+    let tcp = tcp_connect(ep, opts.connect_timeout, opts.io_timeout).await?;
     let _ = tcp.set_nodelay(true);
     let tls = connector
         .connect(server_name(&ep.host), tcp)
@@ -197,6 +202,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     for k in 0..accept.streams {
         let ep = ep.clone();
         let timeout = opts.connect_timeout;
+        let io_timeout = opts.io_timeout;
         let protect = opts.protect;
         let fp = fingerprint.clone();
         let join = DataJoin {
@@ -205,7 +211,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
             token: accept.token,
         };
         joins.spawn(async move {
-            let tcp = tcp_connect(&ep, timeout).await?;
+            let tcp = tcp_connect(&ep, timeout, io_timeout).await?;
             let mut s: BoxStream = if protect == Protect::Private {
                 let v = PinVerifier::new(Some(fp));
                 let tls = TlsConnector::from(v.client_config()?)

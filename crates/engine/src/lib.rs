@@ -17,6 +17,7 @@ pub mod fault;
 pub mod fsio;
 pub mod integrity;
 pub mod local;
+pub mod net;
 pub mod server;
 pub mod session;
 pub mod tls;

@@ -52,6 +52,8 @@ pub struct ServerOptions {
     pub handshake_timeout: Duration,
     /// On shutdown, how long running sessions may go on.
     pub grace: Duration,
+    /// Fail a connection whose peer stays silent this long.
+    pub io_timeout: Duration,
 }
 
 impl ServerOptions {
@@ -62,6 +64,7 @@ impl ServerOptions {
             max_sessions: 64,
             handshake_timeout: Duration::from_secs(20),
             grace: Duration::from_secs(10),
+            io_timeout: crate::net::DEFAULT_IO_TIMEOUT,
         }
     }
 }
@@ -138,6 +141,7 @@ pub async fn serve(
 }
 
 async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr) {
+    crate::net::prepare(&conn, ctx.opts.io_timeout);
     let timeout = ctx.opts.handshake_timeout;
     let mut first = [0u8; 4];
     match tokio::time::timeout(timeout, peek_exact(&conn, &mut first)).await {

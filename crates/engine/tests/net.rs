@@ -61,6 +61,7 @@ fn opts(streams: u16, protect: Protect) -> ClientOptions {
         known_hosts: None,
         wrap: None,
         connect_timeout: Duration::from_secs(5),
+        io_timeout: Duration::from_secs(30),
     }
 }
 

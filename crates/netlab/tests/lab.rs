@@ -395,3 +395,71 @@ fn tempfile_dir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn a_path_that_goes_silent_fails_the_transfer_with_exit_9() {
+    if !can_run("a_path_that_goes_silent_fails_the_transfer_with_exit_9") {
+        return;
+    }
+    let Some(tern) = tern_bin() else {
+        eprintln!(
+            "SKIP a_path_that_goes_silent: build the tern binary first (cargo build -p tern)"
+        );
+        return;
+    };
+    let tern = tern.to_str().unwrap().to_string();
+    let work = tempfile_dir("nlsilent");
+    std::fs::create_dir_all(work.join("root")).unwrap();
+    let lab = Lab::up("nltest5", &["--rtt", "10", "--rate", "100"]);
+    let (root, state) = (work.join("root"), work.join("state"));
+    let mut server = lab.spawn(
+        "B",
+        &[
+            &tern,
+            "serve",
+            "--listen",
+            "10.47.0.2:4747",
+            "--io-timeout",
+            "3",
+            "--root",
+            root.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let env_cfg = format!("XDG_CONFIG_HOME={}", work.join("cfg").display());
+    let started = std::time::Instant::now();
+    let client = lab.spawn(
+        "A",
+        &[
+            "env",
+            &env_cfg,
+            &tern,
+            "perf",
+            "tern://10.47.0.2",
+            "--time",
+            "120",
+            "--io-timeout",
+            "3",
+            "--protect",
+            "clear",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // The path now drops everything, in both directions: no FIN, no RST.
+    assert!(lab.netlab(&["set", "--loss", "100%"]).status.success());
+    let out = client.wait_with_output().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&work);
+    assert_eq!(
+        out.status.code(),
+        Some(9),
+        "a silent peer is a lost connection"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "gave up within the I/O timeout, not at --time"
+    );
+}

@@ -144,6 +144,9 @@ pub struct TransferArgs {
     /// Where server fingerprints are remembered [default: $XDG_CONFIG_HOME/tern/known_hosts].
     #[arg(long, value_name = "FILE")]
     pub known_hosts: Option<PathBuf>,
+    /// Give up on a peer that stays silent this many seconds (exit code 9).
+    #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
+    pub io_timeout: f64,
     /// Print one JSON object with the results on stdout.
     #[arg(long)]
     pub json: bool,
@@ -187,9 +190,21 @@ pub struct ServeArgs {
     /// Seconds running sessions may go on after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 10)]
     pub grace: u64,
+    /// Drop a client connection that stays silent this many seconds.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
+    pub io_timeout: f64,
     /// Print the startup line as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (1.0..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a number of seconds between 1 and 86400"
+        )),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -104,6 +104,7 @@ fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptio
         known_hosts,
         wrap: fault_from_env(),
         connect_timeout: Duration::from_secs(15),
+        io_timeout: Duration::from_secs_f64(t.io_timeout),
     })
 }
 
@@ -363,6 +364,7 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
     let mut opts = ServerOptions::new(root);
     opts.max_sessions = args.max_sessions;
     opts.grace = Duration::from_secs(args.grace);
+    opts.io_timeout = Duration::from_secs_f64(args.io_timeout);
     serve(listener, &identity, opts, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
