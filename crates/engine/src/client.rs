@@ -212,6 +212,10 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         };
         joins.spawn(async move {
             let tcp = tcp_connect(&ep, timeout, io_timeout).await?;
+            let probe = {
+                use std::os::fd::AsFd;
+                tcp.as_fd().try_clone_to_owned().ok()
+            };
             let mut s: BoxStream = if protect == Protect::Private {
                 let v = PinVerifier::new(Some(fp));
                 let tls = TlsConnector::from(v.client_config()?)
@@ -227,7 +231,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
             let mut reply = [0u8; JOIN_REPLY_LEN];
             s.read_exact(&mut reply).await.map_err(gone)?;
             match JoinReply::decode(&reply)? {
-                JoinReply::Accepted => Ok((k, s)),
+                JoinReply::Accepted => Ok((k, s, probe)),
                 JoinReply::Refused => Err(Error::Protocol(format!(
                     "the server refused data connection {k}"
                 ))),
@@ -235,8 +239,10 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         });
     }
     let mut slots: Vec<Option<BoxStream>> = (0..accept.streams).map(|_| None).collect();
+    let mut probes: Vec<Option<std::os::fd::OwnedFd>> = (0..accept.streams).map(|_| None).collect();
     while let Some(joined) = joins.join_next().await {
-        let (k, s) = joined.map_err(|e| Error::Protocol(format!("connect task: {e}")))??;
+        let (k, s, probe) = joined.map_err(|e| Error::Protocol(format!("connect task: {e}")))??;
+        probes[usize::from(k)] = probe;
         slots[usize::from(k)] = Some(match &opts.wrap {
             Some(w) => w(usize::from(k), s),
             None => s,
@@ -259,6 +265,12 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
             deadline: None,
             max_files_in_flight: 32,
             max_repair_rounds: crate::session::DEFAULT_MAX_REPAIR_ROUNDS,
+            probes: Arc::new(
+                probes
+                    .into_iter()
+                    .collect::<Option<Vec<_>>>()
+                    .unwrap_or_default(),
+            ),
         },
         fingerprint,
         recorded,

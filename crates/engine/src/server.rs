@@ -72,6 +72,8 @@ impl ServerOptions {
 /// A data connection waiting to be taken by its session.
 struct Joining {
     stream: BoxStream,
+    /// A duplicate of the socket, for `TCP_INFO` sampling.
+    probe: Option<std::os::fd::OwnedFd>,
     index: u16,
     version: u16,
     tls: bool,
@@ -142,6 +144,10 @@ pub async fn serve(
 
 async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr) {
     crate::net::prepare(&conn, ctx.opts.io_timeout);
+    let probe = {
+        use std::os::fd::AsFd;
+        conn.as_fd().try_clone_to_owned().ok()
+    };
     let timeout = ctx.opts.handshake_timeout;
     let mut first = [0u8; 4];
     match tokio::time::timeout(timeout, peek_exact(&conn, &mut first)).await {
@@ -168,14 +174,14 @@ async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr)
             return control_session(ctx, Box::new(tls), key, peer).await;
         }
         if magic == JOIN_MAGIC {
-            return data_join(ctx, Box::new(tls), magic, true, peer).await;
+            return data_join(ctx, Box::new(tls), probe, magic, true, peer).await;
         }
         return tracing::warn!(
             "{peer}: dropped, not a tern client (first bytes inside TLS {magic:02x?})"
         );
     }
     if first == JOIN_MAGIC {
-        return data_join(ctx, Box::new(conn), [0; 4], false, peer).await;
+        return data_join(ctx, Box::new(conn), probe, [0; 4], false, peer).await;
     }
     tracing::warn!("{peer}: dropped, not a tern client (first bytes {first:02x?})");
 }
@@ -215,6 +221,7 @@ async fn peek_exact(conn: &TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
 async fn data_join(
     ctx: Arc<Context>,
     mut stream: BoxStream,
+    probe: Option<std::os::fd::OwnedFd>,
     consumed: [u8; 4],
     tls: bool,
     peer: SocketAddr,
@@ -251,6 +258,7 @@ async fn data_join(
     let _ = session
         .send(Joining {
             stream,
+            probe,
             index: join.stream,
             version: join.version,
             tls,
@@ -338,7 +346,7 @@ async fn run_control(
     };
     ctx.pending.lock().expect("pending").remove(&token);
     drop(rx);
-    let streams = match streams {
+    let (streams, probes) = match streams {
         Ok(s) => s,
         Err(e) => return refuse(&mut control, e).await,
     };
@@ -363,6 +371,7 @@ async fn run_control(
         deadline: None,
         max_files_in_flight: 32,
         max_repair_rounds: crate::session::DEFAULT_MAX_REPAIR_ROUNDS,
+        probes: Arc::new(probes),
     };
     let progress = Arc::new(Progress::default());
     let started = Instant::now();
@@ -463,9 +472,10 @@ async fn collect_streams(
     open: &SessionOpen,
     version: u16,
     timeout: Duration,
-) -> Result<Vec<BoxStream>> {
+) -> Result<(Vec<BoxStream>, Vec<std::os::fd::OwnedFd>)> {
     let want_tls = open.protect == Protect::Private;
     let mut slots: Vec<Option<BoxStream>> = (0..open.streams).map(|_| None).collect();
+    let mut probes: Vec<Option<std::os::fd::OwnedFd>> = (0..open.streams).map(|_| None).collect();
     let deadline = tokio::time::Instant::now() + timeout;
     while slots.iter().any(Option::is_none) {
         let joining = match tokio::time::timeout_at(deadline, rx.recv()).await {
@@ -480,6 +490,7 @@ async fn collect_streams(
         };
         let Joining {
             mut stream,
+            probe,
             index,
             version: join_version,
             tls,
@@ -507,6 +518,14 @@ async fn collect_streams(
             .await
             .map_err(|e| Error::PeerGone(e.to_string()))?;
         *slot.expect("checked") = Some(stream);
+        probes[usize::from(index)] = probe;
     }
-    Ok(slots.into_iter().map(|s| s.expect("all joined")).collect())
+    let probes = probes
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default();
+    Ok((
+        slots.into_iter().map(|s| s.expect("all joined")).collect(),
+        probes,
+    ))
 }

@@ -155,6 +155,9 @@ pub struct TransferParams {
     pub max_files_in_flight: usize,
     /// Repair rounds per file.
     pub max_repair_rounds: u32,
+    /// Duplicates of the data sockets, sampled for `TCP_INFO` (empty when
+    /// the streams are not TCP, as in local copies).
+    pub probes: Arc<Vec<std::os::fd::OwnedFd>>,
 }
 
 /// Live counters for progress display, updated by the driver.
@@ -184,6 +187,70 @@ pub struct TransferStats {
     pub blocks_retransmitted: u64,
     /// Blocks whose check failed on arrival (receiver side).
     pub blocks_corrupt: u64,
+    /// What limited the streams, from `TCP_INFO` (TCP streams only).
+    pub tuning: Option<tern_drs::Diagnosis>,
+}
+
+/// How often data sockets are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+
+/// Samples `TCP_INFO` of every data socket while a session runs.
+struct Sampler {
+    estimators: Arc<Mutex<Vec<tern_drs::StreamEstimator>>>,
+    probes: Arc<Vec<std::os::fd::OwnedFd>>,
+    started: Instant,
+}
+
+impl Sampler {
+    fn start(guard: &mut TaskGuard, probes: Arc<Vec<std::os::fd::OwnedFd>>) -> Option<Sampler> {
+        if probes.is_empty() {
+            return None;
+        }
+        let sampler = Sampler {
+            estimators: Arc::new(Mutex::new(vec![Default::default(); probes.len()])),
+            probes,
+            started: Instant::now(),
+        };
+        let (est, probes, started) = (
+            sampler.estimators.clone(),
+            sampler.probes.clone(),
+            sampler.started,
+        );
+        guard.spawn(async move {
+            loop {
+                tokio::time::sleep(SAMPLE_EVERY).await;
+                Sampler::sample_into(&est, &probes, started);
+            }
+        });
+        Some(sampler)
+    }
+
+    fn sample_into(
+        est: &Mutex<Vec<tern_drs::StreamEstimator>>,
+        probes: &[std::os::fd::OwnedFd],
+        started: Instant,
+    ) {
+        use std::os::fd::AsRawFd;
+        let at = started.elapsed();
+        let mut est = est.lock().expect("estimators");
+        for (e, fd) in est.iter_mut().zip(probes) {
+            if let Ok(info) = tern_drs::TcpInfo::read(fd.as_raw_fd()) {
+                e.add(at, info);
+            }
+        }
+    }
+
+    fn finish(self) -> tern_drs::Diagnosis {
+        Sampler::sample_into(&self.estimators, &self.probes, self.started);
+        let estimates = self
+            .estimators
+            .lock()
+            .expect("estimators")
+            .iter()
+            .map(|e| e.estimate())
+            .collect();
+        tern_drs::diagnose(estimates, tern_drs::HostCaps::read())
+    }
 }
 
 /// Aborts a session's tasks when the session's future is dropped (a
@@ -349,6 +416,7 @@ pub async fn run_sender(
 
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
     let mut guard = TaskGuard::default();
+    let sampler = Sampler::start(&mut guard, params.probes.clone());
     guard.spawn(sender_digests(shared.clone(), digest_rx, params.checksum));
     let reader = guard.spawn(sender_control_reader(shared.clone(), ctrl_rd));
     let writer = guard.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
@@ -365,12 +433,14 @@ pub async fn run_sender(
         reader.abort();
     }
     let _ = reader.await;
+    let tuning = sampler.map(Sampler::finish);
     drop(guard);
     if let Some(e) = shared.failure.take() {
         return Err(e);
     }
     let session = shared.session.lock().expect("session");
     Ok(TransferStats {
+        tuning,
         bytes: session.finished().iter().map(|f| f.size).sum::<u64>(),
         files: session.finished().to_vec(),
         per_stream_bytes: session.stream_bytes().to_vec(),
@@ -645,6 +715,7 @@ pub async fn run_receiver(
     let (ctrl_rd, ctrl_wr) = control.split();
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
     let mut guard = TaskGuard::default();
+    let sampler = Sampler::start(&mut guard, params.probes.clone());
     guard.spawn(receiver_control_reader(shared.clone(), ctrl_rd));
     guard.spawn(receiver_digests(shared.clone(), digest_rx, params.checksum));
     let actions = guard.spawn(receiver_actions(shared.clone(), ctrl_wr, digest_tx, verify));
@@ -655,6 +726,7 @@ pub async fn run_receiver(
         .collect();
     let _ = actions.await;
     let network_elapsed = started.elapsed();
+    let tuning = sampler.map(Sampler::finish);
     if !shared.failure.is_set() {
         // Let the sender's stream-end markers arrive, briefly.
         let linger = async {
@@ -672,6 +744,7 @@ pub async fn run_receiver(
     }
     let session = shared.session.lock().expect("session");
     Ok(TransferStats {
+        tuning,
         bytes: session.finished().iter().map(|f| f.size).sum::<u64>(),
         files: session.finished().to_vec(),
         per_stream_bytes: session.stream_bytes().to_vec(),

@@ -25,6 +25,7 @@ fn params(streams: u16, checksum: ChecksumAlg) -> TransferParams {
         deadline: None,
         max_files_in_flight: 8,
         max_repair_rounds: 4,
+        probes: Default::default(),
     }
 }
 

@@ -463,3 +463,88 @@ fn a_path_that_goes_silent_fails_the_transfer_with_exit_9() {
         "gave up within the I/O timeout, not at --time"
     );
 }
+
+#[test]
+fn a_send_buffer_limit_on_a_long_fat_path_is_diagnosed() {
+    if !can_run("a_send_buffer_limit_on_a_long_fat_path_is_diagnosed") {
+        return;
+    }
+    let Some(tern) = tern_bin() else {
+        eprintln!(
+            "SKIP a_send_buffer_limit_on_a_long_fat_path_is_diagnosed: build the tern binary first"
+        );
+        return;
+    };
+    let tern = tern.to_str().unwrap().to_string();
+    let work = tempfile_dir("nldiag");
+    // 1 Gbit/s × 100 ms is 12.5 MB in flight; tcp_wmem's 4 MiB cap cannot hold it.
+    let lab = Lab::up(
+        "nltest6",
+        &[
+            "--rtt",
+            "100",
+            "--rate",
+            "1000",
+            "--mtu",
+            "9000",
+            "--tcp-rmem",
+            "4096 131072 67108864",
+            "--tcp-wmem",
+            "4096 16384 4194304",
+        ],
+    );
+    let (root, state) = (work.join("root"), work.join("state"));
+    std::fs::create_dir_all(&root).unwrap();
+    let mut server = lab.spawn(
+        "B",
+        &[
+            &tern,
+            "serve",
+            "--listen",
+            "10.47.0.2:4747",
+            "--root",
+            root.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let env_cfg = format!("XDG_CONFIG_HOME={}", work.join("cfg").display());
+    let out = lab.exec(
+        "A",
+        &[
+            "env",
+            &env_cfg,
+            &tern,
+            "perf",
+            "tern://10.47.0.2",
+            "--time",
+            "5",
+            "-P",
+            "1",
+            "--protect",
+            "clear",
+            "--json",
+        ],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tuning = &report["tuning"];
+    assert_eq!(tuning["limit"], "send_buffer", "{tuning}");
+    assert!(
+        tuning["sysctls"][0]
+            .as_str()
+            .unwrap()
+            .contains("net.ipv4.tcp_wmem"),
+        "{tuning}"
+    );
+    assert_eq!(tuning["host"]["tcp_wmem"][2], 4194304);
+    assert!(tuning["streams"][0]["min_rtt_ms"].as_f64().unwrap() >= 99.0);
+}

@@ -250,6 +250,7 @@ async fn copy_local(
         deadline: None,
         max_files_in_flight: 32,
         max_repair_rounds: tern_engine::session::DEFAULT_MAX_REPAIR_ROUNDS,
+        probes: Default::default(),
     };
     let (_, received) =
         local::copy(source, sink, params, progress, fault_from_env().as_ref()).await?;

@@ -51,6 +51,9 @@ pub struct Report {
     pub block_size: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_fingerprint: Option<String>,
+    /// What limited the streams (TCP_INFO), when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<tern_drs::Diagnosis>,
 }
 
 fn bps(bytes: u64, d: Duration) -> f64 {
@@ -113,6 +116,7 @@ impl Report {
             protect: i.protect.name(),
             block_size: i.block_size,
             server_fingerprint: i.fingerprint,
+            tuning: i.stats.tuning.clone(),
         }
     }
 
@@ -147,6 +151,12 @@ impl Report {
                 .map(|s| format!("#{} {}", s.stream, human_rate(s.throughput_bps)))
                 .collect();
             eprintln!("  per stream: {}", parts.join(", "));
+        }
+        if let Some(t) = &self.tuning {
+            eprintln!("  {}", t.summary);
+            for line in &t.sysctls {
+                eprintln!("  to lift the cap: {line}");
+            }
         }
     }
 }

@@ -1,0 +1,166 @@
+//! Turning per-stream estimates into a diagnosis a person can act on. Pure.
+
+use serde::Serialize;
+
+use crate::estimate::{Limit, StreamEstimate};
+use crate::host::HostCaps;
+
+/// What limited a transfer, in words and in sysctl lines.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// The limit most streams hit.
+    pub limit: Limit,
+    /// One or two sentences for people.
+    pub summary: String,
+    /// Exact commands that would lift a host cap, if one was the limit.
+    pub sysctls: Vec<String>,
+    /// Per-stream estimates.
+    pub streams: Vec<StreamEstimate>,
+    /// The host's caps.
+    pub host: HostCaps,
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+/// A buffer size that holds `bdp` twice over (the kernel counts overhead
+/// in the buffer), rounded up to a power of two, at least 4 MiB.
+fn buffer_for(bdp: u64) -> u64 {
+    (2 * bdp).next_power_of_two().clamp(4 << 20, 1 << 30)
+}
+
+/// Diagnoses a transfer from its streams' estimates.
+pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps) -> Diagnosis {
+    let count = |l: Limit| streams.iter().filter(|s| s.limit == l).count();
+    let candidates = [
+        Limit::SendBuffer,
+        Limit::ReceiveWindow,
+        Limit::Application,
+        Limit::Network,
+    ];
+    let limit = candidates
+        .into_iter()
+        .max_by_key(|&l| (count(l), std::cmp::Reverse(l as u8)))
+        .filter(|&l| count(l) > 0)
+        .unwrap_or(Limit::Unknown);
+    let n = streams.len();
+    let hit = count(limit);
+    let bdp = streams.iter().map(|s| s.bdp_bytes).max().unwrap_or(0);
+    let rtt = streams
+        .iter()
+        .map(|s| s.min_rtt_ms)
+        .fold(f64::INFINITY, f64::min);
+    let mut sysctls = Vec::new();
+    let summary = match limit {
+        Limit::SendBuffer => {
+            // The rate seen was held down by the cap itself, so the BDP
+            // measured is a floor: ask for a good step above the cap too.
+            let want = buffer_for(bdp).max(host.tcp_wmem[2].saturating_mul(4).min(1 << 30));
+            sysctls.push(format!(
+                "sysctl -w net.ipv4.tcp_wmem=\"{} {} {want}\"",
+                host.tcp_wmem[0], host.tcp_wmem[1]
+            ));
+            format!(
+                "The send buffer was the limit on {hit} of {n} streams: the sender's tcp_wmem \
+                 maximum is {} while a stream's bandwidth-delay product reached {} at {rtt:.1} ms. \
+                 More parallel streams work around it; raising tcp_wmem on the sending host removes it.",
+                mib(host.tcp_wmem[2]),
+                mib(bdp)
+            )
+        }
+        Limit::ReceiveWindow => {
+            let want = buffer_for(bdp);
+            sysctls.push(format!(
+                "sysctl -w net.ipv4.tcp_rmem=\"{} {} {want}\"   # on the receiving host",
+                host.tcp_rmem[0], host.tcp_rmem[1]
+            ));
+            format!(
+                "The receiver's window was the limit on {hit} of {n} streams (bandwidth-delay \
+                 product {} at {rtt:.1} ms). More parallel streams work around it; raising \
+                 tcp_rmem on the receiving host removes it.",
+                mib(bdp)
+            )
+        }
+        Limit::Network => format!(
+            "The network path set the pace on {hit} of {n} streams (congestion control {}); \
+             buffers were not the limit.",
+            host.congestion_control
+        ),
+        Limit::Application => format!(
+            "tern itself (disk or CPU) set the pace on {hit} of {n} streams: the sockets were \
+             often idle."
+        ),
+        Limit::Unknown => "Not enough TCP_INFO samples to tell what limited the transfer.".into(),
+    };
+    Diagnosis {
+        limit,
+        summary,
+        sysctls,
+        streams,
+        host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::StreamEstimator;
+    use crate::estimate::tests::sample;
+    use std::time::Duration;
+
+    fn est(busy: u64, rwnd: u64, sndbuf: u64) -> StreamEstimate {
+        let mut e = StreamEstimator::default();
+        e.add(Duration::ZERO, sample(0, 0, 0, 1, 100_000));
+        e.add(
+            Duration::from_secs(1),
+            sample(busy, rwnd, sndbuf, 50_000_000, 100_000),
+        );
+        e.estimate()
+    }
+
+    fn host() -> HostCaps {
+        HostCaps {
+            tcp_rmem: [4096, 131072, 6291456],
+            tcp_wmem: [4096, 16384, 4194304],
+            rmem_max: 4194304,
+            wmem_max: 4194304,
+            congestion_control: "cubic".into(),
+        }
+    }
+
+    #[test]
+    fn a_send_buffer_limit_names_the_cap_and_the_sysctl_that_lifts_it() {
+        let d = diagnose(
+            vec![est(1_000_000, 0, 800_000), est(1_000_000, 0, 600_000)],
+            host(),
+        );
+        assert_eq!(d.limit, Limit::SendBuffer);
+        assert!(d.summary.contains("4.0 MiB"), "{}", d.summary);
+        assert!(d.summary.contains("More parallel streams"), "{}", d.summary);
+        assert_eq!(
+            d.sysctls,
+            vec!["sysctl -w net.ipv4.tcp_wmem=\"4096 16384 16777216\"".to_string()]
+        );
+    }
+
+    #[test]
+    fn other_limits_are_named_without_sysctls_unless_a_cap_is_involved() {
+        let d = diagnose(vec![est(1_000_000, 600_000, 0)], host());
+        assert_eq!(d.limit, Limit::ReceiveWindow);
+        assert!(d.sysctls[0].contains("tcp_rmem"));
+        let d = diagnose(vec![est(1_000_000, 0, 0)], host());
+        assert_eq!(d.limit, Limit::Network);
+        assert!(d.sysctls.is_empty());
+        assert!(d.summary.contains("cubic"));
+        let d = diagnose(vec![], host());
+        assert_eq!(d.limit, Limit::Unknown);
+    }
+
+    #[test]
+    fn buffers_hold_twice_the_bdp() {
+        assert_eq!(buffer_for(5_000_000), 16 << 20);
+        assert_eq!(buffer_for(1), 4 << 20);
+        assert_eq!(buffer_for(u64::MAX / 4), 1 << 30);
+    }
+}

@@ -1,0 +1,183 @@
+//! Per-stream estimates from a series of `TCP_INFO` samples. Pure.
+//!
+//! The kernel's time counters (`busy`, `rwnd_limited`, `sndbuf_limited`)
+//! are cumulative, so what a stream spent its time on is the difference
+//! between the first and the last sample of the measurement window.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::tcp_info::TcpInfo;
+
+/// What held a stream back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The peer's receive window (its receive buffer).
+    ReceiveWindow,
+    /// Our send buffer.
+    SendBuffer,
+    /// The path, as congestion control saw it.
+    Network,
+    /// The application did not keep the socket busy (disk, CPU).
+    Application,
+    /// Not enough samples, or the kernel lacks the counters.
+    Unknown,
+}
+
+/// What one stream looked like over the measurement window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StreamEstimate {
+    /// Lowest RTT seen, ms.
+    pub min_rtt_ms: f64,
+    /// Latest smoothed RTT, ms.
+    pub srtt_ms: f64,
+    /// Highest delivery rate seen, bits/s.
+    pub delivery_rate_bps: f64,
+    /// Bandwidth-delay product from those two, bytes.
+    pub bdp_bytes: u64,
+    /// Share of the window the socket was busy sending.
+    pub busy_share: f64,
+    /// Share of busy time limited by the receive window.
+    pub rwnd_limited_share: f64,
+    /// Share of busy time limited by the send buffer.
+    pub sndbuf_limited_share: f64,
+    /// The dominant limit.
+    pub limit: Limit,
+}
+
+/// Accumulates samples of one stream.
+#[derive(Debug, Default, Clone)]
+pub struct StreamEstimator {
+    first: Option<(Duration, TcpInfo)>,
+    last: Option<(Duration, TcpInfo)>,
+    min_rtt_us: Option<u32>,
+    max_rate: u64,
+}
+
+/// A limit counts as dominant once it covers this share of busy time.
+const LIMITED: f64 = 0.2;
+
+impl StreamEstimator {
+    /// Adds a sample taken at `at` (any monotonic origin).
+    pub fn add(&mut self, at: Duration, info: TcpInfo) {
+        if self.first.is_none() {
+            self.first = Some((at, info));
+        }
+        self.last = Some((at, info));
+        let rtt = info.min_rtt_us.unwrap_or(info.rtt_us);
+        if rtt > 0 {
+            self.min_rtt_us = Some(self.min_rtt_us.map_or(rtt, |m| m.min(rtt)));
+        }
+        if let Some(rate) = info.delivery_rate {
+            self.max_rate = self.max_rate.max(rate);
+        }
+    }
+
+    /// The estimate so far.
+    pub fn estimate(&self) -> StreamEstimate {
+        let min_rtt_ms = f64::from(self.min_rtt_us.unwrap_or(0)) / 1e3;
+        let srtt_ms = self.last.map_or(0.0, |(_, i)| f64::from(i.rtt_us) / 1e3);
+        let delivery_rate_bps = self.max_rate as f64 * 8.0;
+        let bdp_bytes = (self.max_rate as f64 * min_rtt_ms / 1e3) as u64;
+        let (mut busy_share, mut rwnd, mut sndbuf, mut limit) = (0.0, 0.0, 0.0, Limit::Unknown);
+        if let (Some((t0, a)), Some((t1, b))) = (self.first, self.last) {
+            let window_us = (t1 - t0).as_micros() as f64;
+            let delta = |x: Option<u64>, y: Option<u64>| match (x, y) {
+                (Some(x), Some(y)) => Some(y.saturating_sub(x) as f64),
+                _ => None,
+            };
+            if let (Some(busy), Some(r), Some(s)) = (
+                delta(a.busy_us, b.busy_us),
+                delta(a.rwnd_limited_us, b.rwnd_limited_us),
+                delta(a.sndbuf_limited_us, b.sndbuf_limited_us),
+            ) {
+                if window_us > 0.0 && busy > 0.0 {
+                    busy_share = (busy / window_us).min(1.0);
+                    rwnd = (r / busy).min(1.0);
+                    sndbuf = (s / busy).min(1.0);
+                    limit = if sndbuf >= LIMITED && sndbuf >= rwnd {
+                        Limit::SendBuffer
+                    } else if rwnd >= LIMITED {
+                        Limit::ReceiveWindow
+                    } else if busy_share < 0.8 {
+                        Limit::Application
+                    } else {
+                        Limit::Network
+                    };
+                }
+            }
+        }
+        StreamEstimate {
+            min_rtt_ms,
+            srtt_ms,
+            delivery_rate_bps,
+            bdp_bytes,
+            busy_share,
+            rwnd_limited_share: rwnd,
+            sndbuf_limited_share: sndbuf,
+            limit,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A synthetic sample: cumulative counters in µs.
+    pub(crate) fn sample(busy: u64, rwnd: u64, sndbuf: u64, rate: u64, min_rtt_us: u32) -> TcpInfo {
+        TcpInfo {
+            rtt_us: min_rtt_us + 500,
+            min_rtt_us: Some(min_rtt_us),
+            delivery_rate: Some(rate),
+            busy_us: Some(busy),
+            rwnd_limited_us: Some(rwnd),
+            sndbuf_limited_us: Some(sndbuf),
+            ..TcpInfo::default()
+        }
+    }
+
+    fn run(samples: &[(u64, TcpInfo)]) -> StreamEstimate {
+        let mut e = StreamEstimator::default();
+        for (ms, info) in samples {
+            e.add(Duration::from_millis(*ms), *info);
+        }
+        e.estimate()
+    }
+
+    #[test]
+    fn a_stream_stuck_on_its_send_buffer_is_recognised() {
+        // Busy the whole second, 70% of it limited by the send buffer.
+        let e = run(&[
+            (0, sample(0, 0, 0, 10_000_000, 100_000)),
+            (1000, sample(1_000_000, 0, 700_000, 20_000_000, 100_000)),
+        ]);
+        assert_eq!(e.limit, Limit::SendBuffer);
+        assert!((e.sndbuf_limited_share - 0.7).abs() < 1e-9);
+        assert_eq!(e.min_rtt_ms, 100.0);
+        assert_eq!(e.delivery_rate_bps, 160e6);
+        assert_eq!(e.bdp_bytes, 2_000_000);
+    }
+
+    #[test]
+    fn receive_window_network_and_application_limits() {
+        let rwnd = run(&[
+            (0, sample(0, 0, 0, 1, 1000)),
+            (1000, sample(1_000_000, 500_000, 0, 1, 1000)),
+        ]);
+        assert_eq!(rwnd.limit, Limit::ReceiveWindow);
+        let net = run(&[
+            (0, sample(0, 0, 0, 1, 1000)),
+            (1000, sample(990_000, 10_000, 0, 1, 1000)),
+        ]);
+        assert_eq!(net.limit, Limit::Network);
+        let app = run(&[
+            (0, sample(0, 0, 0, 1, 1000)),
+            (1000, sample(300_000, 0, 0, 1, 1000)),
+        ]);
+        assert_eq!(app.limit, Limit::Application);
+        assert_eq!(run(&[(0, sample(0, 0, 0, 1, 1000))]).limit, Limit::Unknown);
+    }
+}

@@ -1,0 +1,19 @@
+//! Dynamic right-sizing (DRS): passive measurement of TCP streams and the
+//! diagnosis of what limits them.
+//!
+//! Layout follows the DESIGN: a pure core that is tested with recorded or
+//! synthetic `TCP_INFO` samples ([`estimate`], [`diagnose`]), and a thin
+//! adapter that reads the kernel ([`tcp_info`], [`host`]).
+//!
+//! This first part measures and explains; it does not yet act (no buffer
+//! resizing or stream-count control).
+
+pub mod diagnose;
+pub mod estimate;
+pub mod host;
+pub mod tcp_info;
+
+pub use diagnose::{Diagnosis, diagnose};
+pub use estimate::{Limit, StreamEstimate, StreamEstimator};
+pub use host::HostCaps;
+pub use tcp_info::TcpInfo;
