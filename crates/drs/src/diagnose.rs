@@ -14,6 +14,8 @@ pub struct Diagnosis {
     pub summary: String,
     /// Exact commands that would lift a host cap, if one was the limit.
     pub sysctls: Vec<String>,
+    /// What tern did about it.
+    pub actions: Vec<String>,
     /// Per-stream estimates.
     pub streams: Vec<StreamEstimate>,
     /// The host's caps.
@@ -30,8 +32,9 @@ fn buffer_for(bdp: u64) -> u64 {
     (2 * bdp).next_power_of_two().clamp(4 << 20, 1 << 30)
 }
 
-/// Diagnoses a transfer from its streams' estimates.
-pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps) -> Diagnosis {
+/// Diagnoses a transfer from its streams' estimates. `raised` holds, per
+/// stream, the send buffer tern set when the kernel's cap held it back.
+pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u64>]) -> Diagnosis {
     let count = |l: Limit| streams.iter().filter(|s| s.limit == l).count();
     let candidates = [
         Limit::SendBuffer,
@@ -93,10 +96,41 @@ pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps) -> Diagnosis {
         ),
         Limit::Unknown => "Not enough TCP_INFO samples to tell what limited the transfer.".into(),
     };
+    let mut actions = Vec::new();
+    let grown: Vec<u64> = raised.iter().flatten().copied().collect();
+    let (mut limit, mut summary) = (limit, summary);
+    if let Some(&largest) = grown.iter().max() {
+        actions.push(format!(
+            "raised the send buffer of {} of {n} streams past the {} tcp_wmem cap, up to {}",
+            grown.len(),
+            mib(host.tcp_wmem[2]),
+            mib(largest)
+        ));
+        if !sysctls.iter().any(|l| l.contains("tcp_wmem")) {
+            let want = buffer_for(bdp).max(largest);
+            sysctls.insert(
+                0,
+                format!(
+                    "sysctl -w net.ipv4.tcp_wmem=\"{} {} {want}\"",
+                    host.tcp_wmem[0], host.tcp_wmem[1]
+                ),
+            );
+        }
+        summary = format!(
+            "The send buffer was the limit: the sender's tcp_wmem maximum is {}. tern worked \
+             around it by setting larger send buffers itself ({} on {} of {n} streams); raising \
+             tcp_wmem removes the cap for every program. Afterwards: {summary}",
+            mib(host.tcp_wmem[2]),
+            mib(largest),
+            grown.len()
+        );
+        limit = Limit::SendBuffer;
+    }
     Diagnosis {
         limit,
         summary,
         sysctls,
+        actions,
         streams,
         host,
     }
@@ -134,6 +168,7 @@ mod tests {
         let d = diagnose(
             vec![est(1_000_000, 0, 800_000), est(1_000_000, 0, 600_000)],
             host(),
+            &[],
         );
         assert_eq!(d.limit, Limit::SendBuffer);
         assert!(d.summary.contains("4.0 MiB"), "{}", d.summary);
@@ -146,15 +181,26 @@ mod tests {
 
     #[test]
     fn other_limits_are_named_without_sysctls_unless_a_cap_is_involved() {
-        let d = diagnose(vec![est(1_000_000, 600_000, 0)], host());
+        let d = diagnose(vec![est(1_000_000, 600_000, 0)], host(), &[]);
         assert_eq!(d.limit, Limit::ReceiveWindow);
         assert!(d.sysctls[0].contains("tcp_rmem"));
-        let d = diagnose(vec![est(1_000_000, 0, 0)], host());
+        let d = diagnose(vec![est(1_000_000, 0, 0)], host(), &[]);
         assert_eq!(d.limit, Limit::Network);
         assert!(d.sysctls.is_empty());
         assert!(d.summary.contains("cubic"));
-        let d = diagnose(vec![], host());
+        let d = diagnose(vec![], host(), &[]);
         assert_eq!(d.limit, Limit::Unknown);
+    }
+
+    #[test]
+    fn a_workaround_is_reported_with_the_sysctl_that_makes_it_unneeded() {
+        // The raised buffer removed the limit: streams now look network-bound.
+        let d = diagnose(vec![est(1_000_000, 0, 0)], host(), &[Some(32 << 20)]);
+        assert_eq!(d.limit, Limit::SendBuffer);
+        assert!(d.summary.contains("worked around"), "{}", d.summary);
+        assert!(d.summary.contains("32.0 MiB"), "{}", d.summary);
+        assert_eq!(d.actions.len(), 1);
+        assert!(d.sysctls[0].contains("tcp_wmem"), "{:?}", d.sysctls);
     }
 
     #[test]

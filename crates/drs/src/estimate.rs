@@ -47,10 +47,26 @@ pub struct StreamEstimate {
     pub limit: Limit,
 }
 
+/// What one stream did between its last two samples.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interval {
+    /// Share of the interval the socket was busy.
+    pub busy_share: f64,
+    /// Share of busy time limited by the send buffer.
+    pub sndbuf_limited_share: f64,
+    /// Share of busy time limited by the receive window.
+    pub rwnd_limited_share: f64,
+    /// Bytes acknowledged per second.
+    pub acked_rate: f64,
+    /// Lowest RTT seen so far, µs.
+    pub min_rtt_us: u32,
+}
+
 /// Accumulates samples of one stream.
 #[derive(Debug, Default, Clone)]
 pub struct StreamEstimator {
     first: Option<(Duration, TcpInfo)>,
+    previous: Option<(Duration, TcpInfo)>,
     last: Option<(Duration, TcpInfo)>,
     min_rtt_us: Option<u32>,
     max_rate: u64,
@@ -65,6 +81,7 @@ impl StreamEstimator {
         if self.first.is_none() {
             self.first = Some((at, info));
         }
+        self.previous = self.last;
         self.last = Some((at, info));
         let rtt = info.min_rtt_us.unwrap_or(info.rtt_us);
         if rtt > 0 {
@@ -73,6 +90,30 @@ impl StreamEstimator {
         if let Some(rate) = info.delivery_rate {
             self.max_rate = self.max_rate.max(rate);
         }
+    }
+
+    /// The last interval, once there are two samples with time counters.
+    pub fn last_interval(&self) -> Option<Interval> {
+        let ((t0, a), (t1, b)) = (self.previous?, self.last?);
+        let window_us = (t1 - t0).as_micros() as f64;
+        let busy = b.busy_us?.saturating_sub(a.busy_us?) as f64;
+        if window_us <= 0.0 {
+            return None;
+        }
+        let share = |x: Option<u64>, y: Option<u64>| -> Option<f64> {
+            Some(if busy > 0.0 {
+                (y?.saturating_sub(x?) as f64 / busy).min(1.0)
+            } else {
+                0.0
+            })
+        };
+        Some(Interval {
+            busy_share: (busy / window_us).min(1.0),
+            sndbuf_limited_share: share(a.sndbuf_limited_us, b.sndbuf_limited_us)?,
+            rwnd_limited_share: share(a.rwnd_limited_us, b.rwnd_limited_us)?,
+            acked_rate: b.bytes_acked.saturating_sub(a.bytes_acked) as f64 / (window_us / 1e6),
+            min_rtt_us: self.min_rtt_us.unwrap_or(0),
+        })
     }
 
     /// The estimate so far.

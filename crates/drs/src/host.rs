@@ -47,6 +47,20 @@ impl HostCaps {
     }
 }
 
+/// Send-buffer memory one session may commit: 1/16 of RAM, at most 1 GiB.
+pub fn session_budget() -> u64 {
+    let total_kib: u64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(4 << 20);
+    (total_kib * 1024 / 16).clamp(64 << 20, 1 << 30)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,15 +5,17 @@
 //! synthetic `TCP_INFO` samples ([`estimate`], [`diagnose`]), and a thin
 //! adapter that reads the kernel ([`tcp_info`], [`host`]).
 //!
-//! This first part measures and explains; it does not yet act (no buffer
-//! resizing or stream-count control).
+//! It measures, explains, and grows send buffers that limit a stream
+//! ([`policy`]); stream-count control is not built yet.
 
 pub mod diagnose;
 pub mod estimate;
 pub mod host;
+pub mod policy;
+pub mod socket;
 pub mod tcp_info;
 
 pub use diagnose::{Diagnosis, diagnose};
-pub use estimate::{Limit, StreamEstimate, StreamEstimator};
+pub use estimate::{Interval, Limit, StreamEstimate, StreamEstimator};
 pub use host::HostCaps;
 pub use tcp_info::TcpInfo;

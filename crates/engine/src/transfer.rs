@@ -194,11 +194,19 @@ pub struct TransferStats {
 /// How often data sockets are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
-/// Samples `TCP_INFO` of every data socket while a session runs.
+/// Samples `TCP_INFO` of every data socket while a session runs, and grows
+/// the send buffer of a stream that it shows to be buffer-limited.
 struct Sampler {
-    estimators: Arc<Mutex<Vec<tern_drs::StreamEstimator>>>,
-    probes: Arc<Vec<std::os::fd::OwnedFd>>,
+    state: Arc<Mutex<SamplerState>>,
     started: Instant,
+}
+
+struct SamplerState {
+    estimators: Vec<tern_drs::StreamEstimator>,
+    probes: Arc<Vec<std::os::fd::OwnedFd>>,
+    /// Send buffer set per stream, when tern overrode the kernel.
+    raised: Vec<Option<u64>>,
+    budget: tern_drs::policy::BufferBudget,
 }
 
 impl Sampler {
@@ -206,50 +214,66 @@ impl Sampler {
         if probes.is_empty() {
             return None;
         }
-        let sampler = Sampler {
-            estimators: Arc::new(Mutex::new(vec![Default::default(); probes.len()])),
+        let caps = tern_drs::HostCaps::read();
+        let n = probes.len();
+        let state = Arc::new(Mutex::new(SamplerState {
+            estimators: vec![Default::default(); n],
+            raised: vec![None; n],
+            budget: tern_drs::policy::BufferBudget {
+                per_stream: tern_drs::host::session_budget() / n as u64,
+                privileged: tern_drs::socket::privileged(),
+                wmem_max: caps.wmem_max,
+            },
             probes,
+        }));
+        let sampler = Sampler {
+            state: state.clone(),
             started: Instant::now(),
         };
-        let (est, probes, started) = (
-            sampler.estimators.clone(),
-            sampler.probes.clone(),
-            sampler.started,
-        );
+        let started = sampler.started;
         guard.spawn(async move {
             loop {
                 tokio::time::sleep(SAMPLE_EVERY).await;
-                Sampler::sample_into(&est, &probes, started);
+                state.lock().expect("sampler").sample(started, true);
             }
         });
         Some(sampler)
     }
 
-    fn sample_into(
-        est: &Mutex<Vec<tern_drs::StreamEstimator>>,
-        probes: &[std::os::fd::OwnedFd],
-        started: Instant,
-    ) {
+    fn finish(self) -> tern_drs::Diagnosis {
+        let mut state = self.state.lock().expect("sampler");
+        state.sample(self.started, false);
+        let estimates = state.estimators.iter().map(|e| e.estimate()).collect();
+        tern_drs::diagnose(estimates, tern_drs::HostCaps::read(), &state.raised)
+    }
+}
+
+impl SamplerState {
+    fn sample(&mut self, started: Instant, act: bool) {
         use std::os::fd::AsRawFd;
         let at = started.elapsed();
-        let mut est = est.lock().expect("estimators");
-        for (e, fd) in est.iter_mut().zip(probes) {
-            if let Ok(info) = tern_drs::TcpInfo::read(fd.as_raw_fd()) {
-                e.add(at, info);
+        for (k, fd) in self.probes.iter().enumerate() {
+            let fd = fd.as_raw_fd();
+            let Ok(info) = tern_drs::TcpInfo::read(fd) else {
+                continue;
+            };
+            self.estimators[k].add(at, info);
+            let Some(interval) = self.estimators[k].last_interval().filter(|_| act) else {
+                continue;
+            };
+            let Ok(current) = tern_drs::socket::sndbuf(fd) else {
+                continue;
+            };
+            if let Some(next) = tern_drs::policy::next_sndbuf(&interval, current, &self.budget) {
+                match tern_drs::socket::set_sndbuf(fd, next, self.budget.privileged) {
+                    Ok(()) => {
+                        tracing::debug!("stream {k}: send buffer {current} -> {next}");
+                        self.raised[k] = Some(next);
+                    }
+                    Err(e) => tracing::debug!("stream {k}: cannot grow the send buffer: {e}"),
+                }
             }
         }
-    }
-
-    fn finish(self) -> tern_drs::Diagnosis {
-        Sampler::sample_into(&self.estimators, &self.probes, self.started);
-        let estimates = self
-            .estimators
-            .lock()
-            .expect("estimators")
-            .iter()
-            .map(|e| e.estimate())
-            .collect();
-        tern_drs::diagnose(estimates, tern_drs::HostCaps::read())
     }
 }
 
