@@ -14,7 +14,7 @@ fi
 
 need=()
 # iperf3 and ping serve the netlab tests and the demo's untuned baseline.
-for tool in mount:util-linux kill:procps cmp:diffutils ip:iproute2 iperf3:iperf3 ping:iputils-ping; do
+for tool in mount:util-linux kill:procps cmp:diffutils ip:iproute2 iperf3:iperf3 ping:iputils-ping gcc:gcc; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

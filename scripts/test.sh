@@ -12,6 +12,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --release --workspace --all-targets -- -D warnings
+echo "== libdrs: C example built with gcc, run over loopback"
+bash scripts/test-libdrs.sh
 echo "== cargo test"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -10,6 +10,7 @@
 
 pub mod diagnose;
 pub mod estimate;
+pub mod ffi;
 pub mod host;
 pub mod policy;
 pub mod socket;
