@@ -256,19 +256,19 @@ fn a_block_corrupted_in_flight_is_counted_in_the_report() {
     let env = Env::new();
     let data = random_file(&env.p("src.bin"), 6 << 20);
     let server = env.server();
-    // Byte 1000 of stream 1 lies in the payload of its first block.
+    // Byte 1000 of the only stream lies in the payload of its first block.
     let out = env.run_env(
         &[
             "cp",
             "--json",
             "-P",
-            "2",
+            "1",
             "--protect",
             "clear",
             env.p("src.bin").to_str().unwrap(),
             &server.url("x.bin"),
         ],
-        &[("TERN_FAULT_CORRUPT", "1:1000")],
+        &[("TERN_FAULT_CORRUPT", "0:1000")],
     );
     let report = json(&out);
     assert_eq!(report["blocks_retransmitted"], 1, "{report}");
