@@ -31,13 +31,19 @@ fn can_run(test: &str) -> bool {
     true
 }
 
+/// Labs run one at a time: each has its own emulator process, and several
+/// at once on two cores would measure the host's load, not the emulator.
+static ONE_LAB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A lab that is torn down when dropped.
 struct Lab {
     name: String,
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Lab {
     fn up(name: &str, args: &[&str]) -> Lab {
+        let turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let _ = Command::new(netlab_bin())
             .args(["--lab", name, "down"])
             .status();
@@ -51,7 +57,10 @@ impl Lab {
             "netlab up: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        Lab { name: name.into() }
+        Lab {
+            name: name.into(),
+            _turn: turn,
+        }
     }
 
     fn exec(&self, host: &str, cmd: &[&str]) -> Output {
@@ -185,11 +194,14 @@ fn rtt_rate_and_status_match_the_configuration() {
     );
     let (rtts, received) = lab.ping(10, "0.1", "10.47.0.2");
     assert_eq!(received, 10);
-    let avg = rtts[1];
+    // The configured delay is a floor; the minimum shows the emulator's
+    // accuracy, the average adds the host's scheduling noise.
+    let (min, avg) = (rtts[0], rtts[1]);
     assert!(
-        (avg - 40.0).abs() <= (40.0f64 * 0.03).max(1.0),
-        "ping avg {avg} ms for 40 ms"
+        (min - 40.0).abs() <= (40.0f64 * 0.03).max(1.0),
+        "ping min {min} ms for 40 ms"
     );
+    assert!(avg - 40.0 <= 4.0, "ping avg {avg} ms for 40 ms");
 
     let mbit = lab.iperf3("10.47.0.2", 6, &[]);
     let target = 200.0 * goodput_share(1500.0);
@@ -224,7 +236,7 @@ fn rtt_rate_and_status_match_the_configuration() {
         String::from_utf8_lossy(&out.stderr)
     );
     let (rtts, _) = lab.ping(5, "0.1", "10.47.0.2");
-    assert!((rtts[1] - 80.0).abs() <= 2.4, "after set: {} ms", rtts[1]);
+    assert!((rtts[0] - 80.0).abs() <= 2.4, "after set: {} ms", rtts[0]);
 }
 
 #[test]
@@ -266,8 +278,8 @@ fn several_paths_and_down_is_idempotent() {
     );
     let (r0, _) = lab.ping(3, "0.1", "10.47.0.2");
     let (r1, _) = lab.ping(3, "0.1", "10.47.1.2");
-    assert!((r0[1] - 10.0).abs() <= 1.0, "path 0: {}", r0[1]);
-    assert!((r1[1] - 30.0).abs() <= 1.0, "path 1: {}", r1[1]);
+    assert!((r0[0] - 10.0).abs() <= 1.0, "path 0: {}", r0[0]);
+    assert!((r1[0] - 30.0).abs() <= 1.0, "path 1: {}", r1[0]);
     let st = lab.status();
     assert_eq!(st["mtu"], 9000);
     assert_eq!(st["paths"].as_array().unwrap().len(), 2);
