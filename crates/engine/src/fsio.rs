@@ -109,13 +109,6 @@ impl Root {
         })
     }
 
-    fn show(&self, p: &Path) -> PathBuf {
-        match self {
-            Root::Ambient => p.to_path_buf(),
-            Root::Confined { .. } => p.to_path_buf(),
-        }
-    }
-
     fn err(&self, what: &str, p: &Path, e: io::Error) -> Error {
         // cap-std reports an escape attempt as PermissionDenied; say why.
         if let (Root::Confined { .. }, io::ErrorKind::PermissionDenied) = (self, e.kind()) {
@@ -124,7 +117,7 @@ impl Root {
                 why: "outside the served root, or not readable".into(),
             };
         }
-        Error::io(what, self.show(p), e)
+        Error::io(what, p, e)
     }
 
     fn open(&self, p: &Path) -> Result<File> {
