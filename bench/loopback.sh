@@ -598,6 +598,14 @@ try:
     md += "\n`$WORK/ssh/sshd_config`:\n\n```\n" + sshd_config + "```\n"
 except OSError:
     pass
+# Keep the WAN section bench/wan.sh --write put into the same file, if any.
+try:
+    old = open(out_path).read()
+    a, b = old.find("<!-- wan:start -->"), old.find("<!-- wan:end -->")
+    if a >= 0 and b > a:
+        md += "\n" + old[a:b + len("<!-- wan:end -->")] + "\n"
+except OSError:
+    pass
 with open(out_path, "w") as f:
     f.write(md)
 
