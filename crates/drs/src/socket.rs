@@ -62,3 +62,25 @@ pub fn privileged() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Bounds the bytes written but not yet sent (`TCP_NOTSENT_LOWAT`): the
+/// socket reports writable only below it, so a writer's pace follows what
+/// the connection really sends instead of filling a large send buffer.
+pub fn set_notsent_lowat(fd: RawFd, bytes: u32) -> io::Result<()> {
+    let value = bytes.min(i32::MAX as u32) as libc::c_int;
+    // SAFETY: a valid pointer to an int of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -28,4 +28,15 @@ pub fn prepare(tcp: &TcpStream, io_timeout: Duration) {
     if let Err(e) = sock.set_tcp_user_timeout(Some(io_timeout)) {
         tracing::debug!("cannot set TCP_USER_TIMEOUT: {e}");
     }
+    // Keep little unsent data in the kernel: a stream worker then asks for
+    // its next block only when its connection is really sending, which is
+    // what makes faster streams carry more, and a perf deadline is not
+    // followed by seconds of queued data.
+    use std::os::fd::AsRawFd;
+    if let Err(e) = tern_drs::socket::set_notsent_lowat(tcp.as_raw_fd(), NOTSENT_LOWAT) {
+        tracing::debug!("cannot set TCP_NOTSENT_LOWAT: {e}");
+    }
 }
+
+/// Unsent bytes a data socket may hold: two default blocks.
+pub const NOTSENT_LOWAT: u32 = 2 << 20;
