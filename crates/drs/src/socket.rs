@@ -4,12 +4,12 @@
 use std::io;
 use std::os::fd::RawFd;
 
-fn set_int(fd: RawFd, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: a valid pointer to an int of the size passed.
     let rc = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_SOCKET,
+            level,
             opt,
             (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
@@ -53,7 +53,7 @@ pub fn set_sndbuf(fd: RawFd, bytes: u64, privileged: bool) -> io::Result<()> {
     } else {
         libc::SO_SNDBUF
     };
-    set_int(fd, opt, half)
+    set_int(fd, libc::SOL_SOCKET, opt, half)
 }
 
 /// True when this process may use `SO_SNDBUFFORCE` (effective root, as a
@@ -68,19 +68,5 @@ pub fn privileged() -> bool {
 /// the connection really sends instead of filling a large send buffer.
 pub fn set_notsent_lowat(fd: RawFd, bytes: u32) -> io::Result<()> {
     let value = bytes.min(i32::MAX as u32) as libc::c_int;
-    // SAFETY: a valid pointer to an int of the size passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, value)
 }

@@ -81,6 +81,22 @@ impl Lab {
             .unwrap()
     }
 
+    /// Starts `tern serve` on B at 10.47.0.2:4747, root and state under `work`.
+    fn serve_tern(&self, tern: &str, work: &Path, extra: &[&str]) -> Child {
+        let (root, state) = (work.join("root"), work.join("state"));
+        std::fs::create_dir_all(&root).unwrap();
+        let mut args = vec![tern, "serve", "--listen", "10.47.0.2:4747"];
+        args.extend_from_slice(extra);
+        let (root, state) = (
+            root.to_str().unwrap().to_string(),
+            state.to_str().unwrap().to_string(),
+        );
+        args.extend_from_slice(&["--root", &root, "--state-dir", &state]);
+        let child = self.spawn("B", &args);
+        std::thread::sleep(Duration::from_millis(500));
+        child
+    }
+
     fn netlab(&self, args: &[&str]) -> Output {
         Command::new(netlab_bin())
             .args(["--lab", &self.name])
@@ -330,21 +346,7 @@ fn tern_copies_and_measures_over_a_50ms_path() {
         ],
     );
     let root = work.join("root");
-    let state = work.join("state");
-    let mut server = lab.spawn(
-        "B",
-        &[
-            &tern,
-            "serve",
-            "--listen",
-            "10.47.0.2:4747",
-            "--root",
-            root.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(500));
+    let mut server = lab.serve_tern(&tern, &work, &[]);
     let cfg = work.join("cfg");
     let env_cfg = format!("XDG_CONFIG_HOME={}", cfg.display());
     let src = work.join("src.bin");
@@ -423,23 +425,7 @@ fn a_path_that_goes_silent_fails_the_transfer_with_exit_9() {
     let work = tempfile_dir("nlsilent");
     std::fs::create_dir_all(work.join("root")).unwrap();
     let lab = Lab::up("nltest5", &["--rtt", "10", "--rate", "100"]);
-    let (root, state) = (work.join("root"), work.join("state"));
-    let mut server = lab.spawn(
-        "B",
-        &[
-            &tern,
-            "serve",
-            "--listen",
-            "10.47.0.2:4747",
-            "--io-timeout",
-            "3",
-            "--root",
-            root.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(500));
+    let mut server = lab.serve_tern(&tern, &work, &["--io-timeout", "3"]);
     let env_cfg = format!("XDG_CONFIG_HOME={}", work.join("cfg").display());
     let started = std::time::Instant::now();
     let client = lab.spawn(
@@ -505,22 +491,9 @@ fn a_send_buffer_limit_on_a_long_fat_path_is_diagnosed() {
             "4096 16384 4194304",
         ],
     );
-    let (root, state) = (work.join("root"), work.join("state"));
+    let root = work.join("root");
     std::fs::create_dir_all(&root).unwrap();
-    let mut server = lab.spawn(
-        "B",
-        &[
-            &tern,
-            "serve",
-            "--listen",
-            "10.47.0.2:4747",
-            "--root",
-            root.to_str().unwrap(),
-            "--state-dir",
-            state.to_str().unwrap(),
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(500));
+    let mut server = lab.serve_tern(&tern, &work, &[]);
     let env_cfg = format!("XDG_CONFIG_HOME={}", work.join("cfg").display());
     let out = lab.exec(
         "A",
