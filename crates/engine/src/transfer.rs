@@ -191,6 +191,27 @@ pub struct TransferStats {
     pub tuning: Option<tern_drs::Diagnosis>,
 }
 
+impl TransferStats {
+    fn new(
+        files: &[FileOutcome],
+        per_stream_bytes: &[u64],
+        network_elapsed: Duration,
+        blocks_retransmitted: u64,
+        blocks_corrupt: u64,
+        tuning: Option<tern_drs::Diagnosis>,
+    ) -> TransferStats {
+        TransferStats {
+            bytes: files.iter().map(|f| f.size).sum(),
+            files: files.to_vec(),
+            per_stream_bytes: per_stream_bytes.to_vec(),
+            network_elapsed,
+            blocks_retransmitted,
+            blocks_corrupt,
+            tuning,
+        }
+    }
+}
+
 /// How often data sockets are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
@@ -463,15 +484,14 @@ pub async fn run_sender(
         return Err(e);
     }
     let session = shared.session.lock().expect("session");
-    Ok(TransferStats {
+    Ok(TransferStats::new(
+        session.finished(),
+        session.stream_bytes(),
+        started.elapsed(),
+        session.blocks_retransmitted(),
+        0,
         tuning,
-        bytes: session.finished().iter().map(|f| f.size).sum::<u64>(),
-        files: session.finished().to_vec(),
-        per_stream_bytes: session.stream_bytes().to_vec(),
-        network_elapsed: started.elapsed(),
-        blocks_retransmitted: session.blocks_retransmitted(),
-        blocks_corrupt: 0,
-    })
+    ))
 }
 
 async fn sender_control_reader(shared: Arc<SendShared>, mut rd: ControlReader) {
@@ -767,15 +787,14 @@ pub async fn run_receiver(
         return Err(e);
     }
     let session = shared.session.lock().expect("session");
-    Ok(TransferStats {
-        tuning,
-        bytes: session.finished().iter().map(|f| f.size).sum::<u64>(),
-        files: session.finished().to_vec(),
-        per_stream_bytes: session.stream_bytes().to_vec(),
+    Ok(TransferStats::new(
+        session.finished(),
+        session.stream_bytes(),
         network_elapsed,
-        blocks_retransmitted: shared.repaired.load(Ordering::Relaxed),
-        blocks_corrupt: session.blocks_corrupt(),
-    })
+        shared.repaired.load(Ordering::Relaxed),
+        session.blocks_corrupt(),
+        tuning,
+    ))
 }
 
 async fn receiver_control_reader(shared: Arc<RecvShared>, mut rd: ControlReader) {
