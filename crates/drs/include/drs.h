@@ -75,8 +75,9 @@ typedef struct drs_estimate_t {
 struct drs_t *drs_attach(int fd);
 
 /**
- * Samples the socket now and grows its send buffer if that is what limits
- * it. Returns 1 if the buffer changed, 0 if not, -1 on error.
+ * Samples the socket now and resizes its send buffer (and unsent-data
+ * mark) if the policy says so. Returns 1 if something changed, 0 if not,
+ * -1 on error.
  *
  * # Safety
  * `d` must come from [`drs_attach`] and not be detached.

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::estimate::{Limit, StreamEstimate};
 use crate::host::HostCaps;
+use crate::streams::StreamStep;
 
 /// What limited a transfer, in words and in sysctl lines.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -20,6 +21,16 @@ pub struct Diagnosis {
     pub streams: Vec<StreamEstimate>,
     /// The host's caps.
     pub host: HostCaps,
+    /// Congestion control of the data sockets.
+    pub congestion_control: String,
+    /// Who sized the buffers: `auto` (tern), `kernel`, or a fixed size.
+    pub window: String,
+    /// The stream count over time (the sending side decides it).
+    pub stream_steps: Vec<StreamStep>,
+    /// Sum over streams of the largest send buffer each had, bytes.
+    pub send_buffer_peak_bytes: u64,
+    /// Sum over streams of the largest receive buffer each had, bytes.
+    pub receive_buffer_peak_bytes: u64,
 }
 
 fn mib(bytes: u64) -> String {
@@ -133,6 +144,11 @@ pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u
         actions,
         streams,
         host,
+        congestion_control: String::new(),
+        window: String::new(),
+        stream_steps: Vec::new(),
+        send_buffer_peak_bytes: 0,
+        receive_buffer_peak_bytes: 0,
     }
 }
 
@@ -160,6 +176,7 @@ mod tests {
             rmem_max: 4194304,
             wmem_max: 4194304,
             congestion_control: "cubic".into(),
+            ..HostCaps::default()
         }
     }
 

@@ -60,6 +60,8 @@ pub struct Interval {
     pub acked_rate: f64,
     /// Lowest RTT seen so far, µs.
     pub min_rtt_us: u32,
+    /// Smoothed RTT at the end of the interval, µs.
+    pub srtt_us: u32,
 }
 
 /// Accumulates samples of one stream.
@@ -113,6 +115,7 @@ impl StreamEstimator {
             rwnd_limited_share: share(a.rwnd_limited_us, b.rwnd_limited_us)?,
             acked_rate: b.bytes_acked.saturating_sub(a.bytes_acked) as f64 / (window_us / 1e6),
             min_rtt_us: self.min_rtt_us.unwrap_or(0),
+            srtt_us: b.rtt_us,
         })
     }
 

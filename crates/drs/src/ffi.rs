@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::estimate::{Limit, StreamEstimator};
-use crate::policy::{BufferBudget, next_sndbuf};
-use crate::{HostCaps, TcpInfo, socket};
+use crate::estimate::Limit;
+use crate::tuner::{Direction, SocketTuner, TunerConfig, WindowMode};
+use crate::{TcpInfo, socket};
 
 /// What libdrs measured on a socket.
 #[repr(C)]
@@ -44,10 +44,8 @@ pub struct drs_estimate_t {
 
 struct Inner {
     fd: c_int,
-    estimator: StreamEstimator,
+    tuner: SocketTuner,
     started: Instant,
-    budget: BufferBudget,
-    adjustments: u32,
 }
 
 /// An attached socket (opaque to C).
@@ -65,21 +63,10 @@ impl std::fmt::Debug for drs_t {
 
 impl Inner {
     fn tune(&mut self) -> c_int {
-        let Ok(info) = TcpInfo::read(self.fd) else {
-            return -1;
-        };
-        self.estimator.add(self.started.elapsed(), info);
-        let (Some(interval), Ok(current)) =
-            (self.estimator.last_interval(), socket::sndbuf(self.fd))
-        else {
-            return 0;
-        };
-        match next_sndbuf(&interval, current, &self.budget) {
-            Some(next) if socket::set_sndbuf(self.fd, next, self.budget.privileged).is_ok() => {
-                self.adjustments += 1;
-                1
-            }
-            _ => 0,
+        let before = self.tuner.adjustments;
+        match self.tuner.tick(self.started.elapsed(), true) {
+            Ok(_) => c_int::from(self.tuner.adjustments != before),
+            Err(_) => -1,
         }
     }
 }
@@ -90,17 +77,15 @@ pub extern "C" fn drs_attach(fd: c_int) -> *mut drs_t {
     if TcpInfo::read(fd).is_err() {
         return std::ptr::null_mut();
     }
-    let caps = HostCaps::read();
+    let cfg = TunerConfig::new(
+        WindowMode::Auto,
+        Direction::Send,
+        crate::host::session_budget(),
+    );
     let inner = Inner {
         fd,
-        estimator: StreamEstimator::default(),
+        tuner: SocketTuner::new(fd, cfg),
         started: Instant::now(),
-        budget: BufferBudget {
-            per_stream: crate::host::session_budget(),
-            privileged: socket::privileged(),
-            wmem_max: caps.wmem_max,
-        },
-        adjustments: 0,
     };
     let handle = drs_t {
         inner: Arc::new(Mutex::new(inner)),
@@ -110,8 +95,9 @@ pub extern "C" fn drs_attach(fd: c_int) -> *mut drs_t {
     Box::into_raw(Box::new(handle))
 }
 
-/// Samples the socket now and grows its send buffer if that is what limits
-/// it. Returns 1 if the buffer changed, 0 if not, -1 on error.
+/// Samples the socket now and resizes its send buffer (and unsent-data
+/// mark) if the policy says so. Returns 1 if something changed, 0 if not,
+/// -1 on error.
 ///
 /// # Safety
 /// `d` must come from [`drs_attach`] and not be detached.
@@ -164,7 +150,7 @@ pub unsafe extern "C" fn drs_estimate(d: *const drs_t, out: *mut drs_estimate_t)
     let Ok(i) = d.inner.lock() else {
         return -1;
     };
-    let e = i.estimator.estimate();
+    let e = i.tuner.estimate();
     *out = drs_estimate_t {
         min_rtt_ms: e.min_rtt_ms,
         srtt_ms: e.srtt_ms,
@@ -181,7 +167,7 @@ pub unsafe extern "C" fn drs_estimate(d: *const drs_t, out: *mut drs_estimate_t)
             Limit::Application => 4,
         },
         sndbuf_bytes: socket::sndbuf(i.fd).unwrap_or(0),
-        adjustments: i.adjustments,
+        adjustments: i.tuner.adjustments,
     };
     0
 }

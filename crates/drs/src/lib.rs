@@ -13,10 +13,15 @@ pub mod estimate;
 pub mod ffi;
 pub mod host;
 pub mod policy;
+pub mod pool;
 pub mod socket;
+pub mod streams;
 pub mod tcp_info;
+pub mod tuner;
 
 pub use diagnose::{Diagnosis, diagnose};
 pub use estimate::{Interval, Limit, StreamEstimate, StreamEstimator};
 pub use host::HostCaps;
+pub use streams::{StreamChange, StreamController, StreamStep};
 pub use tcp_info::TcpInfo;
+pub use tuner::{Direction, SocketTuner, TunerConfig, WindowMode};

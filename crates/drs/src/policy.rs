@@ -1,19 +1,37 @@
-//! Buffer policy: when the send buffer is what holds a stream back, grow
-//! it, within a memory budget. Pure; the socket adapter applies decisions.
+//! Buffer policy: how big a stream's send buffer, receive buffer and
+//! unsent-data mark should be, from what the stream measurably did. Pure;
+//! [`crate::tuner`] applies the decisions to sockets.
 //!
 //! Hybrid with the kernel, as DRS intends: kernel autotuning stays in
 //! charge until a stream is measurably limited by its send buffer (the
 //! `tcpi_sndbuf_limited` counter grows); only then is the buffer set
-//! explicitly, doubling per step but never past four times what the stream
-//! actually had in flight (its acknowledged rate × minimum RTT; the kernel
-//! counts about half of a buffer as overhead, so that is about twice the
-//! data), and never past the stream's share of the budget. Without privilege the kernel caps an explicit
-//! `SO_SNDBUF` at `net.core.wmem_max`; the policy knows and stays within it.
+//! explicitly. It grows by half per step while the limit persists — small
+//! enough steps that the buffer ends up within about 1.5× of what the
+//! stream needs, which keeps the total near the bandwidth-delay product
+//! instead of at a power of two above it — and never past the stream's
+//! share of the budget. Once tern owns a buffer it also shrinks it when the
+//! stream no longer needs it: when the bytes in flight over the last
+//! [`TRIM_WINDOW`] intervals would fit in less than half of it (the path
+//! got slower, or its RTT dropped after a reroute). Without privilege the
+//! kernel caps an explicit `SO_SNDBUF` at `net.core.wmem_max`; the policy
+//! knows and stays within it.
+
+use std::collections::VecDeque;
 
 use crate::estimate::Interval;
 
 /// A limit counts once it covers this share of an interval's busy time.
 const LIMITED: f64 = 0.2;
+
+/// Intervals of history behind a decision to shrink.
+pub const TRIM_WINDOW: usize = 10;
+
+/// Growth factor per step while a stream stays buffer-limited.
+const GROWTH: f64 = 1.5;
+
+/// Headroom over the bytes in flight: the kernel charges socket buffers
+/// with per-packet overhead, and the unsent mark sits on top.
+const HEADROOM: f64 = 1.25;
 
 /// What the policy may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,20 +44,134 @@ pub struct BufferBudget {
     pub wmem_max: u64,
 }
 
-/// Decides a stream's next send-buffer size, or `None` to leave it.
+impl BufferBudget {
+    /// The largest send buffer this budget allows one stream.
+    pub fn cap(&self) -> u64 {
+        if self.privileged {
+            self.per_stream
+        } else {
+            self.per_stream.min(self.wmem_max)
+        }
+    }
+}
+
+/// Decides a stream's next send-buffer size when it is buffer-limited, or
+/// `None` to leave it.
 pub fn next_sndbuf(interval: &Interval, current: u64, budget: &BufferBudget) -> Option<u64> {
     if interval.busy_share < 0.5 || interval.sndbuf_limited_share < LIMITED {
         return None;
     }
-    let in_flight = interval.acked_rate * f64::from(interval.min_rtt_us) / 1e6;
-    let cap = if budget.privileged {
-        budget.per_stream
-    } else {
-        budget.per_stream.min(budget.wmem_max)
-    };
-    let want = ((2.0 * in_flight) as u64)
-        .max(current.saturating_mul(2))
-        .min(cap);
+    let want = ((current as f64 * GROWTH) as u64).min(budget.cap());
+    (want > current).then_some(want)
+}
+
+/// True when the stream spent a real share of the interval on its send
+/// buffer while busy.
+pub fn is_sndbuf_limited(interval: &Interval) -> bool {
+    interval.busy_share >= 0.5 && interval.sndbuf_limited_share >= LIMITED
+}
+
+/// Per-stream send-buffer decisions over time: grows like [`next_sndbuf`],
+/// and shrinks a buffer tern set once recent intervals show it is more than
+/// twice what the stream needs.
+#[derive(Debug, Clone, Default)]
+pub struct SendTuner {
+    /// Bytes in flight (acked rate × smoothed RTT) of recent intervals.
+    recent_flight: VecDeque<f64>,
+    /// Whether any recent interval was buffer-limited.
+    recent_limited: VecDeque<bool>,
+    /// Smoothed RTT when the buffer was last set, µs.
+    sized_at_rtt_us: Option<u32>,
+}
+
+/// What [`SendTuner::decide`] wants done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendDecision {
+    /// Grow the buffer to this many bytes.
+    Grow(u64),
+    /// Shrink the buffer to this many bytes.
+    Shrink(u64),
+}
+
+impl SendTuner {
+    /// Judges one interval. `owned` is true when tern set the buffer
+    /// explicitly (it never shrinks a buffer the kernel is autotuning);
+    /// `notsent_lowat` is the unsent-data mark in force.
+    pub fn decide(
+        &mut self,
+        interval: &Interval,
+        current: u64,
+        owned: bool,
+        notsent_lowat: u64,
+        budget: &BufferBudget,
+    ) -> Option<SendDecision> {
+        if let Some(sized) = self.sized_at_rtt_us {
+            // A reroute to a shorter path: old flights say nothing now.
+            if interval.srtt_us > 0 && u64::from(interval.srtt_us) * 10 < u64::from(sized) * 7 {
+                self.recent_flight.clear();
+                self.recent_limited.clear();
+                self.sized_at_rtt_us = Some(interval.srtt_us);
+            }
+        }
+        let flight =
+            interval.acked_rate * f64::from(interval.srtt_us.max(interval.min_rtt_us)) / 1e6;
+        push_bounded(&mut self.recent_flight, flight);
+        push_bounded(&mut self.recent_limited, is_sndbuf_limited(interval));
+
+        if let Some(next) = next_sndbuf(interval, current, budget) {
+            self.sized_at_rtt_us = Some(interval.srtt_us);
+            return Some(SendDecision::Grow(next));
+        }
+        if !owned
+            || self.recent_flight.len() < TRIM_WINDOW
+            || self.recent_limited.iter().any(|&l| l)
+        {
+            return None;
+        }
+        let peak = self.recent_flight.iter().copied().fold(0.0, f64::max);
+        let need = (peak * HEADROOM) as u64 + notsent_lowat;
+        if need.saturating_mul(2) >= current {
+            return None;
+        }
+        let target = (need as f64 * GROWTH) as u64;
+        self.sized_at_rtt_us = Some(interval.srtt_us);
+        self.recent_flight.clear();
+        self.recent_limited.clear();
+        Some(SendDecision::Shrink(target))
+    }
+}
+
+fn push_bounded<T>(q: &mut VecDeque<T>, v: T) {
+    if q.len() == TRIM_WINDOW {
+        q.pop_front();
+    }
+    q.push_back(v);
+}
+
+/// The unsent-data mark (`TCP_NOTSENT_LOWAT`) for a stream delivering
+/// `rate` bytes/s: about 10 ms of data, so a writer woken late still finds
+/// the socket fed, but no more, so a deadline is not followed by seconds of
+/// queued data. 2 MiB before anything is known.
+pub fn notsent_lowat(rate: Option<f64>) -> u64 {
+    match rate {
+        Some(r) if r > 0.0 => ((r * 0.010) as u64).clamp(256 << 10, 4 << 20),
+        _ => 2 << 20,
+    }
+}
+
+/// Receive-side decision: the kernel's autotuning grows a receive buffer to
+/// about twice its receive-space estimate (`tcpi_rcv_space`, DRS's
+/// descendant) but never past `tcp_rmem[2]`. When a stream's estimate has
+/// reached that cap, tern takes the buffer over and keeps it ahead of the
+/// estimate, within `cap` bytes (the stream's budget share, or `rmem_max`
+/// without privilege). `None` leaves the kernel in charge.
+pub fn next_rcvbuf(rcv_space: u64, current: u64, tcp_rmem_max: u64, cap: u64) -> Option<u64> {
+    let kernel_capped = rcv_space.saturating_mul(2) >= tcp_rmem_max && current >= tcp_rmem_max;
+    let owned_and_tight = current > tcp_rmem_max && rcv_space.saturating_mul(2) >= current;
+    if !(kernel_capped || owned_and_tight) {
+        return None;
+    }
+    let want = ((current as f64 * GROWTH) as u64).min(cap);
     (want > current).then_some(want)
 }
 
@@ -48,13 +180,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn interval(busy: f64, sndbuf: f64, rate: f64) -> Interval {
+    pub(crate) fn interval(busy: f64, sndbuf: f64, rate: f64) -> Interval {
         Interval {
             busy_share: busy,
             sndbuf_limited_share: sndbuf,
             rwnd_limited_share: 0.0,
             acked_rate: rate,
             min_rtt_us: 100_000,
+            srtt_us: 100_000,
         }
     }
 
@@ -65,16 +198,15 @@ mod tests {
     };
 
     #[test]
-    fn a_buffer_limited_stream_gets_at_least_double() {
-        // 30 MB/s × 100 ms = 3 MB in flight: 6 MB wanted, but at least 2 × 4 MiB.
+    fn a_buffer_limited_stream_grows_by_half() {
         assert_eq!(
             next_sndbuf(&interval(1.0, 0.6, 30e6), 4 << 20, &BUDGET),
-            Some(8 << 20)
+            Some(6 << 20)
         );
-        // A fast stream asks for twice its in-flight bytes.
         assert_eq!(
-            next_sndbuf(&interval(1.0, 0.6, 100e6), 4 << 20, &BUDGET),
-            Some(20_000_000)
+            next_sndbuf(&interval(1.0, 0.6, 30e6), 60 << 20, &BUDGET),
+            Some(64 << 20),
+            "the budget caps growth"
         );
     }
 
@@ -98,22 +230,132 @@ mod tests {
         };
         assert_eq!(
             next_sndbuf(&interval(1.0, 0.9, 100e6), 1 << 20, &b),
-            Some(4 << 20)
+            Some(3 << 19)
         );
         assert_eq!(next_sndbuf(&interval(1.0, 0.9, 100e6), 4 << 20, &b), None);
     }
 
+    #[test]
+    fn an_owned_buffer_shrinks_when_the_path_no_longer_needs_it() {
+        let mut t = SendTuner::default();
+        // 10 MB/s × 100 ms = 1 MB in flight, but 32 MiB of buffer.
+        let mut decisions = vec![];
+        for _ in 0..TRIM_WINDOW {
+            decisions.push(t.decide(&interval(1.0, 0.0, 10e6), 32 << 20, true, 1 << 20, &BUDGET));
+        }
+        let need = (1e6 * HEADROOM) as u64 + (1 << 20);
+        assert_eq!(
+            decisions.last().copied().flatten(),
+            Some(SendDecision::Shrink((need as f64 * GROWTH) as u64))
+        );
+        assert!(decisions[..TRIM_WINDOW - 1].iter().all(Option::is_none));
+        // The kernel's own buffer is never shrunk.
+        let mut t = SendTuner::default();
+        for _ in 0..2 * TRIM_WINDOW {
+            assert_eq!(
+                t.decide(&interval(1.0, 0.0, 10e6), 32 << 20, false, 1 << 20, &BUDGET),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn a_drop_in_rtt_forgets_old_flights() {
+        let mut t = SendTuner::default();
+        // Sized on a 100 ms path at 100 MB/s: 10 MB in flight.
+        t.decide(&interval(1.0, 0.6, 100e6), 8 << 20, true, 1 << 20, &BUDGET);
+        for _ in 0..TRIM_WINDOW - 2 {
+            t.decide(&interval(1.0, 0.0, 100e6), 16 << 20, true, 1 << 20, &BUDGET);
+        }
+        // Rerouted to 20 ms: the buffer is five times too big; the 100 ms
+        // flights must not keep it.
+        let short = Interval {
+            srtt_us: 20_000,
+            min_rtt_us: 20_000,
+            ..interval(1.0, 0.0, 100e6)
+        };
+        let mut shrunk = None;
+        for _ in 0..TRIM_WINDOW {
+            shrunk = shrunk.or(t.decide(&short, 16 << 20, true, 1 << 20, &BUDGET));
+        }
+        assert!(
+            matches!(shrunk, Some(SendDecision::Shrink(n)) if n < 8 << 20),
+            "{shrunk:?}"
+        );
+    }
+
+    #[test]
+    fn a_needed_buffer_is_kept() {
+        let mut t = SendTuner::default();
+        // 100 MB/s × 100 ms = 10 MB in flight in a 16 MiB buffer: kept.
+        for _ in 0..3 * TRIM_WINDOW {
+            assert_eq!(
+                t.decide(&interval(1.0, 0.0, 100e6), 16 << 20, true, 1 << 20, &BUDGET),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn the_unsent_mark_follows_the_rate() {
+        assert_eq!(notsent_lowat(None), 2 << 20);
+        assert_eq!(notsent_lowat(Some(125e6)), 1_250_000);
+        assert_eq!(notsent_lowat(Some(1e3)), 256 << 10);
+        assert_eq!(notsent_lowat(Some(1e12)), 4 << 20);
+    }
+
+    #[test]
+    fn the_receive_buffer_is_taken_over_only_at_the_kernel_cap() {
+        let rmem2 = 6 << 20;
+        // Kernel still has room: leave it.
+        assert_eq!(next_rcvbuf(1 << 20, 2 << 20, rmem2, 64 << 20), None);
+        // Estimate at the cap, buffer at the cap: grow.
+        assert_eq!(
+            next_rcvbuf(3 << 20, 6 << 20, rmem2, 64 << 20),
+            Some(9 << 20)
+        );
+        // Owned and the estimate is catching up: grow again, within the cap.
+        assert_eq!(
+            next_rcvbuf(5 << 20, 9 << 20, rmem2, 12 << 20),
+            Some(12 << 20)
+        );
+        // Owned with room to spare: keep.
+        assert_eq!(next_rcvbuf(2 << 20, 9 << 20, rmem2, 64 << 20), None);
+    }
+
     proptest! {
         #[test]
-        fn never_exceeds_the_budget_and_never_shrinks(
+        fn never_exceeds_the_budget(
             busy in 0.0f64..1.0, sndbuf in 0.0f64..1.0, rate in 0.0f64..1e10,
             current in 1u64..(1 << 31), per_stream in 1u64..(1 << 32), privileged: bool,
+            rtt in 1u32..1_000_000, owned: bool,
         ) {
             let b = BufferBudget { per_stream, privileged, wmem_max: 4 << 20 };
-            if let Some(next) = next_sndbuf(&interval(busy, sndbuf, rate), current, &b) {
-                prop_assert!(next > current);
-                prop_assert!(next <= per_stream);
-                prop_assert!(privileged || next <= 4 << 20);
+            let iv = Interval { srtt_us: rtt, min_rtt_us: rtt, ..interval(busy, sndbuf, rate) };
+            let mut t = SendTuner::default();
+            for _ in 0..TRIM_WINDOW {
+                match t.decide(&iv, current, owned, 2 << 20, &b) {
+                    Some(SendDecision::Grow(next)) => {
+                        prop_assert!(next > current);
+                        prop_assert!(next <= per_stream);
+                        prop_assert!(privileged || next <= 4 << 20);
+                    }
+                    Some(SendDecision::Shrink(next)) => {
+                        prop_assert!(owned);
+                        prop_assert!(next < current);
+                    }
+                    None => {}
+                }
+            }
+        }
+
+        #[test]
+        fn the_receive_buffer_stays_within_its_cap(
+            space in 0u64..(1 << 32), current in 1u64..(1 << 32),
+            rmem2 in 1u64..(1 << 30), cap in 1u64..(1 << 32),
+        ) {
+            if let Some(next) = next_rcvbuf(space, current, rmem2, cap) {
+                prop_assert!(next > current && next <= cap);
             }
         }
     }

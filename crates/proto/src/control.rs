@@ -131,6 +131,30 @@ pub struct SessionAccept {
     pub block_size: u32,
 }
 
+/// Who sizes the data sockets' buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Window {
+    /// Each end's dynamic right-sizing.
+    Auto,
+    /// The kernel's autotuning alone.
+    Kernel,
+    /// Send and receive buffers locked at this many bytes on both ends.
+    Fixed(u32),
+}
+
+/// The client's tuning request, sent right after `SessionOpen` when both
+/// ends have [`crate::Features::TUNING`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TuningRequest {
+    /// Most data streams the session may grow to (at least
+    /// `SessionOpen.streams`).
+    pub max_streams: u16,
+    /// Buffer sizing.
+    pub window: Window,
+    /// Congestion control for the data sockets; empty: each end chooses.
+    pub congestion: String,
+}
+
 /// Metadata of a file the sender is about to send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileMeta {
@@ -234,6 +258,21 @@ pub enum ControlMsg {
     Close {
         /// Payload bytes received or sent per stream.
         per_stream_bytes: Vec<u64>,
+    },
+    /// Client → server, right after `SessionOpen` (needs `TUNING`).
+    Tuning(TuningRequest),
+    /// Server → client, right after `SessionAccept` (needs `TUNING`).
+    TuningAccept {
+        /// Most data streams the session may grow to.
+        max_streams: u16,
+        /// Congestion control the server's data sockets use.
+        congestion: String,
+    },
+    /// Sending server → receiving client: open data connections until the
+    /// session has `total` streams (needs `TUNING`).
+    MoreStreams {
+        /// Streams wanted in all.
+        total: u16,
     },
 }
 

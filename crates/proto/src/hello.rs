@@ -37,10 +37,18 @@ impl Features {
     pub const PROTECT_PRIVATE: Features = Features(1 << 2);
     /// Memory-to-memory throughput sessions (`tern perf`).
     pub const PERF: Features = Features(1 << 3);
+    /// Transport tuning: `Tuning`/`TuningAccept` after the session
+    /// handshake, streams joining a running session, `MoreStreams`.
+    pub const TUNING: Features = Features(1 << 4);
 
     /// Everything this build implements.
-    pub const ALL: Features =
-        Features(Self::REPAIR.0 | Self::PROTECT_SAFE.0 | Self::PROTECT_PRIVATE.0 | Self::PERF.0);
+    pub const ALL: Features = Features(
+        Self::REPAIR.0
+            | Self::PROTECT_SAFE.0
+            | Self::PROTECT_PRIVATE.0
+            | Self::PERF.0
+            | Self::TUNING.0,
+    );
 
     /// True when every bit of `other` is set in `self`.
     pub fn contains(self, other: Features) -> bool {

@@ -17,7 +17,7 @@ pub mod hello;
 
 pub use control::{
     ChecksumAlg, ControlMsg, ErrorCode, FileMeta, Protect, SessionAccept, SessionMode, SessionOpen,
-    decode_control, encode_control,
+    TuningRequest, Window, decode_control, encode_control,
 };
 pub use data::{BlockFlags, BlockHeader, DataFrame, DataJoin, JoinReply};
 pub use hello::{Features, Hello};

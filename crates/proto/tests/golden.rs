@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use tern_proto::control::control_body_len;
 use tern_proto::{
     BlockFlags, BlockHeader, ChecksumAlg, ControlMsg, DataFrame, DataJoin, ErrorCode, Features,
-    FileMeta, Hello, JoinReply, Protect, SessionAccept, SessionMode, SessionOpen, decode_control,
-    encode_control,
+    FileMeta, Hello, JoinReply, Protect, SessionAccept, SessionMode, SessionOpen, TuningRequest,
+    Window, decode_control, encode_control,
 };
 
 /// What a golden vector encodes.
@@ -298,6 +298,33 @@ fn known() -> Vec<(&'static str, Golden)> {
             Golden::Control(ControlMsg::Close {
                 per_stream_bytes: vec![300, 1 << 32],
             }),
+        ),
+        (
+            "tuning_auto",
+            Golden::Control(ControlMsg::Tuning(TuningRequest {
+                max_streams: 8,
+                window: Window::Auto,
+                congestion: String::new(),
+            })),
+        ),
+        (
+            "tuning_fixed",
+            Golden::Control(ControlMsg::Tuning(TuningRequest {
+                max_streams: 4,
+                window: Window::Fixed(65536),
+                congestion: "cubic".into(),
+            })),
+        ),
+        (
+            "tuning_accept",
+            Golden::Control(ControlMsg::TuningAccept {
+                max_streams: 8,
+                congestion: "bbr".into(),
+            }),
+        ),
+        (
+            "more_streams",
+            Golden::Control(ControlMsg::MoreStreams { total: 4 }),
         ),
     ]
 }

@@ -18,7 +18,7 @@ use tern_proto::hello::HELLO_LEN;
 use tern_proto::{
     BlockFlags, BlockHeader, ChecksumAlg, ControlMsg, DataFrame, DataJoin, DecodeError, ErrorCode,
     Features, FileMeta, Hello, JoinReply, MAX_BLOCK_SIZE, MAX_CONTROL_FRAME, Protect,
-    SessionAccept, SessionMode, SessionOpen, decode_control, encode_control,
+    SessionAccept, SessionMode, SessionOpen, TuningRequest, Window, decode_control, encode_control,
 };
 
 // ---------------------------------------------------------------- strategies
@@ -166,7 +166,10 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             | ControlMsg::FileSent { .. }
             | ControlMsg::FileDone { .. }
             | ControlMsg::Error { .. }
-            | ControlMsg::Close { .. } => {}
+            | ControlMsg::Close { .. }
+            | ControlMsg::Tuning(_)
+            | ControlMsg::TuningAccept { .. }
+            | ControlMsg::MoreStreams { .. } => {}
         }
     }
     prop_oneof![
@@ -222,6 +225,27 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
         }),
         vec(any::<u64>(), 0..20)
             .prop_map(|per_stream_bytes| ControlMsg::Close { per_stream_bytes }),
+        (
+            any::<u16>(),
+            prop_oneof![
+                Just(Window::Auto),
+                Just(Window::Kernel),
+                any::<u32>().prop_map(Window::Fixed)
+            ],
+            text()
+        )
+            .prop_map(|(max_streams, window, congestion)| {
+                ControlMsg::Tuning(TuningRequest {
+                    max_streams,
+                    window,
+                    congestion,
+                })
+            }),
+        (any::<u16>(), text()).prop_map(|(max_streams, congestion)| ControlMsg::TuningAccept {
+            max_streams,
+            congestion
+        }),
+        any::<u16>().prop_map(|total| ControlMsg::MoreStreams { total }),
     ]
 }
 

@@ -1,0 +1,333 @@
+//! Stream-count control: how many parallel TCP streams a transfer should
+//! use, decided from what the streams achieve together. Pure; the engine
+//! opens and retires the streams.
+//!
+//! Parallel streams help when one stream cannot fill the path by itself:
+//! its buffer is capped (no privilege to go past `wmem_max`), the peer's
+//! window is the limit, each stream is CPU-bound, or loss keeps a
+//! loss-based congestion control far below the path's rate. Only the first
+//! two show in `TCP_INFO`; the others show only by trying. So the
+//! controller starts small and, once every period (at least a second, or
+//! four RTTs on long paths):
+//! - adds streams (doubling, up to the cap) at once when streams are
+//!   window- or buffer-limited with no room left to grow their buffers;
+//! - otherwise waits until the aggregate rate has stopped growing and no
+//!   buffer is still being grown, then probes once by doubling;
+//! - after an addition, lets the new streams ramp up for a period and
+//!   compares the next period's aggregate rate with the rate before: at
+//!   least [`GAIN`] better and it goes on, otherwise it retires the streams
+//!   it added and stops for good.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Relative gain in aggregate rate that justifies the streams added.
+pub const GAIN: f64 = 0.10;
+
+/// The aggregate rate counts as still growing above this relative change.
+const STILL_GROWING: f64 = 0.05;
+
+/// What the streams of a transfer did up to a moment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Observation {
+    /// Time since the transfer started.
+    pub at: Duration,
+    /// Bytes acknowledged, summed over all streams so far.
+    pub bytes: u64,
+    /// Some stream is window- or buffer-limited and cannot grow its buffer.
+    pub limited_at_cap: bool,
+    /// Some stream's buffer is still being grown.
+    pub growing_buffers: bool,
+    /// Largest smoothed RTT among the streams.
+    pub srtt: Duration,
+}
+
+/// A change the controller wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamChange {
+    /// Open streams until there are this many.
+    Grow(u16),
+    /// Retire streams until there are this many.
+    Retire(u16),
+}
+
+/// One entry of the stream count's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StreamStep {
+    /// Milliseconds since the start.
+    pub at_ms: u64,
+    /// Streams in use from then on.
+    pub streams: u16,
+    /// Why.
+    pub reason: StepReason,
+}
+
+/// Why the stream count changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepReason {
+    /// The starting count.
+    Start,
+    /// Streams were limited by a window or buffer at its cap.
+    Limited,
+    /// The aggregate rate had levelled off: a probe.
+    Probe,
+    /// The previous addition paid off; trying more.
+    Paid,
+    /// The last addition did not pay off; those streams were retired.
+    NoGain,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    /// Watching the rate; `previous` is the last period's.
+    Ramp { previous: Option<f64> },
+    /// Streams were added; `periods` of settling so far.
+    Settle { base: f64, before: u16, periods: u8 },
+    /// No more changes.
+    Done,
+}
+
+/// Decides the number of streams of one transfer.
+#[derive(Debug, Clone)]
+pub struct StreamController {
+    max: u16,
+    current: u16,
+    state: State,
+    period_start: Option<(Duration, u64)>,
+    history: Vec<StreamStep>,
+}
+
+impl StreamController {
+    /// A controller starting at `start` streams, never above `max`.
+    pub fn new(start: u16, max: u16) -> StreamController {
+        let max = max.max(1);
+        let start = start.clamp(1, max);
+        StreamController {
+            max,
+            current: start,
+            state: if start == max {
+                State::Done
+            } else {
+                State::Ramp { previous: None }
+            },
+            period_start: None,
+            history: vec![StreamStep {
+                at_ms: 0,
+                streams: start,
+                reason: StepReason::Start,
+            }],
+        }
+    }
+
+    /// Streams wanted now.
+    pub fn current(&self) -> u16 {
+        self.current
+    }
+
+    /// How the count changed over time.
+    pub fn history(&self) -> &[StreamStep] {
+        &self.history
+    }
+
+    /// Feeds one observation; returns a change when one is due.
+    pub fn observe(&mut self, obs: Observation) -> Option<StreamChange> {
+        if self.state == State::Done {
+            return None;
+        }
+        let (t0, b0) = *self.period_start.get_or_insert((obs.at, obs.bytes));
+        let period = Duration::from_secs(1).max(obs.srtt * 4);
+        let elapsed = obs.at.saturating_sub(t0);
+        if elapsed < period {
+            return None;
+        }
+        let rate = obs.bytes.saturating_sub(b0) as f64 / elapsed.as_secs_f64();
+        self.period_start = Some((obs.at, obs.bytes));
+        match self.state {
+            State::Ramp { previous } => {
+                if obs.limited_at_cap {
+                    return self.grow(obs.at, rate, StepReason::Limited);
+                }
+                let levelled = previous.is_some_and(|p| rate < p * (1.0 + STILL_GROWING));
+                if levelled && !obs.growing_buffers {
+                    return self.grow(obs.at, rate, StepReason::Probe);
+                }
+                self.state = State::Ramp {
+                    previous: Some(rate),
+                };
+                None
+            }
+            State::Settle {
+                base,
+                before,
+                periods,
+            } => {
+                if periods == 0 {
+                    // The new streams were still starting; judge the next period.
+                    self.state = State::Settle {
+                        base,
+                        before,
+                        periods: 1,
+                    };
+                    return None;
+                }
+                if rate >= base * (1.0 + GAIN) {
+                    if self.current == self.max {
+                        self.state = State::Done;
+                        return None;
+                    }
+                    if obs.limited_at_cap || !obs.growing_buffers {
+                        return self.grow(obs.at, rate, StepReason::Paid);
+                    }
+                    self.state = State::Ramp {
+                        previous: Some(rate),
+                    };
+                    return None;
+                }
+                self.state = State::Done;
+                self.current = before;
+                self.history.push(StreamStep {
+                    at_ms: obs.at.as_millis() as u64,
+                    streams: before,
+                    reason: StepReason::NoGain,
+                });
+                Some(StreamChange::Retire(before))
+            }
+            State::Done => None,
+        }
+    }
+
+    fn grow(&mut self, at: Duration, rate: f64, reason: StepReason) -> Option<StreamChange> {
+        let before = self.current;
+        self.current = before.saturating_mul(2).min(self.max);
+        self.state = State::Settle {
+            base: rate,
+            before,
+            periods: 0,
+        };
+        self.history.push(StreamStep {
+            at_ms: at.as_millis() as u64,
+            streams: self.current,
+            reason,
+        });
+        Some(StreamChange::Grow(self.current))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Drives a controller with a model of the path: the aggregate rate for
+    /// `n` streams is `rate(n)`; observations every 200 ms for `secs`.
+    fn drive(
+        mut c: StreamController,
+        secs: u64,
+        rate: impl Fn(u16) -> f64,
+        limited: impl Fn(u16) -> bool,
+    ) -> StreamController {
+        let mut bytes = 0.0;
+        for tick in 1..=secs * 5 {
+            bytes += rate(c.current()) * 0.2;
+            let n = c.current();
+            c.observe(Observation {
+                at: Duration::from_millis(tick * 200),
+                bytes: bytes as u64,
+                limited_at_cap: limited(n),
+                growing_buffers: false,
+                srtt: Duration::from_millis(100),
+            });
+        }
+        c
+    }
+
+    #[test]
+    fn capped_streams_double_until_the_path_is_full() {
+        // Each stream capped at 4 MiB over 100 ms: ~42 MB/s; the path 125 MB/s.
+        let per = 4.0 * 1048576.0 / 0.1;
+        let c = drive(
+            StreamController::new(1, 8),
+            20,
+            |n| (f64::from(n) * per).min(125e6),
+            |n| f64::from(n) * per < 125e6,
+        );
+        assert_eq!(c.current(), 4, "{:?}", c.history());
+        let reasons: Vec<_> = c.history().iter().map(|s| s.reason).collect();
+        assert_eq!(
+            reasons[..3],
+            [StepReason::Start, StepReason::Limited, StepReason::Paid]
+        );
+    }
+
+    #[test]
+    fn a_stream_that_fills_the_path_alone_stays_alone_after_one_probe() {
+        let c = drive(StreamController::new(1, 8), 20, |_| 125e6, |_| false);
+        assert_eq!(c.current(), 1, "{:?}", c.history());
+        let reasons: Vec<_> = c.history().iter().map(|s| s.reason).collect();
+        assert_eq!(
+            reasons,
+            [StepReason::Start, StepReason::Probe, StepReason::NoGain]
+        );
+    }
+
+    #[test]
+    fn loss_limited_streams_grow_while_it_pays() {
+        // Each stream gets 20 MB/s through loss, the path holds 100 MB/s.
+        let c = drive(
+            StreamController::new(1, 16),
+            30,
+            |n| (f64::from(n) * 20e6).min(100e6),
+            |_| false,
+        );
+        assert_eq!(c.current(), 8, "{:?}", c.history());
+    }
+
+    #[test]
+    fn the_cap_holds_and_a_fixed_count_never_changes() {
+        let c = drive(
+            StreamController::new(1, 2),
+            20,
+            |n| f64::from(n) * 1e6,
+            |_| true,
+        );
+        assert_eq!(c.current(), 2);
+        let c = drive(
+            StreamController::new(4, 4),
+            20,
+            |n| f64::from(n) * 1e6,
+            |_| true,
+        );
+        assert_eq!(c.current(), 4);
+        assert_eq!(c.history().len(), 1);
+    }
+
+    proptest! {
+        #[test]
+        fn never_above_the_cap_nor_below_one(
+            start in 0u16..40, max in 0u16..40,
+            rates in proptest::collection::vec(0u64..1_000_000_000, 1..200),
+            limited in proptest::collection::vec(any::<bool>(), 1..200),
+        ) {
+            let mut c = StreamController::new(start, max);
+            let mut bytes = 0u64;
+            for (i, r) in rates.iter().enumerate() {
+                bytes += r / 5;
+                let change = c.observe(Observation {
+                    at: Duration::from_millis(200 * (i as u64 + 1)),
+                    bytes,
+                    limited_at_cap: limited[i % limited.len()],
+                    growing_buffers: i % 3 == 0,
+                    srtt: Duration::from_millis(50),
+                });
+                let n = match change {
+                    Some(StreamChange::Grow(n) | StreamChange::Retire(n)) => n,
+                    None => c.current(),
+                };
+                prop_assert!(n >= 1 && n <= max.max(1));
+                prop_assert_eq!(n, c.current());
+            }
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! Tuning one socket: the adapter between [`crate::policy`] and the
+//! kernel. Each [`SocketTuner::tick`] samples `TCP_INFO` and the buffer
+//! sizes, feeds the estimator, and — in [`WindowMode::Auto`] — applies the
+//! policy: the send buffer and unsent mark of a sending socket, the receive
+//! buffer (or window clamp) of a receiving one, every byte accounted in the
+//! process-wide [`Pool`].
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use crate::estimate::{Interval, StreamEstimate, StreamEstimator};
+use crate::policy::{self, BufferBudget, SendDecision, SendTuner};
+use crate::pool::{Pool, Reservation};
+use crate::{HostCaps, TcpInfo, socket};
+
+/// Who decides a socket's buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowMode {
+    /// tern: kernel autotuning first, explicit sizes where it falls short.
+    Auto,
+    /// The kernel's autotuning alone; tern only measures.
+    Kernel,
+    /// Both buffers locked at this many bytes when the socket is set up.
+    Fixed(u64),
+}
+
+/// Which way the socket's payload flows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// This end writes the data.
+    Send,
+    /// This end reads the data.
+    Receive,
+}
+
+/// Settings shared by the tuners of one transfer.
+#[derive(Debug, Clone)]
+pub struct TunerConfig {
+    /// Who decides buffer sizes.
+    pub mode: WindowMode,
+    /// Which way data flows.
+    pub direction: Direction,
+    /// Buffer bytes one stream may have, and whether the kernel caps apply.
+    pub budget: BufferBudget,
+    /// The host's caps.
+    pub caps: HostCaps,
+}
+
+impl TunerConfig {
+    /// A configuration for this host and process.
+    pub fn new(mode: WindowMode, direction: Direction, per_stream: u64) -> TunerConfig {
+        let caps = HostCaps::read();
+        TunerConfig {
+            mode,
+            direction,
+            budget: BufferBudget {
+                per_stream,
+                privileged: socket::privileged(),
+                wmem_max: caps.wmem_max,
+            },
+            caps,
+        }
+    }
+}
+
+/// Locks both buffers of a socket at `bytes` (`--window SIZE`).
+pub fn fix_buffers(fd: RawFd, bytes: u64, privileged: bool) -> io::Result<()> {
+    socket::set_sndbuf(fd, bytes, privileged)?;
+    socket::set_rcvbuf(fd, bytes, privileged)
+}
+
+/// Live tuning state of one socket.
+#[derive(Debug)]
+pub struct SocketTuner {
+    fd: RawFd,
+    cfg: TunerConfig,
+    estimator: StreamEstimator,
+    send: SendTuner,
+    owned_sndbuf: bool,
+    owned_rcvbuf: bool,
+    lowat: u64,
+    clamp: Option<u64>,
+    reservation: Reservation<'static>,
+    last: Option<Interval>,
+    at_cap: bool,
+    growing: bool,
+    /// Largest send buffer seen, bytes.
+    pub peak_sndbuf: u64,
+    /// Largest receive buffer seen, bytes.
+    pub peak_rcvbuf: u64,
+    /// Buffer changes made.
+    pub adjustments: u32,
+    /// The send buffer tern set last, if it took the buffer over.
+    pub raised_sndbuf: Option<u64>,
+    /// The receive buffer tern set last, if it took the buffer over.
+    pub raised_rcvbuf: Option<u64>,
+}
+
+impl SocketTuner {
+    /// Tunes `fd`, which the caller keeps open for the tuner's lifetime.
+    pub fn new(fd: RawFd, cfg: TunerConfig) -> SocketTuner {
+        SocketTuner {
+            fd,
+            cfg,
+            estimator: StreamEstimator::default(),
+            send: SendTuner::default(),
+            owned_sndbuf: false,
+            owned_rcvbuf: false,
+            lowat: policy::notsent_lowat(None),
+            clamp: None,
+            reservation: Pool::global().reserve(),
+            last: None,
+            at_cap: false,
+            growing: false,
+            peak_sndbuf: 0,
+            peak_rcvbuf: 0,
+            adjustments: 0,
+            raised_sndbuf: None,
+            raised_rcvbuf: None,
+        }
+    }
+
+    /// Samples the socket at `at` and, when `act`, applies the policy.
+    /// Returns the sample.
+    pub fn tick(&mut self, at: Duration, act: bool) -> io::Result<TcpInfo> {
+        let info = TcpInfo::read(self.fd)?;
+        self.estimator.add(at, info);
+        let sndbuf = socket::sndbuf(self.fd)?;
+        let rcvbuf = socket::rcvbuf(self.fd)?;
+        self.peak_sndbuf = self.peak_sndbuf.max(sndbuf);
+        self.peak_rcvbuf = self.peak_rcvbuf.max(rcvbuf);
+        self.last = self.estimator.last_interval();
+        self.growing = false;
+        self.at_cap = false;
+        if !act || self.cfg.mode != WindowMode::Auto {
+            return Ok(info);
+        }
+        match self.cfg.direction {
+            Direction::Send => self.tune_send(sndbuf)?,
+            Direction::Receive => self.tune_receive(&info, rcvbuf)?,
+        }
+        Ok(info)
+    }
+
+    fn tune_send(&mut self, sndbuf: u64) -> io::Result<()> {
+        let Some(interval) = self.last else {
+            return Ok(());
+        };
+        if interval.busy_share >= 0.5 && interval.acked_rate > 0.0 {
+            let lowat = policy::notsent_lowat(Some(interval.acked_rate));
+            if lowat.abs_diff(self.lowat) * 4 > self.lowat {
+                socket::set_notsent_lowat(self.fd, lowat as u32)?;
+                self.lowat = lowat;
+            }
+        }
+        let budget = self.cfg.budget;
+        let decision = self
+            .send
+            .decide(&interval, sndbuf, self.owned_sndbuf, self.lowat, &budget);
+        match decision {
+            Some(SendDecision::Grow(want)) => {
+                let granted = self.reservation.resize(want);
+                if granted > sndbuf {
+                    socket::set_sndbuf(self.fd, granted, budget.privileged)?;
+                    self.owned_sndbuf = true;
+                    self.raised_sndbuf = Some(granted);
+                    self.adjustments += 1;
+                    self.growing = true;
+                }
+                self.at_cap = granted < want || granted >= budget.cap();
+            }
+            Some(SendDecision::Shrink(to)) => {
+                socket::set_sndbuf(self.fd, to, budget.privileged)?;
+                self.reservation.resize(to);
+                self.raised_sndbuf = Some(to);
+                self.adjustments += 1;
+            }
+            None => {
+                if !self.owned_sndbuf {
+                    self.reservation.resize(sndbuf);
+                }
+                self.at_cap = policy::is_sndbuf_limited(&interval);
+            }
+        }
+        self.at_cap |= interval.busy_share >= 0.5 && interval.rwnd_limited_share >= 0.2;
+        Ok(())
+    }
+
+    fn tune_receive(&mut self, info: &TcpInfo, rcvbuf: u64) -> io::Result<()> {
+        let budget = self.cfg.budget;
+        let cap = if budget.privileged {
+            budget.per_stream
+        } else {
+            budget.per_stream.min(self.cfg.caps.rmem_max)
+        };
+        let rmem_max = self.cfg.caps.tcp_rmem[2];
+        if let Some(want) = policy::next_rcvbuf(u64::from(info.rcv_space), rcvbuf, rmem_max, cap) {
+            let granted = self.reservation.resize(want);
+            if granted > rcvbuf {
+                socket::set_rcvbuf(self.fd, granted, budget.privileged)?;
+                self.owned_rcvbuf = true;
+                self.raised_rcvbuf = Some(granted);
+                self.adjustments += 1;
+            }
+            return Ok(());
+        }
+        if !self.owned_rcvbuf {
+            // The kernel grew the buffer on its own: account for it, and
+            // when the pool cannot cover it, bound the window instead of
+            // locking the buffer.
+            let covered = self.reservation.resize(rcvbuf);
+            if covered < rcvbuf && self.clamp.is_none_or(|c| c > covered / 2) {
+                socket::set_window_clamp(self.fd, covered / 2)?;
+                self.clamp = Some(covered / 2);
+                self.adjustments += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last interval between two samples.
+    pub fn interval(&self) -> Option<Interval> {
+        self.last
+    }
+
+    /// After the last tick: limited by a buffer or window that could not
+    /// grow further.
+    pub fn at_cap(&self) -> bool {
+        self.at_cap
+    }
+
+    /// After the last tick: its send buffer was just grown.
+    pub fn growing(&self) -> bool {
+        self.growing
+    }
+
+    /// The estimate so far.
+    pub fn estimate(&self) -> StreamEstimate {
+        self.estimator.estimate()
+    }
+
+    /// The unsent-data mark in force.
+    pub fn notsent_lowat(&self) -> u64 {
+        self.lowat
+    }
+
+    /// The window clamp set, if the pool ran short.
+    pub fn window_clamp(&self) -> Option<u64> {
+        self.clamp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_tuner_measures_a_live_socket_and_kernel_mode_changes_nothing() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let before = socket::sndbuf(client.as_raw_fd()).unwrap();
+        let mut t = SocketTuner::new(
+            client.as_raw_fd(),
+            TunerConfig::new(WindowMode::Kernel, Direction::Send, 64 << 20),
+        );
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut total = 0;
+            while total < 64 << 20 {
+                total += server.read(&mut buf).unwrap();
+            }
+        });
+        for i in 0..64u64 {
+            client.write_all(&vec![1u8; 1 << 20]).unwrap();
+            t.tick(Duration::from_millis(i), true).unwrap();
+        }
+        reader.join().unwrap();
+        assert!(t.peak_sndbuf >= before);
+        assert_eq!(t.adjustments, 0);
+        assert!(t.estimate().min_rtt_ms >= 0.0);
+        assert!(t.interval().is_some());
+    }
+
+    #[test]
+    fn fixed_buffers_are_locked() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        fix_buffers(s.as_raw_fd(), 64 << 10, false).unwrap();
+        assert_eq!(socket::sndbuf(s.as_raw_fd()).unwrap(), 64 << 10);
+        assert_eq!(socket::rcvbuf(s.as_raw_fd()).unwrap(), 64 << 10);
+    }
+}
