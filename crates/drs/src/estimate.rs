@@ -62,6 +62,10 @@ pub struct Interval {
     pub min_rtt_us: u32,
     /// Smoothed RTT at the end of the interval, µs.
     pub srtt_us: u32,
+    /// Congestion window at the end of the interval, bytes.
+    pub cwnd_bytes: u64,
+    /// Bytes retransmitted during the interval.
+    pub retrans_bytes: u64,
 }
 
 /// Accumulates samples of one stream.
@@ -116,6 +120,11 @@ impl StreamEstimator {
             acked_rate: b.bytes_acked.saturating_sub(a.bytes_acked) as f64 / (window_us / 1e6),
             min_rtt_us: self.min_rtt_us.unwrap_or(0),
             srtt_us: b.rtt_us,
+            cwnd_bytes: u64::from(b.snd_cwnd) * u64::from(b.snd_mss),
+            retrans_bytes: b
+                .bytes_retrans
+                .unwrap_or(0)
+                .saturating_sub(a.bytes_retrans.unwrap_or(0)),
         })
     }
 

@@ -17,6 +17,7 @@
 //! knows and stays within it.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use crate::estimate::Interval;
 
@@ -57,11 +58,26 @@ impl BufferBudget {
 
 /// Decides a stream's next send-buffer size when it is buffer-limited, or
 /// `None` to leave it.
+///
+/// A stream whose smoothed RTT has risen a quarter above its minimum is
+/// already queueing at the bottleneck: it has more in flight than the path
+/// holds, so a larger buffer would only lengthen the queue.
 pub fn next_sndbuf(interval: &Interval, current: u64, budget: &BufferBudget) -> Option<u64> {
     if interval.busy_share < 0.5 || interval.sndbuf_limited_share < LIMITED {
         return None;
     }
-    let want = ((current as f64 * GROWTH) as u64).min(budget.cap());
+    let queueing = interval.min_rtt_us > 0
+        && u64::from(interval.srtt_us) * 4 > u64::from(interval.min_rtt_us) * 5;
+    if queueing {
+        return None;
+    }
+    // What congestion control would put in flight now, with room for the
+    // unsent mark: in slow start the window runs ahead of a capped buffer,
+    // and following it saves steps.
+    let window = (interval.cwnd_bytes as f64 * HEADROOM) as u64;
+    let want = ((current as f64 * GROWTH) as u64)
+        .max(window.min(current.saturating_mul(4)))
+        .min(budget.cap());
     (want > current).then_some(want)
 }
 
@@ -82,6 +98,8 @@ pub struct SendTuner {
     recent_limited: VecDeque<bool>,
     /// Smoothed RTT when the buffer was last set, µs.
     sized_at_rtt_us: Option<u32>,
+    /// When the buffer was last grown.
+    grown_at: Option<Duration>,
 }
 
 /// What [`SendTuner::decide`] wants done.
@@ -94,11 +112,16 @@ pub enum SendDecision {
 }
 
 impl SendTuner {
-    /// Judges one interval. `owned` is true when tern set the buffer
-    /// explicitly (it never shrinks a buffer the kernel is autotuning);
-    /// `notsent_lowat` is the unsent-data mark in force.
+    /// Judges the interval that ended at `now`. `owned` is true when tern
+    /// set the buffer explicitly (it never shrinks a buffer the kernel is
+    /// autotuning); `notsent_lowat` is the unsent-data mark in force.
+    ///
+    /// After growing, it waits one smoothed RTT before growing again: the
+    /// stream needs that long to show whether the larger buffer was
+    /// enough, and growing on stale evidence overshoots.
     pub fn decide(
         &mut self,
+        now: Duration,
         interval: &Interval,
         current: u64,
         owned: bool,
@@ -118,8 +141,16 @@ impl SendTuner {
         push_bounded(&mut self.recent_flight, flight);
         push_bounded(&mut self.recent_limited, is_sndbuf_limited(interval));
 
+        let settle = Duration::from_micros(u64::from(interval.srtt_us));
+        let settled = self
+            .grown_at
+            .is_none_or(|t| now.saturating_sub(t) >= settle);
         if let Some(next) = next_sndbuf(interval, current, budget) {
+            if !settled {
+                return None;
+            }
             self.sized_at_rtt_us = Some(interval.srtt_us);
+            self.grown_at = Some(now);
             return Some(SendDecision::Grow(next));
         }
         if !owned
@@ -188,8 +219,13 @@ mod tests {
             acked_rate: rate,
             min_rtt_us: 100_000,
             srtt_us: 100_000,
+            cwnd_bytes: 0,
+            retrans_bytes: 0,
         }
     }
+
+    /// A time far enough apart for every decision in these tests.
+    const T: Duration = Duration::from_secs(100);
 
     const BUDGET: BufferBudget = BufferBudget {
         per_stream: 64 << 20,
@@ -208,6 +244,36 @@ mod tests {
             Some(64 << 20),
             "the budget caps growth"
         );
+    }
+
+    #[test]
+    fn a_stream_already_queueing_gets_no_more_buffer() {
+        let queueing = Interval {
+            srtt_us: 130_000,
+            ..interval(1.0, 0.9, 30e6)
+        };
+        assert_eq!(next_sndbuf(&queueing, 4 << 20, &BUDGET), None);
+        let near_min = Interval {
+            srtt_us: 110_000,
+            ..interval(1.0, 0.9, 30e6)
+        };
+        assert_eq!(next_sndbuf(&near_min, 4 << 20, &BUDGET), Some(6 << 20));
+    }
+
+    #[test]
+    fn growth_follows_a_congestion_window_that_ran_ahead() {
+        // Slow start: the window wants 16 MB while the buffer holds 4 MiB.
+        let ahead = Interval {
+            cwnd_bytes: 16_000_000,
+            ..interval(1.0, 0.9, 30e6)
+        };
+        assert_eq!(next_sndbuf(&ahead, 4 << 20, &BUDGET), Some(16 << 20));
+        // At most four times the current buffer per step.
+        let far = Interval {
+            cwnd_bytes: 400_000_000,
+            ..interval(1.0, 0.9, 30e6)
+        };
+        assert_eq!(next_sndbuf(&far, 4 << 20, &BUDGET), Some(16 << 20));
     }
 
     #[test]
@@ -241,7 +307,14 @@ mod tests {
         // 10 MB/s × 100 ms = 1 MB in flight, but 32 MiB of buffer.
         let mut decisions = vec![];
         for _ in 0..TRIM_WINDOW {
-            decisions.push(t.decide(&interval(1.0, 0.0, 10e6), 32 << 20, true, 1 << 20, &BUDGET));
+            decisions.push(t.decide(
+                T,
+                &interval(1.0, 0.0, 10e6),
+                32 << 20,
+                true,
+                1 << 20,
+                &BUDGET,
+            ));
         }
         let need = (1e6 * HEADROOM) as u64 + (1 << 20);
         assert_eq!(
@@ -253,7 +326,14 @@ mod tests {
         let mut t = SendTuner::default();
         for _ in 0..2 * TRIM_WINDOW {
             assert_eq!(
-                t.decide(&interval(1.0, 0.0, 10e6), 32 << 20, false, 1 << 20, &BUDGET),
+                t.decide(
+                    T,
+                    &interval(1.0, 0.0, 10e6),
+                    32 << 20,
+                    false,
+                    1 << 20,
+                    &BUDGET
+                ),
                 None
             );
         }
@@ -263,9 +343,23 @@ mod tests {
     fn a_drop_in_rtt_forgets_old_flights() {
         let mut t = SendTuner::default();
         // Sized on a 100 ms path at 100 MB/s: 10 MB in flight.
-        t.decide(&interval(1.0, 0.6, 100e6), 8 << 20, true, 1 << 20, &BUDGET);
+        t.decide(
+            T,
+            &interval(1.0, 0.6, 100e6),
+            8 << 20,
+            true,
+            1 << 20,
+            &BUDGET,
+        );
         for _ in 0..TRIM_WINDOW - 2 {
-            t.decide(&interval(1.0, 0.0, 100e6), 16 << 20, true, 1 << 20, &BUDGET);
+            t.decide(
+                T,
+                &interval(1.0, 0.0, 100e6),
+                16 << 20,
+                true,
+                1 << 20,
+                &BUDGET,
+            );
         }
         // Rerouted to 20 ms: the buffer is five times too big; the 100 ms
         // flights must not keep it.
@@ -276,7 +370,7 @@ mod tests {
         };
         let mut shrunk = None;
         for _ in 0..TRIM_WINDOW {
-            shrunk = shrunk.or(t.decide(&short, 16 << 20, true, 1 << 20, &BUDGET));
+            shrunk = shrunk.or(t.decide(T, &short, 16 << 20, true, 1 << 20, &BUDGET));
         }
         assert!(
             matches!(shrunk, Some(SendDecision::Shrink(n)) if n < 8 << 20),
@@ -290,10 +384,37 @@ mod tests {
         // 100 MB/s × 100 ms = 10 MB in flight in a 16 MiB buffer: kept.
         for _ in 0..3 * TRIM_WINDOW {
             assert_eq!(
-                t.decide(&interval(1.0, 0.0, 100e6), 16 << 20, true, 1 << 20, &BUDGET),
+                t.decide(
+                    T,
+                    &interval(1.0, 0.0, 100e6),
+                    16 << 20,
+                    true,
+                    1 << 20,
+                    &BUDGET
+                ),
                 None
             );
         }
+    }
+
+    #[test]
+    fn growth_waits_for_the_last_step_to_show() {
+        let mut t = SendTuner::default();
+        let limited = interval(1.0, 0.9, 30e6);
+        let at = |ms| Duration::from_millis(ms);
+        assert_eq!(
+            t.decide(at(200), &limited, 4 << 20, false, 1 << 20, &BUDGET),
+            Some(SendDecision::Grow(6 << 20))
+        );
+        // 100 ms RTT: not again before 100 ms have passed.
+        assert_eq!(
+            t.decide(at(250), &limited, 6 << 20, true, 1 << 20, &BUDGET),
+            None
+        );
+        assert_eq!(
+            t.decide(at(300), &limited, 6 << 20, true, 1 << 20, &BUDGET),
+            Some(SendDecision::Grow(9 << 20))
+        );
     }
 
     #[test]
@@ -334,7 +455,7 @@ mod tests {
             let iv = Interval { srtt_us: rtt, min_rtt_us: rtt, ..interval(busy, sndbuf, rate) };
             let mut t = SendTuner::default();
             for _ in 0..TRIM_WINDOW {
-                match t.decide(&iv, current, owned, 2 << 20, &b) {
+                match t.decide(T, &iv, current, owned, 2 << 20, &b) {
                     Some(SendDecision::Grow(next)) => {
                         prop_assert!(next > current);
                         prop_assert!(next <= per_stream);

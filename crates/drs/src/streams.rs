@@ -11,8 +11,12 @@
 //! four RTTs on long paths):
 //! - adds streams (doubling, up to the cap) at once when streams are
 //!   window- or buffer-limited with no room left to grow their buffers;
-//! - otherwise waits until the aggregate rate has stopped growing and no
-//!   buffer is still being grown, then probes once by doubling;
+//! - otherwise, when something per stream may hold the rate down (loss
+//!   under a loss-based congestion control, or idle sockets), waits until
+//!   the aggregate rate has stopped growing and no buffer is still being
+//!   grown, then probes by doubling. A clean path under a rate-based
+//!   congestion control (BBR) is not probed: a second flow there only
+//!   doubles the queue and costs losses;
 //! - after an addition, lets the new streams ramp up for a period and
 //!   compares the next period's aggregate rate with the rate before: at
 //!   least [`GAIN`] better and it goes on, otherwise it retires the streams
@@ -39,6 +43,10 @@ pub struct Observation {
     pub limited_at_cap: bool,
     /// Some stream's buffer is still being grown.
     pub growing_buffers: bool,
+    /// Something per stream may be holding the rate down that only more
+    /// streams would show: a loss-based congestion control losing packets,
+    /// or sockets left idle (a stream's CPU share).
+    pub worth_probing: bool,
     /// Largest smoothed RTT among the streams.
     pub srtt: Duration,
 }
@@ -150,7 +158,7 @@ impl StreamController {
                     return self.grow(obs.at, rate, StepReason::Limited);
                 }
                 let levelled = previous.is_some_and(|p| rate < p * (1.0 + STILL_GROWING));
-                if levelled && !obs.growing_buffers {
+                if levelled && !obs.growing_buffers && obs.worth_probing {
                     return self.grow(obs.at, rate, StepReason::Probe);
                 }
                 self.state = State::Ramp {
@@ -177,7 +185,7 @@ impl StreamController {
                         self.state = State::Done;
                         return None;
                     }
-                    if obs.limited_at_cap || !obs.growing_buffers {
+                    if obs.limited_at_cap || (!obs.growing_buffers && obs.worth_probing) {
                         return self.grow(obs.at, rate, StepReason::Paid);
                     }
                     self.state = State::Ramp {
@@ -227,6 +235,7 @@ mod tests {
         secs: u64,
         rate: impl Fn(u16) -> f64,
         limited: impl Fn(u16) -> bool,
+        worth_probing: bool,
     ) -> StreamController {
         let mut bytes = 0.0;
         for tick in 1..=secs * 5 {
@@ -237,6 +246,7 @@ mod tests {
                 bytes: bytes as u64,
                 limited_at_cap: limited(n),
                 growing_buffers: false,
+                worth_probing,
                 srtt: Duration::from_millis(100),
             });
         }
@@ -252,6 +262,7 @@ mod tests {
             20,
             |n| (f64::from(n) * per).min(125e6),
             |n| f64::from(n) * per < 125e6,
+            false,
         );
         assert_eq!(c.current(), 4, "{:?}", c.history());
         let reasons: Vec<_> = c.history().iter().map(|s| s.reason).collect();
@@ -263,7 +274,7 @@ mod tests {
 
     #[test]
     fn a_stream_that_fills_the_path_alone_stays_alone_after_one_probe() {
-        let c = drive(StreamController::new(1, 8), 20, |_| 125e6, |_| false);
+        let c = drive(StreamController::new(1, 8), 20, |_| 125e6, |_| false, true);
         assert_eq!(c.current(), 1, "{:?}", c.history());
         let reasons: Vec<_> = c.history().iter().map(|s| s.reason).collect();
         assert_eq!(
@@ -280,6 +291,7 @@ mod tests {
             30,
             |n| (f64::from(n) * 20e6).min(100e6),
             |_| false,
+            true,
         );
         assert_eq!(c.current(), 8, "{:?}", c.history());
     }
@@ -291,6 +303,7 @@ mod tests {
             20,
             |n| f64::from(n) * 1e6,
             |_| true,
+            true,
         );
         assert_eq!(c.current(), 2);
         let c = drive(
@@ -298,6 +311,7 @@ mod tests {
             20,
             |n| f64::from(n) * 1e6,
             |_| true,
+            true,
         );
         assert_eq!(c.current(), 4);
         assert_eq!(c.history().len(), 1);
@@ -319,6 +333,7 @@ mod tests {
                     bytes,
                     limited_at_cap: limited[i % limited.len()],
                     growing_buffers: i % 3 == 0,
+                    worth_probing: i % 2 == 0,
                     srtt: Duration::from_millis(50),
                 });
                 let n = match change {

@@ -137,13 +137,13 @@ impl SocketTuner {
             return Ok(info);
         }
         match self.cfg.direction {
-            Direction::Send => self.tune_send(sndbuf)?,
+            Direction::Send => self.tune_send(at, sndbuf)?,
             Direction::Receive => self.tune_receive(&info, rcvbuf)?,
         }
         Ok(info)
     }
 
-    fn tune_send(&mut self, sndbuf: u64) -> io::Result<()> {
+    fn tune_send(&mut self, at: Duration, sndbuf: u64) -> io::Result<()> {
         let Some(interval) = self.last else {
             return Ok(());
         };
@@ -155,9 +155,14 @@ impl SocketTuner {
             }
         }
         let budget = self.cfg.budget;
-        let decision = self
-            .send
-            .decide(&interval, sndbuf, self.owned_sndbuf, self.lowat, &budget);
+        let decision = self.send.decide(
+            at,
+            &interval,
+            sndbuf,
+            self.owned_sndbuf,
+            self.lowat,
+            &budget,
+        );
         match decision {
             Some(SendDecision::Grow(want)) => {
                 let granted = self.reservation.resize(want);

@@ -6,11 +6,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tern_drs::WindowMode;
 use tern_proto::data::JOIN_REPLY_LEN;
 use tern_proto::hello::HELLO_LEN;
 use tern_proto::{
-    ChecksumAlg, ControlMsg, DataJoin, FileMeta, Hello, JoinReply, Protect, SessionAccept,
-    SessionMode, SessionOpen,
+    ChecksumAlg, ControlMsg, DataJoin, Features, FileMeta, Hello, JoinReply, Protect,
+    SessionAccept, SessionMode, SessionOpen, TuningRequest, Window,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -21,6 +22,7 @@ use crate::integrity::BlockCheck;
 use crate::server::bind_token;
 use crate::tls::{BLOCK_MAC_LABEL, KnownHosts, PinVerifier, server_name};
 use crate::transfer::{self, BoxStream, Control, Progress, TransferParams, TransferStats};
+use crate::tuning::{Connector, Joined, StreamSupply, Tuning};
 use crate::{Error, Result, StreamWrap};
 
 /// Where a daemon listens.
@@ -47,8 +49,13 @@ impl Endpoint {
 /// How the client connects and what it asks for.
 #[derive(Clone)]
 pub struct ClientOptions {
-    /// Data streams.
+    /// Data streams to start with.
     pub streams: u16,
+    /// Data streams the session may grow to (the controller decides when
+    /// `tuning.auto_streams`).
+    pub max_streams: u16,
+    /// Buffer sizing, congestion control, stream-count control.
+    pub tuning: Tuning,
     /// Block size.
     pub block_size: u32,
     /// Whole-file digest.
@@ -71,6 +78,8 @@ impl std::fmt::Debug for ClientOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientOptions")
             .field("streams", &self.streams)
+            .field("max_streams", &self.max_streams)
+            .field("tuning", &self.tuning)
             .field("block_size", &self.block_size)
             .field("checksum", &self.checksum)
             .field("protect", &self.protect)
@@ -89,13 +98,14 @@ pub struct Outcome {
     pub recorded: Option<PathBuf>,
     /// From starting to connect until every data stream had joined.
     pub setup: Duration,
-    /// Streams used.
+    /// Streams used (the most at any time).
     pub streams: u16,
 }
 
 struct Opened {
     control: Control,
-    streams: Vec<BoxStream>,
+    streams: Vec<Joined>,
+    supply: StreamSupply,
     params: TransferParams,
     fingerprint: String,
     recorded: Option<PathBuf>,
@@ -188,6 +198,20 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
             protect: opts.protect,
         }))
         .await?;
+    let tuned = negotiated.features.contains(Features::TUNING);
+    if tuned {
+        control
+            .send(&ControlMsg::Tuning(TuningRequest {
+                max_streams: opts.max_streams.max(opts.streams),
+                window: match opts.tuning.window {
+                    WindowMode::Auto => Window::Auto,
+                    WindowMode::Kernel => Window::Kernel,
+                    WindowMode::Fixed(n) => Window::Fixed(n.min(u64::from(u32::MAX)) as u32),
+                },
+                congestion: opts.tuning.congestion.clone(),
+            }))
+            .await?;
+    }
     let accept: SessionAccept = match control.recv().await? {
         ControlMsg::SessionAccept(a) => a,
         ControlMsg::Error { code, message, .. } => return Err(Error::Peer { code, message }),
@@ -197,85 +221,126 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
             )));
         }
     };
+    let max_streams = if tuned {
+        match control.recv().await? {
+            ControlMsg::TuningAccept { max_streams, .. } => max_streams.max(accept.streams),
+            ControlMsg::Error { code, message, .. } => return Err(Error::Peer { code, message }),
+            other => {
+                return Err(Error::Protocol(format!(
+                    "expected TuningAccept, got {other:?}"
+                )));
+            }
+        }
+    } else {
+        accept.streams
+    };
 
+    let joiner = Arc::new(Joiner {
+        ep: ep.clone(),
+        connect_timeout: opts.connect_timeout,
+        io_timeout: opts.io_timeout,
+        protect: opts.protect,
+        fingerprint: fingerprint.clone(),
+        token: accept.token,
+        version: negotiated.version,
+        max_streams,
+        wrap: opts.wrap.clone(),
+    });
     let mut joins = tokio::task::JoinSet::new();
     for k in 0..accept.streams {
-        let ep = ep.clone();
-        let timeout = opts.connect_timeout;
-        let io_timeout = opts.io_timeout;
-        let protect = opts.protect;
-        let fp = fingerprint.clone();
-        let join = DataJoin {
-            version: negotiated.version,
-            stream: k,
-            token: accept.token,
-        };
-        joins.spawn(async move {
-            let tcp = tcp_connect(&ep, timeout, io_timeout).await?;
-            let probe = {
-                use std::os::fd::AsFd;
-                tcp.as_fd().try_clone_to_owned().ok()
-            };
-            let mut s: BoxStream = if protect == Protect::Private {
-                let v = PinVerifier::new(Some(fp));
-                let tls = TlsConnector::from(v.client_config()?)
-                    .connect(server_name(&ep.host), tcp)
-                    .await
-                    .map_err(|e| Error::Tls(format!("data connection: {e}")))?;
-                Box::new(tls)
-            } else {
-                Box::new(tcp)
-            };
-            s.write_all(&join.encode()).await.map_err(gone)?;
-            s.flush().await.map_err(gone)?;
-            let mut reply = [0u8; JOIN_REPLY_LEN];
-            s.read_exact(&mut reply).await.map_err(gone)?;
-            match JoinReply::decode(&reply)? {
-                JoinReply::Accepted => Ok((k, s, probe)),
-                JoinReply::Refused => Err(Error::Protocol(format!(
-                    "the server refused data connection {k}"
-                ))),
-            }
-        });
+        joins.spawn(joiner.clone().join(k));
     }
-    let mut slots: Vec<Option<BoxStream>> = (0..accept.streams).map(|_| None).collect();
-    let mut probes: Vec<Option<std::os::fd::OwnedFd>> = (0..accept.streams).map(|_| None).collect();
+    let mut streams = Vec::with_capacity(usize::from(accept.streams));
     while let Some(joined) = joins.join_next().await {
-        let (k, s, probe) = joined.map_err(|e| Error::Protocol(format!("connect task: {e}")))??;
-        probes[usize::from(k)] = probe;
-        slots[usize::from(k)] = Some(match &opts.wrap {
-            Some(w) => w(usize::from(k), s),
-            None => s,
-        });
+        streams.push(joined.map_err(|e| Error::Protocol(format!("connect task: {e}")))??);
     }
-    let streams = slots.into_iter().map(|s| s.expect("joined")).collect();
+    streams.sort_by_key(|j| j.index);
+    let supply = if max_streams > accept.streams {
+        let connector: Connector = Arc::new(move |k| Box::pin(joiner.clone().join(k)));
+        StreamSupply::Connect(connector)
+    } else {
+        StreamSupply::Fixed
+    };
     let block_check = match opts.protect {
         Protect::Safe if exported => BlockCheck::KeyedBlake3(bind_token(&material, &accept.token)),
         Protect::Safe => return Err(Error::Tls("cannot export keying material".into())),
         Protect::Clear | Protect::Private => BlockCheck::Xxh3,
     };
+    let mut params = TransferParams::new(accept.streams, accept.block_size, opts.checksum);
+    params.max_streams = max_streams;
+    params.tuning = opts.tuning.clone();
+    params.block_check = block_check;
     Ok(Opened {
         control,
         streams,
-        params: TransferParams {
-            streams: accept.streams,
-            block_size: accept.block_size,
-            checksum: opts.checksum,
-            block_check,
-            deadline: None,
-            max_files_in_flight: 32,
-            max_repair_rounds: crate::session::DEFAULT_MAX_REPAIR_ROUNDS,
-            probes: Arc::new(
-                probes
-                    .into_iter()
-                    .collect::<Option<Vec<_>>>()
-                    .unwrap_or_default(),
-            ),
-        },
+        supply,
+        params,
         fingerprint,
         recorded,
         setup: started.elapsed(),
     })
+}
+
+/// Opens data connections of one session.
+struct Joiner {
+    ep: Endpoint,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+    protect: Protect,
+    fingerprint: String,
+    token: tern_proto::Token,
+    version: u16,
+    max_streams: u16,
+    wrap: Option<StreamWrap>,
+}
+
+impl Joiner {
+    /// Connects data stream `k` and joins it to the session.
+    async fn join(self: Arc<Self>, k: u16) -> Result<Joined> {
+        if k >= self.max_streams {
+            return Err(Error::Protocol(format!(
+                "stream {k} asked for; the session allows {}",
+                self.max_streams
+            )));
+        }
+        let tcp = tcp_connect(&self.ep, self.connect_timeout, self.io_timeout).await?;
+        let probe = {
+            use std::os::fd::AsFd;
+            tcp.as_fd().try_clone_to_owned().ok()
+        };
+        let mut s: BoxStream = if self.protect == Protect::Private {
+            let v = PinVerifier::new(Some(self.fingerprint.clone()));
+            let tls = TlsConnector::from(v.client_config()?)
+                .connect(server_name(&self.ep.host), tcp)
+                .await
+                .map_err(|e| Error::Tls(format!("data connection: {e}")))?;
+            Box::new(tls)
+        } else {
+            Box::new(tcp)
+        };
+        let join = DataJoin {
+            version: self.version,
+            stream: k,
+            token: self.token,
+        };
+        s.write_all(&join.encode()).await.map_err(gone)?;
+        s.flush().await.map_err(gone)?;
+        let mut reply = [0u8; JOIN_REPLY_LEN];
+        s.read_exact(&mut reply).await.map_err(gone)?;
+        match JoinReply::decode(&reply)? {
+            JoinReply::Accepted => Ok(Joined {
+                index: k,
+                stream: match &self.wrap {
+                    Some(w) => w(usize::from(k), s),
+                    None => s,
+                },
+                probe,
+            }),
+            JoinReply::Refused => Err(Error::Protocol(format!(
+                "the server refused data connection {k}"
+            ))),
+        }
+    }
 }
 
 fn gone(e: std::io::Error) -> Error {
@@ -287,28 +352,29 @@ struct Identity {
     fingerprint: String,
     recorded: Option<PathBuf>,
     setup: Duration,
-    streams: u16,
 }
 
+/// An opened session, taken apart for the driver.
+type Parts = (Control, Vec<Joined>, StreamSupply, TransferParams, Identity);
+
 impl Opened {
-    fn split(self) -> (Control, Vec<BoxStream>, TransferParams, Identity) {
+    fn split(self) -> Parts {
         let id = Identity {
             fingerprint: self.fingerprint,
             recorded: self.recorded,
             setup: self.setup,
-            streams: self.params.streams,
         };
-        (self.control, self.streams, self.params, id)
+        (self.control, self.streams, self.supply, self.params, id)
     }
 }
 
 fn outcome(id: Identity, stats: TransferStats) -> Outcome {
     Outcome {
+        streams: stats.streams_used,
         stats,
         fingerprint: id.fingerprint,
         recorded: id.recorded,
         setup: id.setup,
-        streams: id.streams,
     }
 }
 
@@ -334,9 +400,9 @@ pub async fn push(
         dest,
         top_level: sources.len() as u32,
     };
-    let (control, streams, params, id) = open(ep, opts, mode).await?.split();
+    let (control, streams, supply, params, id) = open(ep, opts, mode).await?.split();
     let source = Arc::new(FsSource::new(Root::Ambient, sources, recursive));
-    let stats = transfer::run_sender(control, streams, source, params, progress).await?;
+    let stats = transfer::run_sender(control, streams, supply, source, params, progress).await?;
     Ok(outcome(id, stats))
 }
 
@@ -351,8 +417,8 @@ pub async fn pull(
 ) -> Result<Outcome> {
     let sink = Arc::new(FsSink::new(Root::Ambient, dest, sources.len() as u32)?);
     let opened = open(ep, opts, SessionMode::Pull { sources, recursive }).await?;
-    let (control, streams, params, id) = opened.split();
-    let stats = transfer::run_receiver(control, streams, sink, params, progress).await?;
+    let (control, streams, supply, params, id) = opened.split();
+    let stats = transfer::run_receiver(control, streams, supply, sink, params, progress).await?;
     Ok(outcome(id, stats))
 }
 
@@ -370,14 +436,15 @@ pub async fn perf(
         bytes: bytes.unwrap_or(0),
         millis: duration.map_or(0, |d| d.as_millis() as u64),
     };
-    let (control, streams, mut params, id) = open(ep, opts, mode).await?.split();
+    let (control, streams, supply, mut params, id) = open(ep, opts, mode).await?.split();
     let stats = if reverse {
-        transfer::run_receiver(control, streams, Arc::new(DiscardSink), params, progress).await?
+        let sink = Arc::new(DiscardSink);
+        transfer::run_receiver(control, streams, supply, sink, params, progress).await?
     } else {
         let size = bytes.unwrap_or(FileMeta::UNKNOWN_SIZE);
         params.deadline = duration.map(|d| Instant::now() + d);
         let source = Arc::new(GenSource::new(size, params.block_size));
-        transfer::run_sender(control, streams, source, params, progress).await?
+        transfer::run_sender(control, streams, supply, source, params, progress).await?
     };
     Ok(outcome(id, stats))
 }

@@ -4,6 +4,7 @@
 //! these to flip a byte in flight or to break the connection after some
 //! bytes, then check that the engine detects, repairs and reports it.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -139,5 +140,73 @@ impl<S: AsyncRead + Unpin> AsyncRead for BreakAfter<S> {
             Some(inner) => Pin::new(inner).poll_read(cx, buf),
             None => Poll::Ready(Err(broken())),
         }
+    }
+}
+
+/// Writes at most `rate` bytes per second: a slow stream.
+#[derive(Debug)]
+pub struct Throttle<S> {
+    inner: S,
+    rate: u64,
+    started: tokio::time::Instant,
+    written: u64,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> Throttle<S> {
+    /// Limits `inner` to `rate` bytes per second (at least 1).
+    pub fn new(inner: S, rate: u64) -> Throttle<S> {
+        Throttle {
+            inner,
+            rate: rate.max(1),
+            started: tokio::time::Instant::now(),
+            written: 0,
+            sleep: None,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Throttle<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        loop {
+            if let Some(sleep) = this.sleep.as_mut() {
+                ready!(sleep.as_mut().poll(cx));
+                this.sleep = None;
+            }
+            let due = this.started
+                + std::time::Duration::from_secs_f64(this.written as f64 / this.rate as f64);
+            if due <= tokio::time::Instant::now() {
+                break;
+            }
+            this.sleep = Some(Box::pin(tokio::time::sleep_until(due)));
+        }
+        // At most 1/20 s worth per write, so the pace stays smooth.
+        let chunk = buf.len().min((this.rate / 20).max(1) as usize);
+        let n = ready!(Pin::new(&mut this.inner).poll_write(cx, &buf[..chunk]))?;
+        this.written += n as u64;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Throttle<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }

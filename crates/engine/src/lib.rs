@@ -9,6 +9,7 @@
 //!   the discard sink) behind one pair of traits;
 //! - [`transfer`]: the async driver that runs a session over a control
 //!   channel and N data streams;
+//! - [`tuning`]: live tuning of data sockets and the stream count;
 //! - [`tls`], [`server`], [`client`]: connections, identity and the daemon.
 
 pub mod client;
@@ -22,6 +23,7 @@ pub mod server;
 pub mod session;
 pub mod tls;
 pub mod transfer;
+pub mod tuning;
 
 pub use error::{Error, ErrorKind, Result};
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::fsio::{Sink, Source};
 use crate::transfer::{BoxStream, Control, Progress, TransferParams, TransferStats};
+use crate::tuning::{Joined, StreamSupply};
 use crate::{Result, transfer};
 
 /// Pipe capacity per stream.
@@ -24,20 +25,22 @@ pub async fn copy(
     wrap: Option<&crate::StreamWrap>,
 ) -> Result<(TransferStats, TransferStats)> {
     let (ctrl_a, ctrl_b) = tokio::io::duplex(64 << 10);
-    let mut send_streams: Vec<BoxStream> = Vec::new();
-    let mut recv_streams: Vec<BoxStream> = Vec::new();
+    let mut send_streams = Vec::new();
+    let mut recv_streams = Vec::new();
     for k in 0..params.streams {
         let (a, b) = tokio::io::duplex(PIPE_BYTES);
         let a: BoxStream = Box::new(a);
-        send_streams.push(match wrap {
+        let a = match wrap {
             Some(w) => w(usize::from(k), a),
             None => a,
-        });
-        recv_streams.push(Box::new(b));
+        };
+        send_streams.push(Joined::pipe(k, a));
+        recv_streams.push(Joined::pipe(k, Box::new(b)));
     }
     let sender = transfer::run_sender(
         Control::new(Box::new(ctrl_a)),
         send_streams,
+        StreamSupply::Fixed,
         source,
         params.clone(),
         progress.clone(),
@@ -45,6 +48,7 @@ pub async fn copy(
     let receiver = transfer::run_receiver(
         Control::new(Box::new(ctrl_b)),
         recv_streams,
+        StreamSupply::Fixed,
         sink,
         params,
         Arc::new(Progress::default()),

@@ -33,7 +33,9 @@ use crate::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root, Sink, Source, 
 use crate::integrity::BlockCheck;
 use crate::tls::{BLOCK_MAC_LABEL, ServerIdentity};
 use crate::transfer::{self, BoxStream, Control, Progress, TransferParams};
+use crate::tuning::{Joined, StreamSupply, Tuning};
 use crate::{Error, Result};
+use tern_drs::WindowMode;
 
 /// Most data streams one session may open.
 pub const MAX_STREAMS: u16 = 128;
@@ -54,6 +56,9 @@ pub struct ServerOptions {
     pub grace: Duration,
     /// Fail a connection whose peer stays silent this long.
     pub io_timeout: Duration,
+    /// Stream-count changes at fixed times when this end sends, instead of
+    /// the controller's (tests and experiments).
+    pub stream_script: Vec<(Duration, tern_drs::StreamChange)>,
 }
 
 impl ServerOptions {
@@ -65,6 +70,7 @@ impl ServerOptions {
             handshake_timeout: Duration::from_secs(20),
             grace: Duration::from_secs(10),
             io_timeout: crate::net::DEFAULT_IO_TIMEOUT,
+            stream_script: Vec::new(),
         }
     }
 }
@@ -323,37 +329,90 @@ async fn run_control(
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err(Error::PeerGone("no session request".into())),
     };
+    let requested = if negotiated.features.contains(tern_proto::Features::TUNING) {
+        match tokio::time::timeout(timeout, control.recv()).await {
+            Ok(Ok(ControlMsg::Tuning(t))) => Some(t),
+            Ok(Ok(other)) => {
+                return refuse(
+                    &mut control,
+                    Error::Protocol(format!("expected Tuning, got {other:?}")),
+                )
+                .await;
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(Error::PeerGone("no tuning request".into())),
+        }
+    } else {
+        None
+    };
     if let Err(e) = validate(&open, negotiated.features) {
         return refuse(&mut control, e).await;
     }
+    let (max_streams, tuning) = match agree_tuning(&open, requested.as_ref()) {
+        Ok(t) => t,
+        Err(e) => return refuse(&mut control, e).await,
+    };
     let role = match prepare_role(ctx, &open) {
         Ok(role) => role,
         Err(e) => return refuse(&mut control, e).await,
     };
     let token: Token = rand::random();
-    let (tx, mut rx) = mpsc::channel(usize::from(open.streams));
+    let (tx, mut rx) = mpsc::channel(usize::from(max_streams));
     ctx.pending.lock().expect("pending").insert(token, tx);
-    let accepted = control
+    let mut accepted = control
         .send(&ControlMsg::SessionAccept(SessionAccept {
             token,
             streams: open.streams,
             block_size: open.block_size,
         }))
         .await;
+    if accepted.is_ok() && requested.is_some() {
+        accepted = control
+            .send(&ControlMsg::TuningAccept {
+                max_streams,
+                congestion: tuning.congestion.clone(),
+            })
+            .await;
+    }
+    let want = Admission {
+        tls: open.protect == Protect::Private,
+        version: negotiated.version,
+        protect: open.protect,
+    };
+    let mut taken = vec![false; usize::from(max_streams)];
     let streams = match accepted {
-        Ok(()) => collect_streams(&mut rx, &open, negotiated.version, timeout).await,
+        Ok(()) => collect_streams(&mut rx, &want, open.streams, &mut taken, timeout).await,
         Err(e) => Err(e),
     };
-    ctx.pending.lock().expect("pending").remove(&token);
-    drop(rx);
-    let (streams, probes) = match streams {
+    let streams = match streams {
         Ok(s) => s,
-        Err(e) => return refuse(&mut control, e).await,
+        Err(e) => {
+            ctx.pending.lock().expect("pending").remove(&token);
+            return refuse(&mut control, e).await;
+        }
+    };
+    // Streams that join later (the session grows) go through here.
+    let (more_tx, more_rx) = mpsc::channel(usize::from(max_streams));
+    let late_joins = tokio::spawn(async move {
+        while let Some(joining) = rx.recv().await {
+            if let Some(j) = want.admit(joining, &mut taken).await {
+                if more_tx.send(j).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let supply = if max_streams > open.streams {
+        StreamSupply::Accept(more_rx)
+    } else {
+        StreamSupply::Fixed
     };
     let block_check = match open.protect {
         Protect::Safe => match key(&token) {
             Some(k) => BlockCheck::KeyedBlake3(k),
             None => {
+                ctx.pending.lock().expect("pending").remove(&token);
+                late_joins.abort();
                 return refuse(
                     &mut control,
                     Error::Tls("cannot export keying material".into()),
@@ -363,33 +422,30 @@ async fn run_control(
         },
         Protect::Clear | Protect::Private => BlockCheck::Xxh3,
     };
-    let mut params = TransferParams {
-        streams: open.streams,
-        block_size: open.block_size,
-        checksum: open.checksum,
-        block_check,
-        deadline: None,
-        max_files_in_flight: 32,
-        max_repair_rounds: crate::session::DEFAULT_MAX_REPAIR_ROUNDS,
-        probes: Arc::new(probes),
-    };
+    let mut params = TransferParams::new(open.streams, open.block_size, open.checksum);
+    params.max_streams = max_streams;
+    params.tuning = tuning;
+    params.block_check = block_check;
     let progress = Arc::new(Progress::default());
     let started = Instant::now();
     let result = match role {
         Role::Send(source, deadline) => {
             params.deadline = deadline.map(|d| Instant::now() + d);
-            transfer::run_sender(control, streams, source, params, progress).await
+            params.tuning.script = ctx.opts.stream_script.clone();
+            transfer::run_sender(control, streams, supply, source, params, progress).await
         }
         Role::Receive(sink) => {
-            transfer::run_receiver(control, streams, sink, params, progress).await
+            transfer::run_receiver(control, streams, supply, sink, params, progress).await
         }
     };
+    ctx.pending.lock().expect("pending").remove(&token);
+    late_joins.abort();
     let stats = result?;
     tracing::info!(
         "{peer}: session done: {} bytes, {} files, {} streams, {:.2?}",
         stats.bytes,
         stats.files.len(),
-        open.streams,
+        stats.streams_used,
         started.elapsed()
     );
     Ok(())
@@ -467,65 +523,138 @@ fn prepare_role(ctx: &Context, open: &SessionOpen) -> Result<Role> {
     })
 }
 
-async fn collect_streams(
-    rx: &mut mpsc::Receiver<Joining>,
-    open: &SessionOpen,
+/// What a data connection must match to join a session.
+#[derive(Debug, Clone, Copy)]
+struct Admission {
+    tls: bool,
     version: u16,
-    timeout: Duration,
-) -> Result<(Vec<BoxStream>, Vec<std::os::fd::OwnedFd>)> {
-    let want_tls = open.protect == Protect::Private;
-    let mut slots: Vec<Option<BoxStream>> = (0..open.streams).map(|_| None).collect();
-    let mut probes: Vec<Option<std::os::fd::OwnedFd>> = (0..open.streams).map(|_| None).collect();
-    let deadline = tokio::time::Instant::now() + timeout;
-    while slots.iter().any(Option::is_none) {
-        let joining = match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(j)) => j,
-            _ => {
-                let got = slots.iter().filter(|s| s.is_some()).count();
-                return Err(Error::PeerGone(format!(
-                    "only {got} of {} data connections joined within {timeout:?}",
-                    open.streams
-                )));
-            }
-        };
+    protect: Protect,
+}
+
+impl Admission {
+    /// Answers a join: `Accepted` when the connection matches the session
+    /// and its index is free in `taken` (which it then takes), else
+    /// `Refused` (and the connection is dropped).
+    async fn admit(&self, joining: Joining, taken: &mut [bool]) -> Option<Joined> {
         let Joining {
             mut stream,
             probe,
             index,
-            version: join_version,
+            version,
             tls,
             peer,
         } = joining;
-        let slot = slots.get_mut(usize::from(index));
-        let acceptable = tls == want_tls
-            && join_version == version
-            && slot.as_ref().is_some_and(|s| s.is_none());
+        let slot = taken.get_mut(usize::from(index));
+        let acceptable =
+            tls == self.tls && version == self.version && slot.as_ref().is_some_and(|t| !**t);
         if !acceptable {
             tracing::warn!(
-                "{peer}: refused data connection {index} ({}, version {join_version}; session wants {}, version {version})",
+                "{peer}: refused data connection {index} ({}, version {version}; session wants {}, version {})",
                 if tls { "TLS" } else { "plain" },
-                open.protect.name()
+                self.protect.name(),
+                self.version
             );
             let _ = stream.write_all(&JoinReply::Refused.encode()).await;
-            continue;
+            return None;
         }
-        stream
-            .write_all(&JoinReply::Accepted.encode())
-            .await
-            .map_err(|e| Error::PeerGone(e.to_string()))?;
-        stream
-            .flush()
-            .await
-            .map_err(|e| Error::PeerGone(e.to_string()))?;
-        *slot.expect("checked") = Some(stream);
-        probes[usize::from(index)] = probe;
+        let replied = match stream.write_all(&JoinReply::Accepted.encode()).await {
+            Ok(()) => stream.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = replied {
+            tracing::warn!("{peer}: data connection {index} dropped while joining: {e}");
+            return None;
+        }
+        *slot.expect("checked") = true;
+        Some(Joined {
+            index,
+            stream,
+            probe,
+        })
     }
-    let probes = probes
-        .into_iter()
-        .collect::<Option<Vec<_>>>()
-        .unwrap_or_default();
+}
+
+/// Waits for streams `0..initial` to join.
+async fn collect_streams(
+    rx: &mut mpsc::Receiver<Joining>,
+    want: &Admission,
+    initial: u16,
+    taken: &mut [bool],
+    timeout: Duration,
+) -> Result<Vec<Joined>> {
+    let mut joined = Vec::with_capacity(usize::from(initial));
+    let deadline = tokio::time::Instant::now() + timeout;
+    let initial_slots = usize::from(initial).min(taken.len());
+    while joined.len() < initial_slots {
+        let joining = match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(j)) => j,
+            _ => {
+                return Err(Error::PeerGone(format!(
+                    "only {} of {initial} data connections joined within {timeout:?}",
+                    joined.len()
+                )));
+            }
+        };
+        if let Some(j) = want.admit(joining, &mut taken[..initial_slots]).await {
+            joined.push(j);
+        }
+    }
+    joined.sort_by_key(|j| j.index);
+    Ok(joined)
+}
+
+/// Settles the session's tuning from the client's request (or its absence,
+/// with an older client): the stream cap, the window mode, and the
+/// congestion control, which must be one this process may use.
+fn agree_tuning(
+    open: &SessionOpen,
+    requested: Option<&tern_proto::TuningRequest>,
+) -> Result<(u16, Tuning)> {
+    let Some(req) = requested else {
+        return Ok((open.streams, Tuning::default()));
+    };
+    if req.max_streams < open.streams || req.max_streams > MAX_STREAMS {
+        return Err(Error::BadRequest(format!(
+            "at most {} streams asked for with {} to start; {}..={MAX_STREAMS} allowed",
+            req.max_streams, open.streams, open.streams
+        )));
+    }
+    let window = match req.window {
+        tern_proto::Window::Auto => WindowMode::Auto,
+        tern_proto::Window::Kernel => WindowMode::Kernel,
+        tern_proto::Window::Fixed(n) if (4096..=1 << 30).contains(&n) => {
+            WindowMode::Fixed(u64::from(n))
+        }
+        tern_proto::Window::Fixed(n) => {
+            return Err(Error::BadRequest(format!(
+                "window of {n} bytes; 4 KiB to 1 GiB allowed"
+            )));
+        }
+    };
+    let caps = tern_drs::HostCaps::read();
+    let privileged = tern_drs::socket::privileged();
+    let congestion = if req.congestion.is_empty() {
+        caps.preferred_congestion(privileged)
+    } else if caps.may_use_congestion(&req.congestion, privileged) {
+        req.congestion.clone()
+    } else {
+        return Err(Error::BadRequest(format!(
+            "congestion control '{}' is not available on the server (usable: {})",
+            req.congestion,
+            if privileged {
+                caps.congestion_available.join(" ")
+            } else {
+                caps.congestion_allowed.join(" ")
+            }
+        )));
+    };
     Ok((
-        slots.into_iter().map(|s| s.expect("all joined")).collect(),
-        probes,
+        req.max_streams,
+        Tuning {
+            window,
+            congestion,
+            auto_streams: req.max_streams > open.streams,
+            script: Vec::new(),
+        },
     ))
 }

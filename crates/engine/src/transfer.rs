@@ -18,7 +18,7 @@
 //! held only for bookkeeping, never across I/O.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,9 @@ use crate::session::{
     BlockVerdict, FileOutcome, ReceiverConfig, ReceiverSession, RecvAction, SenderConfig,
     SenderSession,
 };
+use crate::tuning::{Joined, Sampler, StreamSupply, Tuning};
 use crate::{Error, Result};
+use tern_drs::StreamChange;
 
 /// A byte stream a session can run over: TCP, TLS over TCP, or an
 /// in-memory pipe (local copies and tests).
@@ -141,8 +143,12 @@ fn gone(e: std::io::Error) -> Error {
 /// Settings of one transfer, agreed by both ends.
 #[derive(Debug, Clone)]
 pub struct TransferParams {
-    /// Number of data streams.
+    /// Data streams the session starts with.
     pub streams: u16,
+    /// Data streams the session may grow to (at least `streams`).
+    pub max_streams: u16,
+    /// How the data sockets are tuned.
+    pub tuning: Tuning,
     /// Block payload size.
     pub block_size: u32,
     /// Whole-file digest algorithm.
@@ -155,9 +161,23 @@ pub struct TransferParams {
     pub max_files_in_flight: usize,
     /// Repair rounds per file.
     pub max_repair_rounds: u32,
-    /// Duplicates of the data sockets, sampled for `TCP_INFO` (empty when
-    /// the streams are not TCP, as in local copies).
-    pub probes: Arc<Vec<std::os::fd::OwnedFd>>,
+}
+
+impl TransferParams {
+    /// Parameters for `streams` fixed streams and the defaults otherwise.
+    pub fn new(streams: u16, block_size: u32, checksum: ChecksumAlg) -> TransferParams {
+        TransferParams {
+            streams,
+            max_streams: streams,
+            tuning: Tuning::default(),
+            block_size,
+            checksum,
+            block_check: BlockCheck::Xxh3,
+            deadline: None,
+            max_files_in_flight: 32,
+            max_repair_rounds: crate::session::DEFAULT_MAX_REPAIR_ROUNDS,
+        }
+    }
 }
 
 /// Live counters for progress display, updated by the driver.
@@ -181,6 +201,8 @@ pub struct TransferStats {
     pub files: Vec<FileOutcome>,
     /// Payload bytes per stream, as this side counted them.
     pub per_stream_bytes: Vec<u64>,
+    /// Streams that joined the session.
+    pub streams_used: u16,
     /// From the start of the session (all streams up) to its end.
     pub network_elapsed: Duration,
     /// Blocks sent again after the receiver asked for them.
@@ -195,6 +217,7 @@ impl TransferStats {
     fn new(
         files: &[FileOutcome],
         per_stream_bytes: &[u64],
+        streams_used: u16,
         network_elapsed: Duration,
         blocks_retransmitted: u64,
         blocks_corrupt: u64,
@@ -204,6 +227,7 @@ impl TransferStats {
             bytes: files.iter().map(|f| f.size).sum(),
             files: files.to_vec(),
             per_stream_bytes: per_stream_bytes.to_vec(),
+            streams_used,
             network_elapsed,
             blocks_retransmitted,
             blocks_corrupt,
@@ -212,112 +236,31 @@ impl TransferStats {
     }
 }
 
-/// How often data sockets are sampled.
-const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+/// Spawns a session's tasks and keeps their abort handles; tasks spawned
+/// later (streams that join a running session) go into the same list.
+#[derive(Default, Clone)]
+pub(crate) struct Tasks(Arc<Mutex<Vec<tokio::task::AbortHandle>>>);
 
-/// Samples `TCP_INFO` of every data socket while a session runs, and grows
-/// the send buffer of a stream that it shows to be buffer-limited.
-struct Sampler {
-    state: Arc<Mutex<SamplerState>>,
-    started: Instant,
-}
-
-struct SamplerState {
-    estimators: Vec<tern_drs::StreamEstimator>,
-    probes: Arc<Vec<std::os::fd::OwnedFd>>,
-    /// Send buffer set per stream, when tern overrode the kernel.
-    raised: Vec<Option<u64>>,
-    budget: tern_drs::policy::BufferBudget,
-}
-
-impl Sampler {
-    fn start(guard: &mut TaskGuard, probes: Arc<Vec<std::os::fd::OwnedFd>>) -> Option<Sampler> {
-        if probes.is_empty() {
-            return None;
-        }
-        let caps = tern_drs::HostCaps::read();
-        let n = probes.len();
-        let state = Arc::new(Mutex::new(SamplerState {
-            estimators: vec![Default::default(); n],
-            raised: vec![None; n],
-            budget: tern_drs::policy::BufferBudget {
-                per_stream: tern_drs::host::session_budget() / n as u64,
-                privileged: tern_drs::socket::privileged(),
-                wmem_max: caps.wmem_max,
-            },
-            probes,
-        }));
-        let sampler = Sampler {
-            state: state.clone(),
-            started: Instant::now(),
-        };
-        let started = sampler.started;
-        guard.spawn(async move {
-            loop {
-                tokio::time::sleep(SAMPLE_EVERY).await;
-                state.lock().expect("sampler").sample(started, true);
-            }
-        });
-        Some(sampler)
-    }
-
-    fn finish(self) -> tern_drs::Diagnosis {
-        let mut state = self.state.lock().expect("sampler");
-        state.sample(self.started, false);
-        let estimates = state.estimators.iter().map(|e| e.estimate()).collect();
-        tern_drs::diagnose(estimates, tern_drs::HostCaps::read(), &state.raised)
-    }
-}
-
-impl SamplerState {
-    fn sample(&mut self, started: Instant, act: bool) {
-        use std::os::fd::AsRawFd;
-        let at = started.elapsed();
-        for (k, fd) in self.probes.iter().enumerate() {
-            let fd = fd.as_raw_fd();
-            let Ok(info) = tern_drs::TcpInfo::read(fd) else {
-                continue;
-            };
-            self.estimators[k].add(at, info);
-            let Some(interval) = self.estimators[k].last_interval().filter(|_| act) else {
-                continue;
-            };
-            let Ok(current) = tern_drs::socket::sndbuf(fd) else {
-                continue;
-            };
-            if let Some(next) = tern_drs::policy::next_sndbuf(&interval, current, &self.budget) {
-                match tern_drs::socket::set_sndbuf(fd, next, self.budget.privileged) {
-                    Ok(()) => {
-                        tracing::debug!("stream {k}: send buffer {current} -> {next}");
-                        self.raised[k] = Some(next);
-                    }
-                    Err(e) => tracing::debug!("stream {k}: cannot grow the send buffer: {e}"),
-                }
-            }
-        }
+impl Tasks {
+    pub(crate) fn spawn<F>(&self, f: F) -> JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handle = tokio::spawn(f);
+        self.0.lock().expect("tasks").push(handle.abort_handle());
+        handle
     }
 }
 
 /// Aborts a session's tasks when the session's future is dropped (a
 /// daemon shutting down, a caller giving up), so none outlives it.
 #[derive(Default)]
-struct TaskGuard(Vec<tokio::task::AbortHandle>);
-
-impl TaskGuard {
-    fn spawn<F>(&mut self, f: F) -> JoinHandle<F::Output>
-    where
-        F: std::future::Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        let handle = tokio::spawn(f);
-        self.0.push(handle.abort_handle());
-        handle
-    }
-}
+struct TaskGuard(Tasks);
 
 impl Drop for TaskGuard {
     fn drop(&mut self) {
-        for h in &self.0 {
+        for h in self.0.0.lock().expect("tasks").iter() {
             h.abort();
         }
     }
@@ -378,9 +321,24 @@ struct SendShared {
     readers: Mutex<HashMap<u32, Arc<dyn BlockRead>>>,
     check: BlockCheck,
     progress: Arc<Progress>,
+    /// Stream workers, including those of streams that joined later.
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    /// Streams from this index on stop taking blocks and end.
+    retire_from: AtomicUsize,
+    block_size: u32,
+    joined: AtomicU16,
 }
 
 impl SendShared {
+    /// Stream `k` joined: it may take blocks now.
+    fn start_worker(self: &Arc<Self>, tasks: &Tasks, k: usize, stream: BoxStream) {
+        self.session.lock().expect("session").stream_joined(k);
+        self.joined.fetch_add(1, Ordering::Relaxed);
+        let handle = tasks.spawn(stream_worker(self.clone(), k, stream, self.block_size));
+        self.workers.lock().expect("workers").push(handle);
+        self.wake.notify_waiters();
+    }
+
     fn reader(&self, file_id: u32) -> Result<Arc<dyn BlockRead>> {
         if let Some(r) = self.readers.lock().expect("readers").get(&file_id) {
             return Ok(r.clone());
@@ -399,10 +357,12 @@ impl SendShared {
 }
 
 /// Runs the sending side of a session until the receiver confirmed
-/// everything, or the first failure.
+/// everything, or the first failure. `streams` are those joined at the
+/// start; `supply` is where more come from when the stream count grows.
 pub async fn run_sender(
     control: Control,
-    streams: Vec<BoxStream>,
+    streams: Vec<Joined>,
+    supply: StreamSupply,
     source: Arc<dyn Source>,
     params: TransferParams,
     progress: Arc<Progress>,
@@ -426,13 +386,15 @@ pub async fn run_sender(
             return Err(e);
         }
     };
+    let max_streams = params.max_streams.max(params.streams);
     let mut session = SenderSession::new(SenderConfig {
-        streams: params.streams,
+        streams: max_streams,
         block_size: params.block_size,
         max_files_in_flight: params.max_files_in_flight,
         max_repair_rounds: params.max_repair_rounds,
         deadline: params.deadline,
     });
+    session.expect_joined(0);
     let mut by_id = HashMap::new();
     let mut total = 0u64;
     for item in items {
@@ -457,28 +419,64 @@ pub async fn run_sender(
         readers: Mutex::new(HashMap::new()),
         check: params.block_check.clone(),
         progress,
+        workers: Mutex::new(Vec::new()),
+        retire_from: AtomicUsize::new(usize::MAX),
+        block_size: params.block_size,
+        joined: AtomicU16::new(0),
     });
 
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
-    let mut guard = TaskGuard::default();
-    let sampler = Sampler::start(&mut guard, params.probes.clone());
-    guard.spawn(sender_digests(shared.clone(), digest_rx, params.checksum));
-    let reader = guard.spawn(sender_control_reader(shared.clone(), ctrl_rd));
-    let writer = guard.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
-    let workers: Vec<_> = streams
-        .into_iter()
-        .enumerate()
-        .map(|(k, s)| guard.spawn(stream_worker(shared.clone(), k, s, params.block_size)))
-        .collect();
-    for w in workers {
-        let _ = w.await;
+    let guard = TaskGuard::default();
+    let tasks = guard.0.clone();
+    let (changes_tx, changes_rx) = mpsc::unbounded_channel();
+    let sampler = Arc::new(Sampler::start(
+        &tasks,
+        &params.tuning,
+        tern_drs::Direction::Send,
+        params.streams,
+        max_streams,
+        (!matches!(supply, StreamSupply::Fixed)).then_some(changes_tx),
+    ));
+    for j in streams {
+        sampler.add(j.index, j.probe);
+        shared.start_worker(&tasks, usize::from(j.index), j.stream);
+    }
+    tasks.spawn(sender_digests(shared.clone(), digest_rx, params.checksum));
+    let (wanted_tx, wanted_rx) = mpsc::unbounded_channel();
+    tasks.spawn(sender_changes(shared.clone(), changes_rx, wanted_tx));
+    let (sh, tk, sa) = (shared.clone(), tasks.clone(), sampler.clone());
+    let ask = shared.clone();
+    tasks.spawn(supply_streams(
+        tasks.clone(),
+        supply,
+        params.streams,
+        wanted_rx,
+        move |total| {
+            ask.session.lock().expect("session").request_streams(total);
+            ask.control_wake.notify_one();
+        },
+        move |j| {
+            sa.add(j.index, j.probe);
+            sh.start_worker(&tk, usize::from(j.index), j.stream);
+        },
+    ));
+    let reader = tasks.spawn(sender_control_reader(shared.clone(), ctrl_rd));
+    let writer = tasks.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
+    loop {
+        let next = shared.workers.lock().expect("workers").pop();
+        match next {
+            Some(w) => {
+                let _ = w.await;
+            }
+            None => break,
+        }
     }
     let _ = writer.await;
     if shared.failure.is_set() {
         reader.abort();
     }
     let _ = reader.await;
-    let tuning = sampler.map(Sampler::finish);
+    let tuning = sampler.finish();
     drop(guard);
     if let Some(e) = shared.failure.take() {
         return Err(e);
@@ -487,11 +485,100 @@ pub async fn run_sender(
     Ok(TransferStats::new(
         session.finished(),
         session.stream_bytes(),
+        shared.joined.load(Ordering::Relaxed),
         started.elapsed(),
         session.blocks_retransmitted(),
         0,
         tuning,
     ))
+}
+
+/// Carries out the stream-count controller's changes on the sending side:
+/// retires streams, and passes growth on to [`supply_streams`].
+async fn sender_changes(
+    shared: Arc<SendShared>,
+    mut changes: mpsc::UnboundedReceiver<StreamChange>,
+    wanted: mpsc::UnboundedSender<u16>,
+) {
+    while let Some(change) = changes.recv().await {
+        match change {
+            StreamChange::Retire(n) => {
+                shared.retire_from.store(usize::from(n), Ordering::SeqCst);
+                shared.wake.notify_waiters();
+            }
+            StreamChange::Grow(n) => {
+                let _ = wanted.send(n);
+            }
+        }
+    }
+}
+
+/// Brings a running session up to each stream total asked for on
+/// `wanted`: opens the streams itself when it has a connector (the
+/// client), else asks the peer (`ask_peer`); streams the peer opened
+/// arrive through an accepting supply (the server). Every stream that
+/// joins goes to `start`.
+async fn supply_streams(
+    tasks: Tasks,
+    supply: StreamSupply,
+    mut requested: u16,
+    mut wanted: mpsc::UnboundedReceiver<u16>,
+    ask_peer: impl Fn(u16) + Send,
+    start: impl Fn(Joined) + Send,
+) {
+    let (connected_tx, mut connected) = mpsc::channel::<Joined>(8);
+    let (connector, mut accept) = match supply {
+        StreamSupply::Fixed => (None, None),
+        StreamSupply::Connect(c) => (Some(c), None),
+        StreamSupply::Accept(rx) => (None, Some(rx)),
+    };
+    loop {
+        tokio::select! {
+            total = wanted.recv() => match (total, &connector) {
+                (None, _) => return,
+                (Some(total), Some(connect)) => {
+                    open_streams(&tasks, connect, requested..total, &connected_tx);
+                    requested = requested.max(total);
+                }
+                (Some(total), None) => ask_peer(total),
+            },
+            j = recv_or_pending(&mut accept) => match j {
+                Some(j) => start(j),
+                None => accept = None,
+            },
+            Some(j) = connected.recv() => start(j),
+        }
+    }
+}
+
+/// Opens streams `range` in the background; each goes to `tx` once joined.
+/// A stream that cannot be opened is only logged: the session goes on with
+/// the streams it has.
+fn open_streams(
+    tasks: &Tasks,
+    connect: &crate::tuning::Connector,
+    range: std::ops::Range<u16>,
+    tx: &mpsc::Sender<Joined>,
+) {
+    for k in range {
+        let (connect, tx) = (connect.clone(), tx.clone());
+        tasks.spawn(async move {
+            match connect(k).await {
+                Ok(j) => {
+                    let _ = tx.send(j).await;
+                }
+                Err(e) => tracing::warn!("cannot open data stream {k}: {e}"),
+            }
+        });
+    }
+}
+
+/// The next item of `rx`, or never when there is no `rx`.
+async fn recv_or_pending<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx.as_mut() {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn sender_control_reader(shared: Arc<SendShared>, mut rd: ControlReader) {
@@ -615,6 +702,10 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
         }
         let (task, complete, has_control) = {
             let mut s = shared.session.lock().expect("session");
+            if k >= shared.retire_from.load(Ordering::SeqCst) && s.stream_retired(k) {
+                tracing::debug!("data stream {k} retired");
+                break;
+            }
             let task = s.next_block(k, Instant::now());
             (task, s.is_complete(), s.has_control())
         };
@@ -726,6 +817,18 @@ struct RecvShared {
     check: BlockCheck,
     progress: Arc<Progress>,
     repaired: AtomicU64,
+    /// Stream readers, including those of streams that joined later.
+    readers: Mutex<Vec<JoinHandle<()>>>,
+    block_size: u32,
+    joined: AtomicU16,
+}
+
+impl RecvShared {
+    fn start_reader(self: &Arc<Self>, tasks: &Tasks, k: usize, stream: BoxStream) {
+        self.joined.fetch_add(1, Ordering::Relaxed);
+        let handle = tasks.spawn(stream_reader(self.clone(), k, stream, self.block_size));
+        self.readers.lock().expect("readers").push(handle);
+    }
 }
 
 /// Runs the receiving side of a session until every file is verified and
@@ -733,16 +836,18 @@ struct RecvShared {
 /// they are (for a later resume) and nothing appears at a final name.
 pub async fn run_receiver(
     control: Control,
-    streams: Vec<BoxStream>,
+    streams: Vec<Joined>,
+    supply: StreamSupply,
     sink: Arc<dyn Sink>,
     params: TransferParams,
     progress: Arc<Progress>,
 ) -> Result<TransferStats> {
     let started = Instant::now();
     let verify = sink.digests();
+    let max_streams = params.max_streams.max(params.streams);
     let shared = Arc::new(RecvShared {
         session: Mutex::new(ReceiverSession::new(ReceiverConfig {
-            streams: params.streams,
+            streams: max_streams,
             block_size: params.block_size,
             max_repair_rounds: params.max_repair_rounds,
             verify_digest: verify,
@@ -755,29 +860,59 @@ pub async fn run_receiver(
         check: params.block_check.clone(),
         progress,
         repaired: AtomicU64::new(0),
+        readers: Mutex::new(Vec::new()),
+        block_size: params.block_size,
+        joined: AtomicU16::new(0),
     });
     let (ctrl_rd, ctrl_wr) = control.split();
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
-    let mut guard = TaskGuard::default();
-    let sampler = Sampler::start(&mut guard, params.probes.clone());
-    guard.spawn(receiver_control_reader(shared.clone(), ctrl_rd));
-    guard.spawn(receiver_digests(shared.clone(), digest_rx, params.checksum));
-    let actions = guard.spawn(receiver_actions(shared.clone(), ctrl_wr, digest_tx, verify));
-    let readers: Vec<_> = streams
-        .into_iter()
-        .enumerate()
-        .map(|(k, s)| guard.spawn(stream_reader(shared.clone(), k, s, params.block_size)))
-        .collect();
+    let guard = TaskGuard::default();
+    let tasks = guard.0.clone();
+    let sampler = Arc::new(Sampler::start(
+        &tasks,
+        &params.tuning,
+        tern_drs::Direction::Receive,
+        params.streams,
+        max_streams,
+        None,
+    ));
+    for j in streams {
+        sampler.add(j.index, j.probe);
+        shared.start_reader(&tasks, usize::from(j.index), j.stream);
+    }
+    let (wanted_tx, wanted_rx) = mpsc::unbounded_channel();
+    let (sh, tk, sa) = (shared.clone(), tasks.clone(), sampler.clone());
+    tasks.spawn(supply_streams(
+        tasks.clone(),
+        supply,
+        params.streams,
+        wanted_rx,
+        |total| tracing::warn!("the sender asked for {total} streams; this end cannot open any"),
+        move |j| {
+            sa.add(j.index, j.probe);
+            sh.start_reader(&tk, usize::from(j.index), j.stream);
+        },
+    ));
+    tasks.spawn(receiver_control_reader(shared.clone(), ctrl_rd, wanted_tx));
+    tasks.spawn(receiver_digests(shared.clone(), digest_rx, params.checksum));
+    let actions = tasks.spawn(receiver_actions(shared.clone(), ctrl_wr, digest_tx, verify));
     let _ = actions.await;
     let network_elapsed = started.elapsed();
-    let tuning = sampler.map(Sampler::finish);
+    let tuning = sampler.finish();
     if !shared.failure.is_set() {
         // Let the sender's stream-end markers arrive, briefly.
         let linger = async {
-            for r in readers.iter() {
-                while !r.is_finished() {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+            loop {
+                let all_done = shared
+                    .readers
+                    .lock()
+                    .expect("readers")
+                    .iter()
+                    .all(JoinHandle::is_finished);
+                if all_done {
+                    break;
                 }
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
         };
         let _ = tokio::time::timeout(LINGER, linger).await;
@@ -790,6 +925,7 @@ pub async fn run_receiver(
     Ok(TransferStats::new(
         session.finished(),
         session.stream_bytes(),
+        shared.joined.load(Ordering::Relaxed),
         network_elapsed,
         shared.repaired.load(Ordering::Relaxed),
         session.blocks_corrupt(),
@@ -797,7 +933,11 @@ pub async fn run_receiver(
     ))
 }
 
-async fn receiver_control_reader(shared: Arc<RecvShared>, mut rd: ControlReader) {
+async fn receiver_control_reader(
+    shared: Arc<RecvShared>,
+    mut rd: ControlReader,
+    wanted: mpsc::UnboundedSender<u16>,
+) {
     loop {
         let msg = match rd.recv().await {
             Ok(msg) => msg,
@@ -809,6 +949,10 @@ async fn receiver_control_reader(shared: Arc<RecvShared>, mut rd: ControlReader)
                 return;
             }
         };
+        if let ControlMsg::MoreStreams { total } = msg {
+            let _ = wanted.send(total);
+            continue;
+        }
         let handled = shared.session.lock().expect("session").handle_control(msg);
         if let Err(e) = handled {
             return shared.failure.fail(e, &shared.wake);

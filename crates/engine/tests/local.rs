@@ -10,6 +10,7 @@ use tern_engine::fault::{BreakAfter, CorruptAt};
 use tern_engine::fsio::{FsSink, FsSource, Root};
 use tern_engine::integrity::{BlockCheck, digest_of};
 use tern_engine::transfer::{BoxStream, Progress, TransferParams, TransferStats};
+use tern_engine::tuning::{Joined, StreamSupply};
 use tern_engine::{StreamWrap, local};
 use tern_proto::ChecksumAlg;
 use tern_proto::data::HEADER_LEN;
@@ -17,16 +18,10 @@ use tern_proto::data::HEADER_LEN;
 const BS: u32 = 256 << 10;
 
 fn params(streams: u16, checksum: ChecksumAlg) -> TransferParams {
-    TransferParams {
-        streams,
-        block_size: BS,
-        checksum,
-        block_check: BlockCheck::Xxh3,
-        deadline: None,
-        max_files_in_flight: 8,
-        max_repair_rounds: 4,
-        probes: Default::default(),
-    }
+    let mut p = TransferParams::new(streams, BS, checksum);
+    p.max_files_in_flight = 8;
+    p.max_repair_rounds = 4;
+    p
 }
 
 fn random_file(path: &Path, len: usize) -> Vec<u8> {
@@ -194,14 +189,16 @@ async fn safe_mode_rejects_blocks_under_the_wrong_key() {
     q.block_check = BlockCheck::KeyedBlake3([8; 32]);
     let s = tern_engine::transfer::run_sender(
         tern_engine::transfer::Control::new(Box::new(ca)),
-        vec![Box::new(da)],
+        vec![Joined::pipe(0, Box::new(da))],
+        StreamSupply::Fixed,
         source,
         p,
         Arc::new(Progress::default()),
     );
     let r = tern_engine::transfer::run_receiver(
         tern_engine::transfer::Control::new(Box::new(cb)),
-        vec![Box::new(db)],
+        vec![Joined::pipe(0, Box::new(db))],
+        StreamSupply::Fixed,
         sink,
         q,
         Arc::new(Progress::default()),

@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{RngCore, SeedableRng};
+use tern_drs::StreamChange;
 use tern_engine::client::{self, ClientOptions, Endpoint};
 use tern_engine::fault::CorruptAt;
 use tern_engine::server::{ServerOptions, serve};
 use tern_engine::tls::{KnownHosts, ServerIdentity};
 use tern_engine::transfer::{BoxStream, Progress};
+use tern_engine::tuning::Tuning;
 use tern_engine::{ErrorKind, StreamWrap};
 use tern_proto::data::HEADER_LEN;
 use tern_proto::{ChecksumAlg, Protect};
@@ -25,6 +27,10 @@ struct Daemon {
 }
 
 async fn daemon(root: &Path) -> Daemon {
+    daemon_with(ServerOptions::new(root.to_path_buf())).await
+}
+
+async fn daemon_with(opts: ServerOptions) -> Daemon {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -34,7 +40,6 @@ async fn daemon(root: &Path) -> Daemon {
     let fingerprint = identity.fingerprint.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let opts = ServerOptions::new(root.to_path_buf());
     let task = tokio::spawn(async move {
         serve(listener, &identity, opts, std::future::pending())
             .await
@@ -54,6 +59,8 @@ async fn daemon(root: &Path) -> Daemon {
 fn opts(streams: u16, protect: Protect) -> ClientOptions {
     ClientOptions {
         streams,
+        max_streams: streams,
+        tuning: Tuning::default(),
         block_size: 1 << 20,
         checksum: ChecksumAlg::Xxh3,
         protect,
@@ -511,5 +518,145 @@ async fn many_sessions_run_at_once() {
             &root.join(format!("dst{i}"))
         ));
     }
+    d.task.abort();
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_join_and_retire_while_a_session_runs_both_ways() {
+    let root = tempfile::tempdir().unwrap();
+    let mut server = ServerOptions::new(root.path().to_path_buf());
+    // When the daemon sends, it asks the client for streams (MoreStreams).
+    server.stream_script = vec![(ms(200), StreamChange::Grow(4))];
+    let d = daemon_with(server).await;
+    for protect in [Protect::Private, Protect::Clear] {
+        let mut o = opts(1, protect);
+        o.max_streams = 4;
+        // When the client sends, it opens the streams itself.
+        o.tuning.script = vec![
+            (ms(200), StreamChange::Grow(3)),
+            (ms(700), StreamChange::Retire(2)),
+        ];
+        let out = client::perf(
+            &d.ep,
+            &o,
+            None,
+            Some(ms(1500)),
+            false,
+            Arc::new(Progress::default()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.streams, 3, "{protect:?}");
+        let per = &out.stats.per_stream_bytes;
+        assert_eq!(per.len(), 4);
+        assert!(
+            per[1] > 0 && per[2] > 0,
+            "late streams carried data: {per:?}"
+        );
+        assert_eq!(per[3], 0);
+        assert_eq!(
+            out.stats.bytes,
+            per.iter().sum::<u64>(),
+            "every block verified once"
+        );
+
+        let back = client::perf(
+            &d.ep,
+            &o,
+            None,
+            Some(ms(1200)),
+            true,
+            Arc::new(Progress::default()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(back.streams, 4, "{protect:?}");
+        assert!(back.stats.per_stream_bytes[3] > 0);
+    }
+    d.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_arrives_intact_over_streams_that_came_and_went() {
+    let root = tempfile::tempdir().unwrap();
+    let d = daemon(root.path()).await;
+    let src = tempfile::tempdir().unwrap();
+    let file = src.path().join("data.bin");
+    random_file(&file, 96 << 20, 9);
+    let mut o = opts(1, Protect::Safe);
+    o.max_streams = 6;
+    o.tuning.script = vec![
+        (ms(1), StreamChange::Grow(6)),
+        (ms(250), StreamChange::Retire(2)),
+    ];
+    // Slow the first stream so the transfer outlives the script.
+    o.wrap = Some(Arc::new(|k, s| {
+        if k == 0 {
+            Box::new(tern_engine::fault::Throttle::new(s, 64 << 20)) as BoxStream
+        } else {
+            s
+        }
+    }));
+    let out = client::push(
+        &d.ep,
+        &o,
+        vec![file.clone()],
+        false,
+        "copy.bin".into(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert!(out.streams >= 2, "streams used: {}", out.streams);
+    assert!(same_bytes(&file, &root.path().join("copy.bin")));
+    d.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn congestion_control_and_fixed_windows_are_applied_on_the_sockets() {
+    let root = tempfile::tempdir().unwrap();
+    let d = daemon(root.path()).await;
+    let mut o = opts(2, Protect::Clear);
+    o.tuning.congestion = "reno".into();
+    o.tuning.window = tern_drs::WindowMode::Fixed(256 << 10);
+    let out = client::perf(
+        &d.ep,
+        &o,
+        Some(32 << 20),
+        None,
+        false,
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    let t = out.stats.tuning.expect("TCP streams are measured");
+    assert_eq!(t.congestion_control, "reno");
+    assert_eq!(t.window, "262144");
+    assert_eq!(
+        t.send_buffer_peak_bytes,
+        2 * (256 << 10),
+        "locked, never grown"
+    );
+    assert_eq!(t.receive_buffer_peak_bytes, 2 * (256 << 10));
+
+    o.tuning.congestion = "no-such-algorithm".into();
+    let refused = client::perf(
+        &d.ep,
+        &o,
+        Some(1 << 20),
+        None,
+        false,
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("not available on the server"),
+        "{refused}"
+    );
     d.task.abort();
 }

@@ -129,9 +129,24 @@ pub enum ChecksumArg {
 /// Options shared by commands that move data.
 #[derive(Debug, Clone, Args)]
 pub struct TransferArgs {
-    /// Parallel TCP streams.
-    #[arg(short = 'P', long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=128))]
-    pub streams: u16,
+    /// Parallel TCP streams: a number, or `auto` to start with one and add
+    /// streams while the aggregate rate grows (up to --max-streams).
+    #[arg(short = 'P', long, default_value = "auto", value_name = "N|auto", value_parser = parse_streams)]
+    pub streams: Streams,
+    /// With --streams auto: never use more streams than this.
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=128))]
+    pub max_streams: u16,
+    /// TCP buffer sizing: `auto` (kernel autotuning, and tern sizes buffers
+    /// itself where the kernel's caps fall short), `kernel` (the kernel's
+    /// autotuning alone), or a SIZE that locks the send and receive buffers
+    /// of every data socket on both ends (like iperf3 -w).
+    #[arg(long, default_value = "auto", value_name = "auto|kernel|SIZE", value_parser = parse_window)]
+    pub window: WindowArg,
+    /// Congestion control of the data sockets on both ends: `auto` (BBR
+    /// where the kernel allows it, else the kernel's default) or a name
+    /// such as cubic, reno, bbr.
+    #[arg(long = "cc", default_value = "auto", value_name = "auto|NAME")]
+    pub congestion: String,
     /// Block size: the unit of scheduling, checking and repair.
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     pub block_size: u64,
@@ -196,6 +211,50 @@ pub struct ServeArgs {
     /// Print the startup line as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--streams`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Streams {
+    /// Decided while the transfer runs.
+    Auto,
+    /// Exactly this many.
+    Fixed(u16),
+}
+
+fn parse_streams(s: &str) -> Result<Streams, String> {
+    if s == "auto" {
+        return Ok(Streams::Auto);
+    }
+    match s.parse::<u16>() {
+        Ok(n) if (1..=128).contains(&n) => Ok(Streams::Fixed(n)),
+        _ => Err(format!(
+            "'{s}' is neither 'auto' nor a stream count from 1 to 128"
+        )),
+    }
+}
+
+/// `--window`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowArg {
+    /// tern's dynamic right-sizing.
+    Auto,
+    /// The kernel's autotuning alone.
+    Kernel,
+    /// Locked at this many bytes.
+    Fixed(u64),
+}
+
+fn parse_window(s: &str) -> Result<WindowArg, String> {
+    match s {
+        "auto" => Ok(WindowArg::Auto),
+        "kernel" => Ok(WindowArg::Kernel),
+        _ => match parse_size(s) {
+            Ok(n) if (4096..=1 << 30).contains(&n) => Ok(WindowArg::Fixed(n)),
+            Ok(n) => Err(format!("a window of {n} bytes; 4K to 1G allowed")),
+            Err(e) => Err(format!("'{s}' is not auto, kernel or a size: {e}")),
+        },
+    }
 }
 
 fn positive_secs(s: &str) -> Result<f64, String> {

@@ -6,18 +6,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use tern_drs::WindowMode;
 use tern_engine::client::{self, ClientOptions, Endpoint};
 use tern_engine::fsio::{FsSink, FsSource, Root};
-use tern_engine::integrity::BlockCheck;
 use tern_engine::server::{ServerOptions, serve};
 use tern_engine::tls::{KnownHosts, ServerIdentity};
 use tern_engine::transfer::{Progress, TransferParams};
+use tern_engine::tuning::{AUTO_START_STREAMS, Tuning};
 use tern_engine::{StreamWrap, local};
 use tern_proto::{ChecksumAlg, Protect};
 
 use crate::cli::exit::Usage;
 use crate::cli::{
-    ChecksumArg, Cli, Command, CpArgs, PerfArgs, ProtectArg, ServeArgs, TransferArgs,
+    ChecksumArg, Cli, Command, CpArgs, PerfArgs, ProtectArg, ServeArgs, Streams, TransferArgs,
+    WindowArg,
 };
 use crate::location::{self, Location};
 use crate::output::{ProgressDisplay, Report, ReportInput};
@@ -95,8 +97,14 @@ fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptio
             )));
         }
     }
+    let (streams, max_streams) = match t.streams {
+        Streams::Auto => (AUTO_START_STREAMS.min(t.max_streams), t.max_streams),
+        Streams::Fixed(n) => (n, n),
+    };
     Ok(ClientOptions {
-        streams: t.streams,
+        streams,
+        max_streams,
+        tuning: tuning_of(t)?,
         block_size: block_size(t)?,
         checksum,
         protect: protect_of(t.protect),
@@ -105,6 +113,46 @@ fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptio
         wrap: fault_from_env(),
         connect_timeout: Duration::from_secs(15),
         io_timeout: Duration::from_secs_f64(t.io_timeout),
+    })
+}
+
+/// The tuning asked for on the command line; a congestion control this
+/// process cannot use is a usage error, caught before connecting.
+fn tuning_of(t: &TransferArgs) -> Result<Tuning> {
+    let window = match t.window {
+        WindowArg::Auto => WindowMode::Auto,
+        WindowArg::Kernel => WindowMode::Kernel,
+        WindowArg::Fixed(n) => WindowMode::Fixed(n),
+    };
+    let congestion = if t.congestion == "auto" {
+        String::new()
+    } else {
+        let caps = tern_drs::HostCaps::read();
+        let privileged = tern_drs::socket::privileged();
+        if !caps.may_use_congestion(&t.congestion, privileged) {
+            let usable = if privileged {
+                &caps.congestion_available
+            } else {
+                &caps.congestion_allowed
+            };
+            return Err(usage(format!(
+                "--cc {}: not usable here (usable: {}{})",
+                t.congestion,
+                usable.join(" "),
+                if privileged {
+                    ""
+                } else {
+                    "; root may use any of net.ipv4.tcp_available_congestion_control"
+                }
+            )));
+        }
+        t.congestion.clone()
+    };
+    Ok(Tuning {
+        window,
+        congestion,
+        auto_streams: t.streams == Streams::Auto,
+        script: Vec::new(),
     })
 }
 
@@ -242,24 +290,20 @@ async fn copy_local(
         sources.len() as u32,
     )?);
     let source = Arc::new(FsSource::new(Root::Ambient, sources, args.recursive));
-    let params = TransferParams {
-        streams: t.streams,
-        block_size: block_size(t)?,
-        checksum,
-        block_check: BlockCheck::Xxh3,
-        deadline: None,
-        max_files_in_flight: 32,
-        max_repair_rounds: tern_engine::session::DEFAULT_MAX_REPAIR_ROUNDS,
-        probes: Default::default(),
+    // In-memory pipes: no TCP to tune, so a fixed count (auto means 4).
+    let streams = match t.streams {
+        Streams::Auto => 4,
+        Streams::Fixed(n) => n,
     };
+    let params = TransferParams::new(streams, block_size(t)?, checksum);
     let (_, received) =
         local::copy(source, sink, params, progress, fault_from_env().as_ref()).await?;
     Ok(client::Outcome {
+        streams: received.streams_used,
         stats: received,
         fingerprint: String::new(),
         recorded: None,
         setup: Duration::ZERO,
-        streams: t.streams,
     })
 }
 

@@ -88,11 +88,12 @@ impl Report {
             network_elapsed_s: net.as_secs_f64(),
             throughput_bps: bps(i.stats.bytes, elapsed),
             network_throughput_bps: bps(i.stats.bytes, net),
-            streams: i.stats.per_stream_bytes.len(),
+            streams: usize::from(i.stats.streams_used),
             per_stream: i
                 .stats
                 .per_stream_bytes
                 .iter()
+                .take(usize::from(i.stats.streams_used).max(1))
                 .enumerate()
                 .map(|(stream, &bytes)| StreamReport {
                     stream,
@@ -153,12 +154,39 @@ impl Report {
             eprintln!("  per stream: {}", parts.join(", "));
         }
         if let Some(t) = &self.tuning {
+            eprintln!("  {}", tuning_line(t));
             eprintln!("  {}", t.summary);
             for line in &t.sysctls {
                 eprintln!("  to lift the cap: {line}");
             }
         }
     }
+}
+
+/// How the transport was tuned, in one line: congestion control, buffer
+/// sizing and peak, and how the stream count changed.
+fn tuning_line(t: &tern_drs::Diagnosis) -> String {
+    let mut line = format!(
+        "tuning: congestion control {}, window {}, send buffers up to {:.1} MiB in total",
+        t.congestion_control,
+        t.window,
+        t.send_buffer_peak_bytes as f64 / f64::from(1 << 20)
+    );
+    if t.stream_steps.len() > 1 {
+        let steps: Vec<String> = t
+            .stream_steps
+            .iter()
+            .map(|s| {
+                let why = serde_json::to_value(s.reason)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                format!("{} ({why} at {:.1} s)", s.streams, s.at_ms as f64 / 1e3)
+            })
+            .collect();
+        line.push_str(&format!("; streams {}", steps.join(" → ")));
+    }
+    line
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -93,7 +93,10 @@ pub struct ReceiverSession {
 }
 
 impl ReceiverSession {
-    /// A session expecting `cfg.streams` data streams.
+    /// A session of up to `cfg.streams` data streams. Streams that have not
+    /// joined count as live with no frames: a stream that joins late and
+    /// was given blocks is waited for, since the sender only uses streams
+    /// that have joined.
     pub fn new(cfg: ReceiverConfig) -> ReceiverSession {
         let n = usize::from(cfg.streams);
         ReceiverSession {

@@ -263,6 +263,46 @@ impl SenderSession {
         }
     }
 
+    /// Only the first `joined` streams are connected; the others join later
+    /// ([`Self::stream_joined`]) or never.
+    pub fn expect_joined(&mut self, joined: usize) {
+        for (k, alive) in self.stream_alive.iter_mut().enumerate() {
+            *alive = k < joined;
+        }
+    }
+
+    /// Stream `stream` joined the running session.
+    pub fn stream_joined(&mut self, stream: usize) {
+        if let Some(alive) = self.stream_alive.get_mut(stream) {
+            *alive = true;
+        }
+    }
+
+    /// Retires `stream`: it gets no more blocks, and everything it carried
+    /// was written before its end marker. The last live stream is never
+    /// retired; returns whether `stream` was.
+    pub fn stream_retired(&mut self, stream: usize) -> bool {
+        let live = self.stream_alive.iter().filter(|&&a| a).count();
+        match self.stream_alive.get_mut(stream) {
+            Some(alive) if *alive && live > 1 => {
+                *alive = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Asks the receiving client to bring the session up to `total`
+    /// streams (`MoreStreams`).
+    pub fn request_streams(&mut self, total: u16) {
+        self.outbox.push_back(ControlMsg::MoreStreams { total });
+    }
+
+    /// Whether `stream` may be given blocks.
+    pub fn stream_is_live(&self, stream: usize) -> bool {
+        self.stream_alive.get(stream).copied().unwrap_or(false)
+    }
+
     /// A data stream failed; it gets no more blocks. What it carried is
     /// requested again by the receiver.
     pub fn stream_lost(&mut self, stream: usize) -> Result<()> {
