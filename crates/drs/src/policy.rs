@@ -191,18 +191,31 @@ pub fn notsent_lowat(rate: Option<f64>) -> u64 {
 }
 
 /// Receive-side decision: the kernel's autotuning grows a receive buffer to
-/// about twice its receive-space estimate (`tcpi_rcv_space`, DRS's
-/// descendant) but never past `tcp_rmem[2]`. When a stream's estimate has
-/// reached that cap, tern takes the buffer over and keeps it ahead of the
-/// estimate, within `cap` bytes (the stream's budget share, or `rmem_max`
-/// without privilege). `None` leaves the kernel in charge.
-pub fn next_rcvbuf(rcv_space: u64, current: u64, tcp_rmem_max: u64, cap: u64) -> Option<u64> {
-    let kernel_capped = rcv_space.saturating_mul(2) >= tcp_rmem_max && current >= tcp_rmem_max;
-    let owned_and_tight = current > tcp_rmem_max && rcv_space.saturating_mul(2) >= current;
+/// about twice what the application read in the last RTT (its receive-space
+/// estimate, `tcpi_rcv_space`, DRS's descendant) but never past
+/// `tcp_rmem[2]`. When a busy stream's buffer sits at that cap, tern takes
+/// the buffer over and keeps it growing while the stream reads at least
+/// half of it per RTT, within `cap` bytes (the stream's budget share, or
+/// `rmem_max` without privilege) and within what the window scale chosen at
+/// connection setup can advertise (`max_window`). `owned` is true once tern
+/// has set the buffer. `None` leaves it.
+pub fn next_rcvbuf(
+    rcv_space: u64,
+    current: u64,
+    owned: bool,
+    tcp_rmem_max: u64,
+    cap: u64,
+    max_window: u64,
+) -> Option<u64> {
+    let kernel_capped =
+        !owned && current >= tcp_rmem_max && rcv_space.saturating_mul(4) >= tcp_rmem_max;
+    let owned_and_tight = owned && rcv_space.saturating_mul(2) >= current;
     if !(kernel_capped || owned_and_tight) {
         return None;
     }
-    let want = ((current as f64 * GROWTH) as u64).min(cap);
+    let want = ((current as f64 * GROWTH) as u64)
+        .min(cap)
+        .min(max_window.saturating_mul(2));
     (want > current).then_some(want)
 }
 
@@ -428,20 +441,37 @@ mod tests {
     #[test]
     fn the_receive_buffer_is_taken_over_only_at_the_kernel_cap() {
         let rmem2 = 6 << 20;
+        let w = 1 << 30;
         // Kernel still has room: leave it.
-        assert_eq!(next_rcvbuf(1 << 20, 2 << 20, rmem2, 64 << 20), None);
-        // Estimate at the cap, buffer at the cap: grow.
         assert_eq!(
-            next_rcvbuf(3 << 20, 6 << 20, rmem2, 64 << 20),
+            next_rcvbuf(1 << 20, 2 << 20, false, rmem2, 64 << 20, w),
+            None
+        );
+        // Buffer at the cap and in use: grow.
+        assert_eq!(
+            next_rcvbuf(2 << 20, 6 << 20, false, rmem2, 64 << 20, w),
             Some(9 << 20)
+        );
+        // At the cap but idle: leave it.
+        assert_eq!(
+            next_rcvbuf(1 << 20, 6 << 20, false, rmem2, 64 << 20, w),
+            None
         );
         // Owned and the estimate is catching up: grow again, within the cap.
         assert_eq!(
-            next_rcvbuf(5 << 20, 9 << 20, rmem2, 12 << 20),
+            next_rcvbuf(5 << 20, 9 << 20, true, rmem2, 12 << 20, w),
             Some(12 << 20)
         );
         // Owned with room to spare: keep.
-        assert_eq!(next_rcvbuf(2 << 20, 9 << 20, rmem2, 64 << 20), None);
+        assert_eq!(
+            next_rcvbuf(2 << 20, 9 << 20, true, rmem2, 64 << 20, w),
+            None
+        );
+        // Never past twice what the window scale can advertise.
+        assert_eq!(
+            next_rcvbuf(6 << 20, 12 << 20, true, rmem2, 64 << 20, 65535 << 7),
+            Some(2 * (65535 << 7))
+        );
     }
 
     proptest! {
@@ -472,11 +502,12 @@ mod tests {
 
         #[test]
         fn the_receive_buffer_stays_within_its_cap(
-            space in 0u64..(1 << 32), current in 1u64..(1 << 32),
-            rmem2 in 1u64..(1 << 30), cap in 1u64..(1 << 32),
+            space in 0u64..(1 << 32), current in 1u64..(1 << 32), owned: bool,
+            rmem2 in 1u64..(1 << 30), cap in 1u64..(1 << 32), wscale in 0u32..15,
         ) {
-            if let Some(next) = next_rcvbuf(space, current, rmem2, cap) {
-                prop_assert!(next > current && next <= cap);
+            let max_window = 65535u64 << wscale;
+            if let Some(next) = next_rcvbuf(space, current, owned, rmem2, cap, max_window) {
+                prop_assert!(next > current && next <= cap && next <= 2 * max_window);
             }
         }
     }

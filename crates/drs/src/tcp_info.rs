@@ -100,6 +100,10 @@ pub struct TcpInfo {
     pub snd_wnd: Option<u32>,
     /// Our receive-space estimate (the kernel's DRS), bytes.
     pub rcv_space: u32,
+    /// Our window scale (fixed at connection setup): the window we can
+    /// advertise is at most 65535 << this.
+    #[serde(default)]
+    pub rcv_wscale: u8,
 }
 
 impl TcpInfo {
@@ -145,6 +149,8 @@ impl TcpInfo {
             bytes_retrans: has!(bytes_retrans),
             snd_wnd: has!(snd_wnd),
             rcv_space: r.rcv_space,
+            // Bitfield: tcpi_snd_wscale in the low four bits.
+            rcv_wscale: r.wscale >> 4,
         }
     }
 }

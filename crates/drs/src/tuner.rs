@@ -85,6 +85,10 @@ pub struct SocketTuner {
     last: Option<Interval>,
     at_cap: bool,
     growing: bool,
+    /// Send buffer at the last tick, before the policy acted, bytes.
+    pub seen_sndbuf: u64,
+    /// Receive buffer at the last tick, before the policy acted, bytes.
+    pub seen_rcvbuf: u64,
     /// Largest send buffer seen, bytes.
     pub peak_sndbuf: u64,
     /// Largest receive buffer seen, bytes.
@@ -113,6 +117,8 @@ impl SocketTuner {
             last: None,
             at_cap: false,
             growing: false,
+            seen_sndbuf: 0,
+            seen_rcvbuf: 0,
             peak_sndbuf: 0,
             peak_rcvbuf: 0,
             adjustments: 0,
@@ -128,6 +134,8 @@ impl SocketTuner {
         self.estimator.add(at, info);
         let sndbuf = socket::sndbuf(self.fd)?;
         let rcvbuf = socket::rcvbuf(self.fd)?;
+        self.seen_sndbuf = sndbuf;
+        self.seen_rcvbuf = rcvbuf;
         self.peak_sndbuf = self.peak_sndbuf.max(sndbuf);
         self.peak_rcvbuf = self.peak_rcvbuf.max(rcvbuf);
         self.last = self.estimator.last_interval();
@@ -200,10 +208,21 @@ impl SocketTuner {
             budget.per_stream.min(self.cfg.caps.rmem_max)
         };
         let rmem_max = self.cfg.caps.tcp_rmem[2];
-        if let Some(want) = policy::next_rcvbuf(u64::from(info.rcv_space), rcvbuf, rmem_max, cap) {
+        let max_window = 65535u64 << info.rcv_wscale.min(14);
+        if let Some(want) = policy::next_rcvbuf(
+            u64::from(info.rcv_space),
+            rcvbuf,
+            self.owned_rcvbuf,
+            rmem_max,
+            cap,
+            max_window,
+        ) {
             let granted = self.reservation.resize(want);
             if granted > rcvbuf {
                 socket::set_rcvbuf(self.fd, granted, budget.privileged)?;
+                // Setting the buffer does not move the window clamp that
+                // autotuning left behind; without this the window stays.
+                socket::set_window_clamp(self.fd, granted.min(max_window))?;
                 self.owned_rcvbuf = true;
                 self.raised_rcvbuf = Some(granted);
                 self.adjustments += 1;

@@ -122,7 +122,7 @@ impl Tuning {
 struct Slot {
     // Declared before `probe`: the tuner holds the probe's raw fd.
     tuner: SocketTuner,
-    probe: OwnedFd,
+    _probe: OwnedFd,
     retired: bool,
 }
 
@@ -149,9 +149,9 @@ pub struct TraceLine {
     pub t_ms: u64,
     /// The sample.
     pub info: tern_drs::TcpInfo,
-    /// Send buffer after the tick.
+    /// Send buffer when sampled, before the policy acted.
     pub sndbuf: u64,
-    /// Receive buffer after the tick.
+    /// Receive buffer when sampled, before the policy acted.
     pub rcvbuf: u64,
 }
 
@@ -179,7 +179,7 @@ impl Tuners {
         if let Some(slot) = self.slots.get_mut(k) {
             *slot = Some(Slot {
                 tuner: SocketTuner::new(fd, cfg),
-                probe,
+                _probe: probe,
                 retired: false,
             });
         }
@@ -202,13 +202,12 @@ impl Tuners {
                 Ok(info) => {
                     if let Some(trace) = self.trace.as_mut() {
                         use std::io::Write;
-                        let fd = slot.probe.as_raw_fd();
                         let line = TraceLine {
                             stream: k,
                             t_ms: at.as_millis() as u64,
                             info,
-                            sndbuf: tern_drs::socket::sndbuf(fd).unwrap_or(0),
-                            rcvbuf: tern_drs::socket::rcvbuf(fd).unwrap_or(0),
+                            sndbuf: slot.tuner.seen_sndbuf,
+                            rcvbuf: slot.tuner.seen_rcvbuf,
                         };
                         if let Ok(text) = serde_json::to_string(&line) {
                             let _ = writeln!(trace, "{text}");
