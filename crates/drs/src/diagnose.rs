@@ -105,7 +105,9 @@ pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u
             "tern itself (disk or CPU) set the pace on {hit} of {n} streams: the sockets were \
              often idle."
         ),
-        Limit::Unknown => "Not enough TCP_INFO samples to tell what limited the transfer.".into(),
+        Limit::Unknown => "TCP_INFO gave too little to tell what limited the transfer (a \
+             receiving end sees less than the sender: the sender's report says more)."
+            .into(),
     };
     let mut actions = Vec::new();
     let grown: Vec<u64> = raised.iter().flatten().copied().collect();

@@ -545,3 +545,96 @@ fn a_send_buffer_limit_on_a_long_fat_path_is_diagnosed() {
     );
     assert!(tuning["streams"][0]["min_rtt_ms"].as_f64().unwrap() >= 99.0);
 }
+
+/// Runs `tern perf` on A against the lab's daemon; returns the JSON report.
+fn tern_perf_json(lab: &Lab, tern: &str, work: &Path, prefix: &[&str], extra: &[&str]) -> Value {
+    let env_cfg = format!("XDG_CONFIG_HOME={}", work.join("cfg").display());
+    let mut cmd: Vec<&str> = prefix.to_vec();
+    cmd.extend_from_slice(&["env", &env_cfg, tern, "perf", "tern://10.47.0.2"]);
+    cmd.extend_from_slice(&["--protect", "clear", "--json"]);
+    cmd.extend_from_slice(extra);
+    let out = lab.exec("A", &cmd);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn capped_buffers_bring_more_streams_and_a_capped_receiver_is_taken_over() {
+    let test = "capped_buffers_bring_more_streams_and_a_capped_receiver_is_taken_over";
+    if !can_run(test) {
+        return;
+    }
+    let Some(tern) = tern_bin() else {
+        eprintln!("SKIP {test}: build the tern binary first");
+        return;
+    };
+    let work = tempfile_dir("nlcaps");
+    // A copy any user may run, and a config dir any user may write.
+    let tern_copy = work.join("tern");
+    std::fs::copy(&tern, &tern_copy).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for (p, mode) in [(&work, 0o755), (&tern_copy, 0o755)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    std::fs::create_dir_all(work.join("cfg")).unwrap();
+    std::fs::set_permissions(work.join("cfg"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let tern = tern_copy.to_str().unwrap().to_string();
+    let lab = Lab::up(
+        "nltest7",
+        &["--rtt", "100", "--rate", "1000", "--mtu", "9000"],
+    );
+    let mut server = lab.serve_tern(&tern, &work, &[]);
+
+    // An unprivileged sender cannot pass wmem_max (4 MiB) with one stream
+    // on a 12.5 MB path: tern adds streams, and says why.
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    let report = tern_perf_json(&lab, &tern, &work, &nobody, &["--time", "6"]);
+    let steps = report["tuning"]["stream_steps"].as_array().unwrap();
+    assert!(
+        steps.iter().any(|s| s["reason"] == "limited"),
+        "{}",
+        report["tuning"]
+    );
+    assert!(report["streams"].as_u64().unwrap() >= 2, "{report}");
+
+    // A receiver whose tcp_rmem stops at 3 MiB: the kernel's autotuning
+    // halts there, tern takes the buffer over and says so.
+    let set = lab.exec(
+        "A",
+        &["sysctl", "-w", "net.ipv4.tcp_rmem=4096 131072 3145728"],
+    );
+    assert!(set.status.success());
+    let report = tern_perf_json(
+        &lab,
+        &tern,
+        &work,
+        &[],
+        &["--time", "5", "--reverse", "-P", "1"],
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&work);
+    let tuning = &report["tuning"];
+    assert_eq!(tuning["host"]["tcp_rmem"][2], 3145728, "{tuning}");
+    assert!(
+        tuning["receive_buffer_peak_bytes"].as_u64().unwrap() > 3145728,
+        "{tuning}"
+    );
+    assert!(
+        tuning["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().unwrap().contains("receive buffer")),
+        "{tuning}"
+    );
+}

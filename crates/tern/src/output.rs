@@ -166,11 +166,13 @@ impl Report {
 /// How the transport was tuned, in one line: congestion control, buffer
 /// sizing and peak, and how the stream count changed.
 fn tuning_line(t: &tern_drs::Diagnosis) -> String {
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
     let mut line = format!(
-        "tuning: congestion control {}, window {}, send buffers up to {:.1} MiB in total",
+        "tuning: congestion control {}, window {}, buffers up to {:.1} MiB send / {:.1} MiB receive in total",
         t.congestion_control,
         t.window,
-        t.send_buffer_peak_bytes as f64 / f64::from(1 << 20)
+        mib(t.send_buffer_peak_bytes),
+        mib(t.receive_buffer_peak_bytes)
     );
     if t.stream_steps.len() > 1 {
         let steps: Vec<String> = t

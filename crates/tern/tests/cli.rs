@@ -357,6 +357,38 @@ fn exit_codes_mean_what_the_help_says() {
 }
 
 #[test]
+fn tuning_flags_are_checked_and_reported() {
+    let env = Env::new();
+    let server = env.server();
+    let url = format!("tern://127.0.0.1:{}", server.port);
+    for (flag, value, says) in [
+        ("--streams", "many", "neither 'auto' nor"),
+        ("--window", "1", "4K to 1G"),
+        ("--window", "huge", "not auto, kernel or a size"),
+        ("--cc", "no-such-cc", "not usable here"),
+    ] {
+        let out = env.run(&["perf", &url, "--size", "1M", flag, value]);
+        assert_eq!(code(&out), 2, "{flag} {value}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(says),
+            "{flag} {value}: {}",
+            stderr(&out)
+        );
+    }
+    let fixed = json(&env.run(&[
+        "perf", &url, "--size", "16M", "-P", "3", "--window", "1M", "--cc", "reno", "--json",
+    ]));
+    assert_eq!(fixed["streams"], 3);
+    assert_eq!(fixed["tuning"]["window"], "1048576");
+    assert_eq!(fixed["tuning"]["congestion_control"], "reno");
+    assert_eq!(fixed["tuning"]["send_buffer_peak_bytes"], 3 << 20);
+    let auto = json(&env.run(&["perf", &url, "--size", "16M", "--json"]));
+    assert_eq!(auto["tuning"]["window"], "auto");
+    assert_eq!(auto["tuning"]["stream_steps"][0]["streams"], 1);
+    assert_eq!(auto["tuning"]["stream_steps"][0]["reason"], "start");
+}
+
+#[test]
 fn a_changed_server_identity_is_refused_with_advice() {
     let env = Env::new();
     random_file(&env.p("src.bin"), 1000);
