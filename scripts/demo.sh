@@ -67,10 +67,10 @@ cat "$work/serve.out"
 port=$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\),.*/\1/p' "$work/serve.out")
 echo "== making a $size random file"
 head -c "$size" /dev/urandom >"$work/data.bin"
-echo "== tern cp (push, defaults: 4 streams, private, xxh3)"
+echo "== tern cp (push, defaults: streams and buffers tuned live, private, xxh3)"
 "$tern" cp "$work/data.bin" "tern://127.0.0.1:$port/data.bin"
 echo "== tern cp (pull back)"
 "$tern" cp "tern://127.0.0.1:$port/data.bin" "$work/back.bin"
 cmp "$work/data.bin" "$work/back.bin" && echo "== round trip byte-identical"
-echo "== tern perf (5 s, 4 streams, clear)"
-"$tern" perf "tern://127.0.0.1:$port" --time 5 -P 4 --protect clear
+echo "== tern perf (5 s, defaults, clear)"
+"$tern" perf "tern://127.0.0.1:$port" --time 5 --protect clear
