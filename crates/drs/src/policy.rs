@@ -57,13 +57,26 @@ impl BufferBudget {
 }
 
 /// Decides a stream's next send-buffer size when it is buffer-limited, or
-/// `None` to leave it.
+/// `None` to leave it. `notsent_lowat` is the unsent-data mark in force.
 ///
-/// A stream whose smoothed RTT has risen a quarter above its minimum is
-/// already queueing at the bottleneck: it has more in flight than the path
-/// holds, so a larger buffer would only lengthen the queue.
-pub fn next_sndbuf(interval: &Interval, current: u64, budget: &BufferBudget) -> Option<u64> {
-    if interval.busy_share < 0.5 || interval.sndbuf_limited_share < LIMITED {
+/// Three checks keep the buffer near what the path needs rather than what
+/// congestion control asks for:
+/// - a stream whose smoothed RTT has risen a quarter above its minimum is
+///   already queueing at the bottleneck: more buffer would only lengthen
+///   the queue;
+/// - a buffer that already holds one and a half times the flight at the
+///   current rate (acknowledged rate × minimum RTT) plus the unsent mark is
+///   not what holds the rate down, whatever the counters say (BBR keeps a
+///   window of about twice the BDP and fills any buffer it is given);
+/// - growth follows the congestion window when it ran ahead (slow start),
+///   at most fourfold per step, and never past the budget.
+pub fn next_sndbuf(
+    interval: &Interval,
+    current: u64,
+    notsent_lowat: u64,
+    budget: &BufferBudget,
+) -> Option<u64> {
+    if !is_sndbuf_limited(interval) {
         return None;
     }
     let queueing = interval.min_rtt_us > 0
@@ -71,9 +84,11 @@ pub fn next_sndbuf(interval: &Interval, current: u64, budget: &BufferBudget) -> 
     if queueing {
         return None;
     }
-    // What congestion control would put in flight now, with room for the
-    // unsent mark: in slow start the window runs ahead of a capped buffer,
-    // and following it saves steps.
+    let flight = interval.acked_rate * f64::from(interval.min_rtt_us) / 1e6;
+    let enough = (flight * GROWTH) as u64 + notsent_lowat;
+    if current >= enough {
+        return None;
+    }
     let window = (interval.cwnd_bytes as f64 * HEADROOM) as u64;
     let want = ((current as f64 * GROWTH) as u64)
         .max(window.min(current.saturating_mul(4)))
@@ -145,7 +160,7 @@ impl SendTuner {
         let settled = self
             .grown_at
             .is_none_or(|t| now.saturating_sub(t) >= settle);
-        if let Some(next) = next_sndbuf(interval, current, budget) {
+        if let Some(next) = next_sndbuf(interval, current, notsent_lowat, budget) {
             if !settled {
                 return None;
             }
@@ -193,7 +208,8 @@ pub fn notsent_lowat(rate: Option<f64>) -> u64 {
 /// Receive-side decision: the kernel's autotuning grows a receive buffer to
 /// about twice what the application read in the last RTT (its receive-space
 /// estimate, `tcpi_rcv_space`, DRS's descendant) but never past
-/// `tcp_rmem[2]`. When a busy stream's buffer sits at that cap, tern takes
+/// `tcp_rmem[2]`. When a stream's buffer sits at that cap while the kernel's
+/// own estimate says it needs at least the cap, tern takes
 /// the buffer over and keeps it growing while the stream reads at least
 /// half of it per RTT, within `cap` bytes (the stream's budget share, or
 /// `rmem_max` without privilege) and within what the window scale chosen at
@@ -208,7 +224,7 @@ pub fn next_rcvbuf(
     max_window: u64,
 ) -> Option<u64> {
     let kernel_capped =
-        !owned && current >= tcp_rmem_max && rcv_space.saturating_mul(4) >= tcp_rmem_max;
+        !owned && current >= tcp_rmem_max && rcv_space.saturating_mul(2) >= tcp_rmem_max;
     let owned_and_tight = owned && rcv_space.saturating_mul(2) >= current;
     if !(kernel_capped || owned_and_tight) {
         return None;
@@ -249,11 +265,11 @@ mod tests {
     #[test]
     fn a_buffer_limited_stream_grows_by_half() {
         assert_eq!(
-            next_sndbuf(&interval(1.0, 0.6, 30e6), 4 << 20, &BUDGET),
+            next_sndbuf(&interval(1.0, 0.6, 30e6), 4 << 20, 0, &BUDGET),
             Some(6 << 20)
         );
         assert_eq!(
-            next_sndbuf(&interval(1.0, 0.6, 30e6), 60 << 20, &BUDGET),
+            next_sndbuf(&interval(1.0, 0.6, 1e9), 60 << 20, 0, &BUDGET),
             Some(64 << 20),
             "the budget caps growth"
         );
@@ -265,12 +281,28 @@ mod tests {
             srtt_us: 130_000,
             ..interval(1.0, 0.9, 30e6)
         };
-        assert_eq!(next_sndbuf(&queueing, 4 << 20, &BUDGET), None);
+        assert_eq!(next_sndbuf(&queueing, 4 << 20, 0, &BUDGET), None);
         let near_min = Interval {
             srtt_us: 110_000,
             ..interval(1.0, 0.9, 30e6)
         };
-        assert_eq!(next_sndbuf(&near_min, 4 << 20, &BUDGET), Some(6 << 20));
+        assert_eq!(next_sndbuf(&near_min, 4 << 20, 0, &BUDGET), Some(6 << 20));
+    }
+
+    #[test]
+    fn a_buffer_that_holds_the_flight_is_not_grown_whatever_the_counters_say() {
+        // 125 MB/s × 50 ms = 6.25 MB in flight; 11 MiB already hold it 1.5
+        // times over plus a 1.25 MB unsent mark, though BBR's window (18 MB)
+        // keeps the buffer full.
+        let full = Interval {
+            min_rtt_us: 50_000,
+            srtt_us: 55_000,
+            cwnd_bytes: 18_000_000,
+            ..interval(1.0, 0.6, 125e6)
+        };
+        assert_eq!(next_sndbuf(&full, 11 << 20, 1_250_000, &BUDGET), None);
+        // Still below what the rate needs: grown.
+        assert!(next_sndbuf(&full, 8 << 20, 1_250_000, &BUDGET).is_some());
     }
 
     #[test]
@@ -280,23 +312,23 @@ mod tests {
             cwnd_bytes: 16_000_000,
             ..interval(1.0, 0.9, 30e6)
         };
-        assert_eq!(next_sndbuf(&ahead, 4 << 20, &BUDGET), Some(16 << 20));
+        assert_eq!(next_sndbuf(&ahead, 4 << 20, 0, &BUDGET), Some(16 << 20));
         // At most four times the current buffer per step.
         let far = Interval {
             cwnd_bytes: 400_000_000,
             ..interval(1.0, 0.9, 30e6)
         };
-        assert_eq!(next_sndbuf(&far, 4 << 20, &BUDGET), Some(16 << 20));
+        assert_eq!(next_sndbuf(&far, 4 << 20, 0, &BUDGET), Some(16 << 20));
     }
 
     #[test]
     fn unlimited_or_idle_streams_are_left_to_the_kernel() {
         assert_eq!(
-            next_sndbuf(&interval(1.0, 0.05, 30e6), 4 << 20, &BUDGET),
+            next_sndbuf(&interval(1.0, 0.05, 30e6), 4 << 20, 0, &BUDGET),
             None
         );
         assert_eq!(
-            next_sndbuf(&interval(0.2, 0.9, 30e6), 4 << 20, &BUDGET),
+            next_sndbuf(&interval(0.2, 0.9, 30e6), 4 << 20, 0, &BUDGET),
             None
         );
     }
@@ -308,10 +340,13 @@ mod tests {
             ..BUDGET
         };
         assert_eq!(
-            next_sndbuf(&interval(1.0, 0.9, 100e6), 1 << 20, &b),
+            next_sndbuf(&interval(1.0, 0.9, 100e6), 1 << 20, 0, &b),
             Some(3 << 19)
         );
-        assert_eq!(next_sndbuf(&interval(1.0, 0.9, 100e6), 4 << 20, &b), None);
+        assert_eq!(
+            next_sndbuf(&interval(1.0, 0.9, 100e6), 4 << 20, 0, &b),
+            None
+        );
     }
 
     #[test]
@@ -413,7 +448,7 @@ mod tests {
     #[test]
     fn growth_waits_for_the_last_step_to_show() {
         let mut t = SendTuner::default();
-        let limited = interval(1.0, 0.9, 30e6);
+        let limited = interval(1.0, 0.9, 100e6);
         let at = |ms| Duration::from_millis(ms);
         assert_eq!(
             t.decide(at(200), &limited, 4 << 20, false, 1 << 20, &BUDGET),
@@ -447,9 +482,9 @@ mod tests {
             next_rcvbuf(1 << 20, 2 << 20, false, rmem2, 64 << 20, w),
             None
         );
-        // Buffer at the cap and in use: grow.
+        // Buffer at the cap and the estimate says it needs the cap: grow.
         assert_eq!(
-            next_rcvbuf(2 << 20, 6 << 20, false, rmem2, 64 << 20, w),
+            next_rcvbuf(3 << 20, 6 << 20, false, rmem2, 64 << 20, w),
             Some(9 << 20)
         );
         // At the cap but idle: leave it.

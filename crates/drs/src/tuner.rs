@@ -193,7 +193,10 @@ impl SocketTuner {
                 if !self.owned_sndbuf {
                     self.reservation.resize(sndbuf);
                 }
-                self.at_cap = policy::is_sndbuf_limited(&interval);
+                // Limited but not grown: at the cap only if the cap is why
+                // (not while waiting for the last step to show, and not
+                // while the stream queues: then the path is full).
+                self.at_cap = policy::is_sndbuf_limited(&interval) && sndbuf >= budget.cap();
             }
         }
         self.at_cap |= interval.busy_share >= 0.5 && interval.rwnd_limited_share >= 0.2;
