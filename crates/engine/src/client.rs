@@ -180,6 +180,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         .export_keying_material(&mut material, BLOCK_MAC_LABEL, None)
         .is_ok();
 
+    let streams = opts.streams;
     let mut stream: BoxStream = Box::new(tls);
     let ours = Hello::ours();
     stream.write_all(&ours.encode()).await.map_err(gone)?;
@@ -192,7 +193,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     control
         .send(&ControlMsg::SessionOpen(SessionOpen {
             mode,
-            streams: opts.streams,
+            streams,
             block_size: opts.block_size,
             checksum: opts.checksum,
             protect: opts.protect,
@@ -202,7 +203,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     if tuned {
         control
             .send(&ControlMsg::Tuning(TuningRequest {
-                max_streams: opts.max_streams.max(opts.streams),
+                max_streams: opts.max_streams.max(streams),
                 window: match opts.tuning.window {
                     WindowMode::Auto => Window::Auto,
                     WindowMode::Kernel => Window::Kernel,
@@ -270,6 +271,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     params.max_streams = max_streams;
     params.tuning = opts.tuning.clone();
     params.block_check = block_check;
+    params.resume = negotiated.features.contains(Features::RESUME);
     Ok(Opened {
         control,
         streams,

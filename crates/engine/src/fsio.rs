@@ -14,17 +14,19 @@
 //!
 //! A received file is written to `.NAME.tern-partial` beside its final name
 //! and renamed into place only after its digest matched; a failed transfer
-//! leaves the partial file for a later resume and nothing at the final name.
+//! leaves the partial file, with a journal of its verified ranges
+//! ([`crate::journal`]), for a later resume, and nothing at the final name.
 
 use std::fs::{File, FileTimes, Permissions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tern_proto::FileMeta;
 
+use crate::journal::{self, JOURNAL_SUFFIX};
 use crate::session::SendEntry;
 use crate::{Error, Result};
 
@@ -74,12 +76,19 @@ pub trait Source: Send + Sync {
     fn digests(&self) -> bool;
 }
 
+/// A file opened to receive into, and the byte ranges a resumed partial
+/// copy already holds (empty for a fresh file).
+pub type Created = (Arc<dyn BlockWrite>, Vec<(u64, u64)>);
+
 /// Something to receive into.
 pub trait Sink: Send + Sync {
     /// Creates a directory announced by the sender.
     fn create_dir(&self, path: &str, mode: u32) -> Result<()>;
-    /// Opens the temporary file for an announced file.
-    fn create_file(&self, meta: &FileMeta) -> Result<Arc<dyn BlockWrite>>;
+    /// Opens the temporary file for an announced file. With `resume`, a
+    /// partial copy kept from an earlier session of the same version of the
+    /// file is reopened, and the byte ranges its journal vouches for are
+    /// returned; otherwise the file starts empty and the ranges are none.
+    fn create_file(&self, meta: &FileMeta, block_size: u32, resume: bool) -> Result<Created>;
     /// Whether whole-file digests are computed (not for the discard sink).
     fn digests(&self) -> bool;
 }
@@ -205,21 +214,41 @@ impl Root {
         }
     }
 
-    fn create_rw(&self, p: &Path) -> Result<File> {
+    /// Opens `p` for reading and writing, creating it; `truncate` empties
+    /// an existing file, otherwise its contents are kept (a resume).
+    fn open_rw(&self, p: &Path, truncate: bool) -> Result<File> {
         match self {
             Root::Ambient => std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
-                .truncate(true)
+                .truncate(truncate)
                 .open(p),
             Root::Confined { dir, .. } => {
                 let mut o = cap_std::fs::OpenOptions::new();
-                o.read(true).write(true).create(true).truncate(true);
+                o.read(true).write(true).create(true).truncate(truncate);
                 dir.open_with(p, &o).map(|f| f.into_std())
             }
         }
         .map_err(|e| self.err("create", p, e))
+    }
+
+    /// The contents of a small text file, or `None` when it cannot be read.
+    fn read_text(&self, p: &Path) -> Option<String> {
+        let mut text = String::new();
+        io::Read::read_to_string(&mut self.open(p).ok()?, &mut text).ok()?;
+        Some(text)
+    }
+
+    fn remove(&self, p: &Path) -> Result<()> {
+        let removed = match self {
+            Root::Ambient => std::fs::remove_file(p),
+            Root::Confined { dir, .. } => dir.remove_file(p),
+        };
+        match removed {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(self.err("remove", p, e)),
+            _ => Ok(()),
+        }
     }
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
@@ -463,7 +492,7 @@ impl Sink for FsSink {
         self.root.create_dir(&self.target(path)?, mode)
     }
 
-    fn create_file(&self, meta: &FileMeta) -> Result<Arc<dyn BlockWrite>> {
+    fn create_file(&self, meta: &FileMeta, block_size: u32, resume: bool) -> Result<Created> {
         let target = self.target(&meta.path)?;
         if self.root.is_dir(&target) {
             return Err(Error::BadRequest(format!(
@@ -475,18 +504,40 @@ impl Sink for FsSink {
             .file_name()
             .ok_or_else(|| Error::BadRequest(format!("{}: no file name", target.display())))?;
         let temp = target.with_file_name(format!(".{}{PARTIAL_SUFFIX}", name.to_string_lossy()));
-        let file = self.root.create_rw(&temp)?;
+        let journal_path = temp.with_file_name(format!(
+            ".{}{PARTIAL_SUFFIX}{JOURNAL_SUFFIX}",
+            name.to_string_lossy()
+        ));
+        let header = journal::Header {
+            size: meta.size,
+            mtime_s: meta.mtime_s,
+            mtime_ns: meta.mtime_ns,
+            block_size,
+            boot: journal::boot_id(),
+        };
+        let kept = match self.root.read_text(&journal_path) {
+            Some(text) if resume => journal::recover(&text, &header),
+            _ => Vec::new(),
+        };
+        let file = self.root.open_rw(&temp, kept.is_empty())?;
+        let journal_file = self.root.open_rw(&journal_path, true)?;
+        let data = file.try_clone().map_err(|e| Error::io("open", &temp, e))?;
+        let writer = journal::JournalWriter::create(journal_file, data, &header, &kept)
+            .map_err(|e| Error::io("write journal", &journal_path, e))?;
         let mtime = UNIX_EPOCH
             + Duration::from_secs(meta.mtime_s.max(0) as u64)
             + Duration::from_nanos(meta.mtime_ns.into());
-        Ok(Arc::new(FileWriter {
+        let writer = FileWriter {
             file,
             root: self.root.clone(),
             temp,
             target,
+            journal_path,
+            journal: Mutex::new(Some(writer)),
             mode: meta.mode & 0o7777,
             mtime,
-        }))
+        };
+        Ok((Arc::new(writer), kept))
     }
 
     fn digests(&self) -> bool {
@@ -499,13 +550,20 @@ struct FileWriter {
     root: Root,
     temp: PathBuf,
     target: PathBuf,
+    journal_path: PathBuf,
+    /// `None` once the file is committed.
+    journal: Mutex<Option<journal::JournalWriter>>,
     mode: u32,
     mtime: SystemTime,
 }
 
 impl BlockWrite for FileWriter {
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(data, offset)
+        self.file.write_all_at(data, offset)?;
+        match self.journal.lock().expect("journal").as_mut() {
+            Some(j) => j.record(offset, data.len() as u64),
+            None => Ok(()),
+        }
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -521,11 +579,23 @@ impl BlockWrite for FileWriter {
         self.file
             .set_times(FileTimes::new().set_modified(self.mtime))
             .map_err(|e| fail("set mtime", e))?;
-        self.root.rename(&self.temp, &self.target)
+        self.root.rename(&self.temp, &self.target)?;
+        self.journal.lock().expect("journal").take();
+        self.root.remove(&self.journal_path)
     }
 
     fn final_path(&self) -> String {
         self.target.display().to_string()
+    }
+}
+
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        // A transfer that failed keeps its partial file: flush it and mark
+        // the journal, so that the next run trusts all of it.
+        if let Some(j) = self.journal.get_mut().ok().and_then(Option::as_mut) {
+            let _ = j.sync();
+        }
     }
 }
 
@@ -626,8 +696,8 @@ impl Sink for DiscardSink {
         Ok(())
     }
 
-    fn create_file(&self, _meta: &FileMeta) -> Result<Arc<dyn BlockWrite>> {
-        Ok(Arc::new(DiscardWriter))
+    fn create_file(&self, _meta: &FileMeta, _block_size: u32, _resume: bool) -> Result<Created> {
+        Ok((Arc::new(DiscardWriter), Vec::new()))
     }
 
     fn digests(&self) -> bool {

@@ -17,6 +17,7 @@ pub mod error;
 pub mod fault;
 pub mod fsio;
 pub mod integrity;
+pub mod journal;
 pub mod local;
 pub mod net;
 pub mod server;

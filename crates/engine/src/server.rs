@@ -426,6 +426,7 @@ async fn run_control(
     params.max_streams = max_streams;
     params.tuning = tuning;
     params.block_check = block_check;
+    params.resume = negotiated.features.contains(tern_proto::Features::RESUME);
     let progress = Arc::new(Progress::default());
     let started = Instant::now();
     let result = match role {

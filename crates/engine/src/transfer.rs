@@ -161,6 +161,8 @@ pub struct TransferParams {
     pub max_files_in_flight: usize,
     /// Repair rounds per file.
     pub max_repair_rounds: u32,
+    /// The receiver may resume partial files (both ends have `RESUME`).
+    pub resume: bool,
 }
 
 impl TransferParams {
@@ -176,6 +178,7 @@ impl TransferParams {
             deadline: None,
             max_files_in_flight: 32,
             max_repair_rounds: crate::session::DEFAULT_MAX_REPAIR_ROUNDS,
+            resume: true,
         }
     }
 }
@@ -209,6 +212,9 @@ pub struct TransferStats {
     pub blocks_retransmitted: u64,
     /// Blocks whose check failed on arrival (receiver side).
     pub blocks_corrupt: u64,
+    /// Bytes that were already at the destination from an earlier session
+    /// (resumed partial files), not sent again.
+    pub bytes_resumed: u64,
     /// What limited the streams, from `TCP_INFO` (TCP streams only).
     pub tuning: Option<tern_drs::Diagnosis>,
 }
@@ -231,6 +237,7 @@ impl TransferStats {
             network_elapsed,
             blocks_retransmitted,
             blocks_corrupt,
+            bytes_resumed: 0,
             tuning,
         }
     }
@@ -482,7 +489,7 @@ pub async fn run_sender(
         return Err(e);
     }
     let session = shared.session.lock().expect("session");
-    Ok(TransferStats::new(
+    let mut stats = TransferStats::new(
         session.finished(),
         session.stream_bytes(),
         shared.joined.load(Ordering::Relaxed),
@@ -490,7 +497,9 @@ pub async fn run_sender(
         session.blocks_retransmitted(),
         0,
         tuning,
-    ))
+    );
+    stats.bytes_resumed = session.bytes_resumed();
+    Ok(stats)
 }
 
 /// Carries out the stream-count controller's changes on the sending side:
@@ -821,6 +830,8 @@ struct RecvShared {
     readers: Mutex<Vec<JoinHandle<()>>>,
     block_size: u32,
     joined: AtomicU16,
+    /// Partial files from earlier sessions may be resumed.
+    resume: bool,
 }
 
 impl RecvShared {
@@ -863,6 +874,7 @@ pub async fn run_receiver(
         readers: Mutex::new(Vec::new()),
         block_size: params.block_size,
         joined: AtomicU16::new(0),
+        resume: params.resume,
     });
     let (ctrl_rd, ctrl_wr) = control.split();
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
@@ -922,7 +934,7 @@ pub async fn run_receiver(
         return Err(e);
     }
     let session = shared.session.lock().expect("session");
-    Ok(TransferStats::new(
+    let mut stats = TransferStats::new(
         session.finished(),
         session.stream_bytes(),
         shared.joined.load(Ordering::Relaxed),
@@ -930,7 +942,9 @@ pub async fn run_receiver(
         shared.repaired.load(Ordering::Relaxed),
         session.blocks_corrupt(),
         tuning,
-    ))
+    );
+    stats.bytes_resumed = session.bytes_resumed();
+    Ok(stats)
 }
 
 async fn receiver_control_reader(
@@ -1003,9 +1017,22 @@ async fn receiver_actions(
             RecvAction::OpenFile(meta) => {
                 let sink = shared.sink.clone();
                 let id = meta.file_id;
-                match blocking(move || sink.create_file(&meta)).await {
-                    Ok(w) => {
+                let (block_size, resume) = (shared.block_size, shared.resume);
+                match blocking(move || sink.create_file(&meta, block_size, resume)).await {
+                    Ok((w, kept)) => {
                         shared.writers.lock().expect("writers").insert(id, w);
+                        if !kept.is_empty() {
+                            let bytes: u64 = kept.iter().map(|r| r.1).sum();
+                            tracing::info!(
+                                "file {id}: resuming, {bytes} bytes kept from an earlier session"
+                            );
+                        }
+                        if !kept.is_empty() {
+                            let resumed = shared.session.lock().expect("session").resumed(id, kept);
+                            if let Err(e) = resumed {
+                                return shared.failure.fail(e, &shared.wake);
+                            }
+                        }
                         shared.opened_upto.store(id, Ordering::SeqCst);
                         if verify {
                             let _ = digest_tx.send(id);

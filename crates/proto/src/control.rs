@@ -274,6 +274,15 @@ pub enum ControlMsg {
         /// Streams wanted in all.
         total: u16,
     },
+    /// Receiver → sender: of an announced file, these byte ranges are
+    /// already verified at the destination (a resumed partial file); do not
+    /// send them (needs `RESUME`).
+    FileHave {
+        /// The file.
+        file_id: u32,
+        /// `(offset, length)` pairs, block-aligned.
+        ranges: Vec<(u64, u64)>,
+    },
 }
 
 /// Encodes a message as a complete control frame (length prefix + body).

@@ -40,6 +40,9 @@ impl Features {
     /// Transport tuning: `Tuning`/`TuningAccept` after the session
     /// handshake, streams joining a running session, `MoreStreams`.
     pub const TUNING: Features = Features(1 << 4);
+    /// Resume: the receiver may tell the sender which ranges of a file it
+    /// already holds (`FileHave`).
+    pub const RESUME: Features = Features(1 << 5);
 
     /// Everything this build implements.
     pub const ALL: Features = Features(
@@ -47,7 +50,8 @@ impl Features {
             | Self::PROTECT_SAFE.0
             | Self::PROTECT_PRIVATE.0
             | Self::PERF.0
-            | Self::TUNING.0,
+            | Self::TUNING.0
+            | Self::RESUME.0,
     );
 
     /// True when every bit of `other` is set in `self`.

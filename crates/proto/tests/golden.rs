@@ -326,6 +326,13 @@ fn known() -> Vec<(&'static str, Golden)> {
             "more_streams",
             Golden::Control(ControlMsg::MoreStreams { total: 4 }),
         ),
+        (
+            "file_have",
+            Golden::Control(ControlMsg::FileHave {
+                file_id: 7,
+                ranges: vec![(0, 4 << 20), (8 << 20, 1000)],
+            }),
+        ),
     ]
 }
 

@@ -169,7 +169,8 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             | ControlMsg::Close { .. }
             | ControlMsg::Tuning(_)
             | ControlMsg::TuningAccept { .. }
-            | ControlMsg::MoreStreams { .. } => {}
+            | ControlMsg::MoreStreams { .. }
+            | ControlMsg::FileHave { .. } => {}
         }
     }
     prop_oneof![
@@ -246,6 +247,8 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             congestion
         }),
         any::<u16>().prop_map(|total| ControlMsg::MoreStreams { total }),
+        (any::<u32>(), vec((any::<u64>(), any::<u64>()), 0..20))
+            .prop_map(|(file_id, ranges)| ControlMsg::FileHave { file_id, ranges }),
     ]
 }
 

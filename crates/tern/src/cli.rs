@@ -159,6 +159,10 @@ pub struct TransferArgs {
     /// Where server fingerprints are remembered [default: $XDG_CONFIG_HOME/tern/known_hosts].
     #[arg(long, value_name = "FILE")]
     pub known_hosts: Option<PathBuf>,
+    /// When a copy loses its connection, run it again this many times
+    /// (waiting 1 s, 2 s, 4 s, …); partial files resume where they stopped.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub retries: u32,
     /// Give up on a peer that stays silent this many seconds (exit code 9).
     #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
     pub io_timeout: f64,

@@ -166,6 +166,41 @@ fn progress_choice(t: &TransferArgs) -> Option<bool> {
     }
 }
 
+/// Runs a copy, and again up to `retries` times after a connection was
+/// lost (backing off 1 s, 2 s, 4 s, … up to 30 s); every run resumes the
+/// partial files of the one before. A daemon that cannot be reached on the
+/// first try is not retried (a wrong address stays wrong). When every run
+/// fails, the error that broke the first is the one reported.
+async fn with_retries<T, F, Fut>(retries: u32, mut run: F) -> tern_engine::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = tern_engine::Result<T>>,
+{
+    let mut first: Option<tern_engine::Error> = None;
+    let mut attempt = 0u32;
+    loop {
+        let e = match run().await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let never_connected = first.is_none() && e.kind() == tern_engine::ErrorKind::Connect;
+        if attempt >= retries || !e.is_retryable() || never_connected {
+            return Err(match first {
+                Some(f) if e.is_retryable() => f,
+                _ => e,
+            });
+        }
+        attempt += 1;
+        let wait = Duration::from_secs((1u64 << (attempt - 1).min(5)).min(30));
+        eprintln!(
+            "tern: {e}; trying again in {} s (retry {attempt} of {retries})",
+            wait.as_secs()
+        );
+        first.get_or_insert(e);
+        tokio::time::sleep(wait).await;
+    }
+}
+
 fn tell_recorded(outcome: &client::Outcome, ep: &Endpoint) {
     if let Some(path) = &outcome.recorded {
         eprintln!(
@@ -196,15 +231,19 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
             (Location::Remote { endpoint, path }, true) => {
                 let sources = local_paths(&srcs);
                 let opts = client_options(t, checksum)?;
-                let o = client::push(endpoint, &opts, sources, args.recursive, path.clone(), progress.clone())
-                    .await?;
+                let o = with_retries(t.retries, || {
+                    client::push(endpoint, &opts, sources.clone(), args.recursive, path.clone(), progress.clone())
+                })
+                .await?;
                 Ok((o, "push", Some(endpoint.clone())))
             }
             (Location::Local(dest), false) => {
                 let (endpoint, paths) = same_remote(&srcs)?;
                 let opts = client_options(t, checksum)?;
-                let o = client::pull(&endpoint, &opts, paths, args.recursive, dest.clone(), progress.clone())
-                    .await?;
+                let o = with_retries(t.retries, || {
+                    client::pull(&endpoint, &opts, paths.clone(), args.recursive, dest.clone(), progress.clone())
+                })
+                .await?;
                 Ok((o, "pull", Some(endpoint)))
             }
             (Location::Local(dest), true) => {

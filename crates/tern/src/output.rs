@@ -47,6 +47,8 @@ pub struct Report {
     pub checksum: Option<Vec<ChecksumReport>>,
     pub blocks_retransmitted: u64,
     pub blocks_corrupt: u64,
+    /// Bytes already at the destination from an earlier, interrupted run.
+    pub bytes_resumed: u64,
     pub protect: &'static str,
     pub block_size: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,6 +80,7 @@ impl Report {
     pub fn new(i: ReportInput<'_>) -> Report {
         let elapsed = i.started.elapsed();
         let net = i.stats.network_elapsed;
+        let moved = i.stats.bytes.saturating_sub(i.stats.bytes_resumed);
         Report {
             command: i.command,
             direction: i.direction,
@@ -86,8 +89,9 @@ impl Report {
             elapsed_s: elapsed.as_secs_f64(),
             setup_s: i.setup.as_secs_f64(),
             network_elapsed_s: net.as_secs_f64(),
-            throughput_bps: bps(i.stats.bytes, elapsed),
-            network_throughput_bps: bps(i.stats.bytes, net),
+            // Rates count what moved this time, not what a resume found.
+            throughput_bps: bps(moved, elapsed),
+            network_throughput_bps: bps(moved, net),
             streams: usize::from(i.stats.streams_used),
             per_stream: i
                 .stats
@@ -114,6 +118,7 @@ impl Report {
             }),
             blocks_retransmitted: i.stats.blocks_retransmitted,
             blocks_corrupt: i.stats.blocks_corrupt,
+            bytes_resumed: i.stats.bytes_resumed,
             protect: i.protect.name(),
             block_size: i.block_size,
             server_fingerprint: i.fingerprint,
@@ -145,6 +150,12 @@ impl Report {
             self.protect,
             self.blocks_retransmitted,
         );
+        if self.bytes_resumed > 0 {
+            eprintln!(
+                "  resumed: {} were already at the destination from an interrupted run",
+                human_bytes(self.bytes_resumed)
+            );
+        }
         if self.streams > 1 {
             let parts: Vec<String> = self
                 .per_stream

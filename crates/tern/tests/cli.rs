@@ -21,8 +21,12 @@ struct Server {
 
 impl Server {
     fn start(root: &Path, state: &Path) -> Server {
+        Server::start_on(root, state, "127.0.0.1:0")
+    }
+
+    fn start_on(root: &Path, state: &Path, listen: &str) -> Server {
         let mut child = tern()
-            .args(["serve", "--listen", "127.0.0.1:0", "--grace", "2", "--root"])
+            .args(["serve", "--listen", listen, "--grace", "2", "--root"])
             .arg(root)
             .arg("--state-dir")
             .arg(state)
@@ -625,4 +629,168 @@ fn ipv6_literals_work_end_to_end() {
         known.starts_with(&listen),
         "known_hosts keys IPv6 hosts as [addr]:port: {known}"
     );
+}
+
+/// Writes `len` bytes of random data without holding them in memory.
+fn random_file_streamed(path: &Path, len: u64) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ len;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        for chunk in buf[..n].chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+        }
+        std::io::Write::write_all(&mut f, &buf[..n]).unwrap();
+        left -= n as u64;
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    let (mut fa, mut fb) = (
+        std::fs::File::open(a).unwrap(),
+        std::fs::File::open(b).unwrap(),
+    );
+    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let na = fa.read(&mut ba).unwrap();
+        let mut nb = 0;
+        while nb < na {
+            let n = fb.read(&mut bb[nb..na]).unwrap();
+            if n == 0 {
+                return false;
+            }
+            nb += n;
+        }
+        if na == 0 {
+            return fb.read(&mut bb).unwrap() == 0;
+        }
+        if ba[..na] != bb[..na] {
+            return false;
+        }
+    }
+}
+
+/// Bytes a (sparse) partial file holds on disk.
+fn bytes_on_disk(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
+}
+
+/// Kills the daemon with SIGKILL once `partial` holds `bytes`, while
+/// `client` is still copying.
+fn kill_daemon_at(mut server: Server, client: &mut Child, partial: &Path, bytes: u64) {
+    let start = Instant::now();
+    while bytes_on_disk(partial) < bytes {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "transfer never got going"
+        );
+        assert!(
+            client.try_wait().unwrap().is_none(),
+            "finished before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    unsafe_free_kill(server.child.id(), "KILL");
+    let _ = server.child.wait();
+}
+
+#[test]
+fn a_push_cut_by_a_killed_daemon_resumes_where_it_stopped() {
+    let env = Env::new();
+    let src = env.p("big.bin");
+    random_file_streamed(&src, 1 << 30);
+    let server = env.server();
+    let port = server.port;
+    let url = server.url("big.bin");
+    let args = [
+        "cp",
+        "-P",
+        "8",
+        "--retries",
+        "0",
+        "--json",
+        "--no-progress",
+        src.to_str().unwrap(),
+        &url,
+    ];
+    let mut client = tern()
+        .args(args)
+        .env("XDG_CONFIG_HOME", env.p("cfg"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let partial = env.p("root/.big.bin.tern-partial");
+    let on_disk = || bytes_on_disk(&partial);
+    kill_daemon_at(server, &mut client, &partial, 256 << 20);
+    let status = client.wait().unwrap();
+    let mut err = String::new();
+    client
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(9), "{err}");
+    assert!(!env.p("root/big.bin").exists());
+    let arrived = on_disk();
+    assert!(arrived < 1 << 30, "the kill came before the end");
+
+    // Same daemon again (same state, same port), same command.
+    let _server = Server::start_on(
+        &env.p("root"),
+        &env.p("state"),
+        &format!("127.0.0.1:{port}"),
+    );
+    let again = env.run(&args);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let report = json(&again);
+    let resumed = report["bytes_resumed"].as_u64().unwrap();
+    assert!(
+        resumed as f64 >= 0.8 * arrived as f64,
+        "resumed {resumed} of {arrived} bytes that had arrived"
+    );
+    assert!(resumed < 1 << 30);
+    assert!(same_file(&src, &env.p("root/big.bin")), "byte-identical");
+    assert!(!partial.exists());
+    assert!(!env.p("root/.big.bin.tern-partial.journal").exists());
+}
+
+#[test]
+fn a_lost_connection_is_retried_and_the_copy_resumes_by_itself() {
+    let env = Env::new();
+    let src = env.p("mid.bin");
+    random_file_streamed(&src, 512 << 20);
+    let server = env.server();
+    let port = server.port;
+    let mut client = tern()
+        .args(["cp", "-P", "4", "--retries", "3", "--json", "--no-progress"])
+        .arg(&src)
+        .arg(server.url("mid.bin"))
+        .env("XDG_CONFIG_HOME", env.p("cfg"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let partial = env.p("root/.mid.bin.tern-partial");
+    kill_daemon_at(server, &mut client, &partial, 128 << 20);
+    // Back within the client's first back-off (1 s).
+    let _server = Server::start_on(
+        &env.p("root"),
+        &env.p("state"),
+        &format!("127.0.0.1:{port}"),
+    );
+    let out = client.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("trying again"), "{err}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["bytes_resumed"].as_u64().unwrap() > 0, "{report}");
+    assert!(same_file(&src, &env.p("root/mid.bin")));
 }

@@ -40,7 +40,8 @@ fn sink_conformance(sink: &dyn Sink, name: &str) -> Arc<dyn BlockWrite> {
         mtime_s: 1_600_000_000,
         mtime_ns: 5,
     };
-    let w = sink.create_file(&meta).unwrap();
+    let (w, kept) = sink.create_file(&meta, 5, true).unwrap();
+    assert!(kept.is_empty());
     w.write_at(5, b"56789").unwrap();
     w.write_at(0, b"01234").unwrap();
     if sink.digests() {
@@ -108,14 +109,19 @@ fn file_sink_renames_only_on_commit_and_keeps_metadata() {
         mtime_s: 1_600_000_000,
         mtime_ns: 0,
     };
-    let w = sink.create_file(&meta).unwrap();
+    let (w, _) = sink.create_file(&meta, 1 << 20, true).unwrap();
     w.write_at(0, b"abc").unwrap();
     assert!(
         !dir.path().join("out.dat").exists(),
         "nothing at the final name before commit"
     );
     assert!(dir.path().join(".out.dat.tern-partial").exists());
+    assert!(dir.path().join(".out.dat.tern-partial.journal").exists());
     w.commit().unwrap();
+    assert!(
+        !dir.path().join(".out.dat.tern-partial.journal").exists(),
+        "the journal goes with the commit"
+    );
     let m = std::fs::metadata(dir.path().join("out.dat")).unwrap();
     assert_eq!(m.permissions().mode() & 0o777, 0o640);
     assert_eq!(m.mtime(), 1_600_000_000);
@@ -187,14 +193,18 @@ fn confined_root_refuses_symlinks_that_leave_it() {
     let refused = match sink {
         Err(e) => e.kind() == ErrorKind::Permission || e.kind() == ErrorKind::NotFound,
         Ok(sink) => sink
-            .create_file(&FileMeta {
-                file_id: 1,
-                path: "x/evil".into(),
-                size: 1,
-                mode: 0o644,
-                mtime_s: 0,
-                mtime_ns: 0,
-            })
+            .create_file(
+                &FileMeta {
+                    file_id: 1,
+                    path: "x/evil".into(),
+                    size: 1,
+                    mode: 0o644,
+                    mtime_s: 0,
+                    mtime_ns: 0,
+                },
+                1 << 20,
+                true,
+            )
             .is_err(),
     };
     assert!(refused);
@@ -203,4 +213,49 @@ fn confined_root_refuses_symlinks_that_leave_it() {
         1,
         "nothing written outside"
     );
+}
+
+#[test]
+fn a_partial_file_is_resumed_only_for_the_same_version_of_its_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FsSink::new(Root::Ambient, dir.path().join("big.dat"), 1).unwrap();
+    let meta = FileMeta {
+        file_id: 1,
+        path: "big.dat".into(),
+        size: 10,
+        mode: 0o644,
+        mtime_s: 1_600_000_000,
+        mtime_ns: 7,
+    };
+    let (w, kept) = sink.create_file(&meta, 4, true).unwrap();
+    assert!(kept.is_empty());
+    w.write_at(0, b"0123").unwrap();
+    w.write_at(8, b"89").unwrap();
+    drop(w); // the transfer died: partial and journal stay
+    let partial = dir.path().join(".big.dat.tern-partial");
+    assert!(partial.exists());
+
+    let (w, kept) = sink.create_file(&meta, 4, true).unwrap();
+    assert_eq!(kept, vec![(0, 4), (8, 2)]);
+    w.write_at(4, b"4567").unwrap();
+    let mut back = [0u8; 10];
+    w.read_at(0, &mut back).unwrap();
+    assert_eq!(&back, b"0123456789", "kept bytes are still there");
+    drop(w);
+
+    // Without resume, or for a changed source, or another block size: start over.
+    assert!(sink.create_file(&meta, 4, false).unwrap().1.is_empty());
+    assert_eq!(std::fs::metadata(&partial).unwrap().len(), 0);
+    let (w, _) = sink.create_file(&meta, 4, true).unwrap();
+    w.write_at(0, b"0123").unwrap();
+    drop(w);
+    let changed = FileMeta {
+        mtime_ns: 8,
+        ..meta.clone()
+    };
+    assert!(sink.create_file(&changed, 4, true).unwrap().1.is_empty());
+    let (w, _) = sink.create_file(&meta, 4, true).unwrap();
+    w.write_at(0, b"0123").unwrap();
+    drop(w);
+    assert!(sink.create_file(&meta, 8, true).unwrap().1.is_empty());
 }

@@ -90,6 +90,7 @@ pub struct ReceiverSession {
     blocks_duplicate: u64,
     finished: Vec<FileOutcome>,
     highest_file_id: u32,
+    bytes_resumed: u64,
 }
 
 impl ReceiverSession {
@@ -112,6 +113,7 @@ impl ReceiverSession {
             blocks_duplicate: 0,
             finished: Vec::new(),
             highest_file_id: 0,
+            bytes_resumed: 0,
         }
     }
 
@@ -278,6 +280,36 @@ impl ReceiverSession {
             self.judge(file_id)?;
         }
         Ok(())
+    }
+
+    /// The file's partial copy from an earlier session already holds these
+    /// verified ranges (block-aligned; from the journal): they count as
+    /// received, and the sender is told (`FileHave`) so it skips them.
+    pub fn resumed(&mut self, file_id: u32, ranges: Vec<(u64, u64)>) -> Result<()> {
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        let bs = u64::from(self.cfg.block_size);
+        let file = self.file_mut(file_id)?;
+        let mut bytes = 0;
+        for &(offset, len) in &ranges {
+            let mut o = offset;
+            while o < offset + len {
+                file.received.insert(o / bs);
+                o += bs;
+            }
+            bytes += len;
+        }
+        file.prefix_blocks += file.received.run_from(file.prefix_blocks);
+        self.bytes_resumed += bytes;
+        self.actions
+            .push_back(RecvAction::Send(ControlMsg::FileHave { file_id, ranges }));
+        self.judge(file_id)
+    }
+
+    /// Bytes found at the destination from an earlier session.
+    pub fn bytes_resumed(&self) -> u64 {
+        self.bytes_resumed
     }
 
     /// A data stream ended without its end marker.

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use tern_proto::{ControlMsg, FileMeta};
 
-use super::FileOutcome;
+use super::{BlockSet, FileOutcome};
 use crate::{Error, Result};
 
 /// Settings of a sender session.
@@ -65,6 +65,23 @@ struct OutFile {
     round_open: bool,
     digest: Option<Vec<u8>>,
     rounds: u32,
+    /// Blocks the receiver already holds (`FileHave`): never handed out.
+    skip: BlockSet,
+}
+
+impl OutFile {
+    /// Moves `next_offset` past blocks the receiver holds; true when that
+    /// reached the end of the file.
+    fn skip_held(&mut self, bs: u64) -> bool {
+        let size = self.meta.size;
+        if size == FileMeta::UNKNOWN_SIZE {
+            return false;
+        }
+        while self.next_offset < size && self.skip.contains(self.next_offset / bs) {
+            self.next_offset += (size - self.next_offset).min(bs);
+        }
+        self.next_offset >= size
+    }
 }
 
 /// The sender's state machine. See the module docs of [`crate::session`].
@@ -87,6 +104,7 @@ pub struct SenderSession {
     blocks_retransmitted: u64,
     finished: Vec<FileOutcome>,
     bytes_total: u64,
+    bytes_resumed: u64,
 }
 
 impl SenderSession {
@@ -110,6 +128,7 @@ impl SenderSession {
             blocks_retransmitted: 0,
             finished: Vec::new(),
             bytes_total: 0,
+            bytes_resumed: 0,
         }
     }
 
@@ -163,6 +182,7 @@ impl SenderSession {
                             round_open: true,
                             digest: None,
                             rounds: 0,
+                            skip: BlockSet::default(),
                         },
                     );
                 }
@@ -218,7 +238,7 @@ impl SenderSession {
             let offset = file.next_offset;
             let len = (file.meta.size - offset).min(bs);
             file.next_offset += len;
-            if file.next_offset == file.meta.size {
+            if file.skip_held(bs) {
                 file.fresh_done = true;
                 self.fresh_order.pop_front();
             }
@@ -380,6 +400,34 @@ impl SenderSession {
                 self.admit();
                 Ok(())
             }
+            ControlMsg::FileHave { file_id, ranges } => {
+                let bs = u64::from(self.cfg.block_size);
+                let file = self.files.get_mut(&file_id).ok_or_else(|| {
+                    Error::Protocol(format!("FileHave for unknown file {file_id}"))
+                })?;
+                let size = file.meta.size;
+                for (offset, len) in ranges {
+                    let end = offset.checked_add(len).filter(|&e| e <= size);
+                    let aligned = offset % bs == 0 && (len % bs == 0 || end == Some(size));
+                    if size == FileMeta::UNKNOWN_SIZE || end.is_none() || !aligned || len == 0 {
+                        return Err(Error::Protocol(format!(
+                            "FileHave range {offset}+{len} does not fit file {file_id} of {size} bytes"
+                        )));
+                    }
+                    let mut o = offset;
+                    while o < offset + len {
+                        file.skip.insert(o / bs);
+                        o += bs;
+                    }
+                    self.bytes_resumed += len;
+                }
+                if !file.fresh_done && file.skip_held(bs) {
+                    file.fresh_done = true;
+                    self.fresh_order.retain(|&id| id != file_id);
+                }
+                self.maybe_file_sent(file_id);
+                Ok(())
+            }
             ControlMsg::Error { code, message, .. } => Err(Error::Peer { code, message }),
             ControlMsg::Close { per_stream_bytes } => {
                 if !self.close_sent {
@@ -419,6 +467,11 @@ impl SenderSession {
     /// digest is owed: the driver computes digests for these.
     pub fn file_meta(&self, file_id: u32) -> Option<&FileMeta> {
         self.files.get(&file_id).map(|f| &f.meta)
+    }
+
+    /// Bytes the receiver already held from an earlier session.
+    pub fn bytes_resumed(&self) -> u64 {
+        self.bytes_resumed
     }
 
     /// Blocks sent again at the receiver's request.
