@@ -515,15 +515,23 @@ impl Sink for FsSink {
             block_size,
             boot: journal::boot_id(),
         };
+        // A file of one block has nothing to resume: no journal (which
+        // spares small files two extra file operations each).
+        let journaled = meta.size > u64::from(block_size);
         let kept = match self.root.read_text(&journal_path) {
-            Some(text) if resume => journal::recover(&text, &header),
+            Some(text) if resume && journaled => journal::recover(&text, &header),
             _ => Vec::new(),
         };
         let file = self.root.open_rw(&temp, kept.is_empty())?;
-        let journal_file = self.root.open_rw(&journal_path, true)?;
-        let data = file.try_clone().map_err(|e| Error::io("open", &temp, e))?;
-        let writer = journal::JournalWriter::create(journal_file, data, &header, &kept)
-            .map_err(|e| Error::io("write journal", &journal_path, e))?;
+        let writer = if journaled {
+            let journal_file = self.root.open_rw(&journal_path, true)?;
+            let data = file.try_clone().map_err(|e| Error::io("open", &temp, e))?;
+            let writer = journal::JournalWriter::create(journal_file, data, &header, &kept)
+                .map_err(|e| Error::io("write journal", &journal_path, e))?;
+            Some(writer)
+        } else {
+            None
+        };
         let mtime = UNIX_EPOCH
             + Duration::from_secs(meta.mtime_s.max(0) as u64)
             + Duration::from_nanos(meta.mtime_ns.into());
@@ -533,7 +541,7 @@ impl Sink for FsSink {
             temp,
             target,
             journal_path,
-            journal: Mutex::new(Some(writer)),
+            journal: Mutex::new(writer),
             mode: meta.mode & 0o7777,
             mtime,
         };
@@ -580,8 +588,10 @@ impl BlockWrite for FileWriter {
             .set_times(FileTimes::new().set_modified(self.mtime))
             .map_err(|e| fail("set mtime", e))?;
         self.root.rename(&self.temp, &self.target)?;
-        self.journal.lock().expect("journal").take();
-        self.root.remove(&self.journal_path)
+        if self.journal.lock().expect("journal").take().is_some() {
+            self.root.remove(&self.journal_path)?;
+        }
+        Ok(())
     }
 
     fn final_path(&self) -> String {

@@ -173,19 +173,22 @@ pub struct JournalWriter {
 
 impl JournalWriter {
     /// Starts `journal` (already truncated) for `data`, the partial file,
-    /// with the ranges kept from before; they are flushed first.
+    /// with the ranges kept from before; those are flushed first (a fresh
+    /// file has nothing to flush).
     pub fn create(
         journal: File,
         data: File,
         header: &Header,
         kept: &[(u64, u64)],
     ) -> io::Result<JournalWriter> {
-        data.sync_data()?;
         let mut text = header.line();
-        for (offset, len) in kept {
-            text.push_str(&format!("{offset} {len}\n"));
+        if !kept.is_empty() {
+            data.sync_data()?;
+            for (offset, len) in kept {
+                text.push_str(&format!("{offset} {len}\n"));
+            }
+            text.push_str("synced\n");
         }
-        text.push_str("synced\n");
         (&journal).write_all(text.as_bytes())?;
         Ok(JournalWriter {
             journal,

@@ -794,3 +794,48 @@ fn a_lost_connection_is_retried_and_the_copy_resumes_by_itself() {
     assert!(report["bytes_resumed"].as_u64().unwrap() > 0, "{report}");
     assert!(same_file(&src, &env.p("root/mid.bin")));
 }
+
+#[test]
+fn a_tree_of_100_000_files_goes_up_intact() {
+    let env = Env::new();
+    let top = env.p("many");
+    let mut expected = Vec::new();
+    for d in 0..100 {
+        let dir = top.join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..1000 {
+            let body = format!("{d}/{f} {}", "x".repeat((d * 7 + f) % 61));
+            std::fs::write(dir.join(format!("f{f:04}")), &body).unwrap();
+            if f % 97 == 0 {
+                expected.push((format!("d{d:03}/f{f:04}"), body));
+            }
+        }
+    }
+    let server = env.server();
+    let out = env.run(&[
+        "cp",
+        "-r",
+        "--json",
+        "--no-progress",
+        top.to_str().unwrap(),
+        &server.url(""),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["files"], 100_000);
+    let dst = env.p("root/many");
+    let dirs = std::fs::read_dir(&dst).unwrap().count();
+    assert_eq!(dirs, 100);
+    let files: usize = std::fs::read_dir(&dst)
+        .unwrap()
+        .map(|d| std::fs::read_dir(d.unwrap().path()).unwrap().count())
+        .sum();
+    assert_eq!(files, 100_000, "every file, and no partial or journal left");
+    for (rel, body) in expected {
+        assert_eq!(
+            std::fs::read_to_string(dst.join(&rel)).unwrap(),
+            body,
+            "{rel}"
+        );
+    }
+}

@@ -116,12 +116,11 @@ fn file_sink_renames_only_on_commit_and_keeps_metadata() {
         "nothing at the final name before commit"
     );
     assert!(dir.path().join(".out.dat.tern-partial").exists());
-    assert!(dir.path().join(".out.dat.tern-partial.journal").exists());
-    w.commit().unwrap();
     assert!(
         !dir.path().join(".out.dat.tern-partial.journal").exists(),
-        "the journal goes with the commit"
+        "one block: nothing to resume, no journal"
     );
+    w.commit().unwrap();
     let m = std::fs::metadata(dir.path().join("out.dat")).unwrap();
     assert_eq!(m.permissions().mode() & 0o777, 0o640);
     assert_eq!(m.mtime(), 1_600_000_000);
@@ -234,6 +233,7 @@ fn a_partial_file_is_resumed_only_for_the_same_version_of_its_source() {
     drop(w); // the transfer died: partial and journal stay
     let partial = dir.path().join(".big.dat.tern-partial");
     assert!(partial.exists());
+    assert!(dir.path().join(".big.dat.tern-partial.journal").exists());
 
     let (w, kept) = sink.create_file(&meta, 4, true).unwrap();
     assert_eq!(kept, vec![(0, 4), (8, 2)]);
@@ -258,4 +258,14 @@ fn a_partial_file_is_resumed_only_for_the_same_version_of_its_source() {
     w.write_at(0, b"0123").unwrap();
     drop(w);
     assert!(sink.create_file(&meta, 8, true).unwrap().1.is_empty());
+    // Committed: the journal goes with the partial.
+    let (w, _) = sink.create_file(&meta, 4, true).unwrap();
+    w.write_at(0, b"0123456789").unwrap();
+    w.commit().unwrap();
+    assert!(!partial.exists());
+    assert!(!dir.path().join(".big.dat.tern-partial.journal").exists());
+    assert_eq!(
+        std::fs::read(dir.path().join("big.dat")).unwrap(),
+        b"0123456789"
+    );
 }
