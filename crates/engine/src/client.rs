@@ -56,6 +56,9 @@ pub struct ClientOptions {
     pub max_streams: u16,
     /// Buffer sizing, congestion control, stream-count control.
     pub tuning: Tuning,
+    /// Move payload no faster than this many bits per second (this end
+    /// paces its sends, or its reads when receiving).
+    pub rate_limit: Option<u64>,
     /// Block size.
     pub block_size: u32,
     /// Whole-file digest.
@@ -272,6 +275,9 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     params.tuning = opts.tuning.clone();
     params.block_check = block_check;
     params.resume = negotiated.features.contains(Features::RESUME);
+    params.pace = opts
+        .rate_limit
+        .map(|bps| Arc::new(crate::pace::Pace::new(bps, u64::from(accept.block_size))));
     Ok(Opened {
         control,
         streams,

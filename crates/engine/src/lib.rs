@@ -20,6 +20,7 @@ pub mod integrity;
 pub mod journal;
 pub mod local;
 pub mod net;
+pub mod pace;
 pub mod server;
 pub mod session;
 pub mod tls;

@@ -163,6 +163,9 @@ pub struct TransferParams {
     pub max_repair_rounds: u32,
     /// The receiver may resume partial files (both ends have `RESUME`).
     pub resume: bool,
+    /// This end moves payload no faster than this (sends when sending,
+    /// reads when receiving); `None` for no limit.
+    pub pace: Option<Arc<crate::pace::Pace>>,
 }
 
 impl TransferParams {
@@ -179,6 +182,7 @@ impl TransferParams {
             max_files_in_flight: 32,
             max_repair_rounds: crate::session::DEFAULT_MAX_REPAIR_ROUNDS,
             resume: true,
+            pace: None,
         }
     }
 }
@@ -334,6 +338,7 @@ struct SendShared {
     retire_from: AtomicUsize,
     block_size: u32,
     joined: AtomicU16,
+    pace: Option<Arc<crate::pace::Pace>>,
 }
 
 impl SendShared {
@@ -430,6 +435,7 @@ pub async fn run_sender(
         retire_from: AtomicUsize::new(usize::MAX),
         block_size: params.block_size,
         joined: AtomicU16::new(0),
+        pace: params.pace.clone(),
     });
 
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
@@ -784,6 +790,9 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
             check,
         });
         buf[..HEADER_LEN].copy_from_slice(&header.encode());
+        if let Some(pace) = &shared.pace {
+            pace.acquire(u64::from(task.len)).await;
+        }
         // Flush too: a TLS stream may hold the tail of the block in its own
         // buffer, and the receiver cannot finish without it.
         let written = match stream.write_all(&buf[..HEADER_LEN + len]).await {
@@ -832,6 +841,7 @@ struct RecvShared {
     joined: AtomicU16,
     /// Partial files from earlier sessions may be resumed.
     resume: bool,
+    pace: Option<Arc<crate::pace::Pace>>,
 }
 
 impl RecvShared {
@@ -875,6 +885,7 @@ pub async fn run_receiver(
         block_size: params.block_size,
         joined: AtomicU16::new(0),
         resume: params.resume,
+        pace: params.pace.clone(),
     });
     let (ctrl_rd, ctrl_wr) = control.split();
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
@@ -1167,6 +1178,9 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
             );
         }
         let len = h.length as usize;
+        if let Some(pace) = &shared.pace {
+            pace.acquire(u64::from(h.length)).await;
+        }
         if let Err(e) = stream.read_exact(&mut buf[..len]).await {
             return stream_ended(&shared, k, e);
         }

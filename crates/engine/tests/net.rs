@@ -61,6 +61,7 @@ fn opts(streams: u16, protect: Protect) -> ClientOptions {
         streams,
         max_streams: streams,
         tuning: Tuning::default(),
+        rate_limit: None,
         block_size: 1 << 20,
         checksum: ChecksumAlg::Xxh3,
         protect,

@@ -159,6 +159,11 @@ pub struct TransferArgs {
     /// Where server fingerprints are remembered [default: $XDG_CONFIG_HOME/tern/known_hosts].
     #[arg(long, value_name = "FILE")]
     pub known_hosts: Option<PathBuf>,
+    /// Move data no faster than RATE bits per second over all streams, with
+    /// decimal suffixes like iperf3's -b (500M = 500 Mbit/s). This end
+    /// paces what it sends, or what it reads when it receives.
+    #[arg(long, value_name = "RATE", value_parser = crate::size::parse_rate)]
+    pub rate_limit: Option<u64>,
     /// When a copy loses its connection, run it again this many times
     /// (waiting 1 s, 2 s, 4 s, …); partial files resume where they stopped.
     #[arg(long, default_value_t = 2, value_name = "N")]

@@ -105,6 +105,7 @@ fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptio
         streams,
         max_streams,
         tuning: tuning_of(t)?,
+        rate_limit: t.rate_limit,
         block_size: block_size(t)?,
         checksum,
         protect: protect_of(t.protect),
@@ -334,7 +335,13 @@ async fn copy_local(
         Streams::Auto => 4,
         Streams::Fixed(n) => n,
     };
-    let params = TransferParams::new(streams, block_size(t)?, checksum);
+    let mut params = TransferParams::new(streams, block_size(t)?, checksum);
+    params.pace = t.rate_limit.map(|bps| {
+        Arc::new(tern_engine::pace::Pace::new(
+            bps,
+            block_size(t).unwrap_or(1 << 20).into(),
+        ))
+    });
     let (_, received) =
         local::copy(source, sink, params, progress, fault_from_env().as_ref()).await?;
     Ok(client::Outcome {

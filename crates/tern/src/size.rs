@@ -1,16 +1,11 @@
-//! Sizes on the command line: `4M`, `1.5G`, `512KiB`, `1000000`.
-//! K, M, G and T are powers of 1024, with or without `iB`/`B`.
+//! Sizes and rates on the command line. Sizes: `4M`, `1.5G`, `512KiB`,
+//! `1000000`, where K, M, G and T are powers of 1024, with or without
+//! `iB`/`B`. Rates: bits per second with decimal suffixes, as iperf3.
 
 /// Parses a size; used as a clap value parser.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (examples: 4M, 1.5G, 65536)"))?;
+    let (value, unit) = number_and_unit(s)
+        .ok_or_else(|| format!("'{s}' is not a size (examples: 4M, 1.5G, 65536)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
@@ -28,6 +23,40 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         return Err(format!("'{s}' is out of range"));
     }
     Ok(bytes as u64)
+}
+
+/// Splits `1.5G` into 1.5 and `G`.
+fn number_and_unit(s: &str) -> Option<(f64, &str)> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    Some((num.parse().ok()?, unit))
+}
+
+/// Parses a rate in bits per second with decimal SI suffixes, as iperf3's
+/// `-b`: `500M` is 500 000 000 bit/s, `2.5G`, `800k`.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let (value, unit) = number_and_unit(s)
+        .ok_or_else(|| format!("'{s}' is not a rate (examples: 500M, 2.5G, 800k bits/s)"))?;
+    let mult = match unit.trim() {
+        "" => 1.0,
+        "k" | "K" => 1e3,
+        "m" | "M" => 1e6,
+        "g" | "G" => 1e9,
+        "t" | "T" => 1e12,
+        other => {
+            return Err(format!(
+                "unknown rate unit '{other}' in '{s}' (use k, M, G or T)"
+            ));
+        }
+    };
+    let bps = value * mult;
+    if !(1000.0..1e15).contains(&bps) {
+        return Err(format!("'{s}': a rate from 1k to 1000T bit/s"));
+    }
+    Ok(bps as u64)
 }
 
 /// Formats bytes with binary units, e.g. `1.50 GiB`.
@@ -61,6 +90,17 @@ pub fn human_rate(bps: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_are_decimal_bits_like_iperf3() {
+        assert_eq!(parse_rate("500M"), Ok(500_000_000));
+        assert_eq!(parse_rate("2.5G"), Ok(2_500_000_000));
+        assert_eq!(parse_rate("800k"), Ok(800_000));
+        assert_eq!(parse_rate("1000"), Ok(1000));
+        assert!(parse_rate("5Q").is_err());
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("10").is_err(), "below 1k");
+    }
 
     #[test]
     fn sizes_parse_with_binary_units() {

@@ -361,6 +361,43 @@ fn exit_codes_mean_what_the_help_says() {
 }
 
 #[test]
+fn a_rate_limit_holds_both_ways() {
+    let env = Env::new();
+    let server = env.server();
+    let url = format!("tern://127.0.0.1:{}", server.port);
+    for reverse in [false, true] {
+        let mut args = vec![
+            "perf",
+            &url,
+            "--size",
+            "64M",
+            "-P",
+            "3",
+            "--rate-limit",
+            "100M",
+            "--protect",
+            "clear",
+            "--json",
+        ];
+        if reverse {
+            args.push("--reverse");
+        }
+        let r = json(&env.run(&args));
+        assert_eq!(r["bytes"], 64 << 20);
+        let bps = r["network_throughput_bps"].as_f64().unwrap();
+        // 64 MiB at 100 Mbit/s takes 5.4 s; a burst of about one block
+        // (1 MiB) may go ahead of the pace, a 3 % excess at most here.
+        assert!(bps <= 100e6 * 1.08, "reverse={reverse}: {bps}");
+        assert!(
+            bps >= 50e6,
+            "reverse={reverse}: the limit is not a stall: {bps}"
+        );
+    }
+    let bad = env.run(&["perf", &url, "--size", "1M", "--rate-limit", "fast"]);
+    assert_eq!(code(&bad), 2);
+}
+
+#[test]
 fn tuning_flags_are_checked_and_reported() {
     let env = Env::new();
     let server = env.server();
