@@ -13,7 +13,8 @@
 #                                  every --write run, appended if missing; the rest is kept)
 #   bash bench/drs.sh --out FILE   write the report to FILE (and, with --write, BENCHMARKS.md)
 #
-# Every run also writes the plot docs/drs-experiment.svg. Needs root (netlab),
+# The plot goes to docs/drs-experiment.svg with --write, else beside the report
+# (bench/drs-results.svg, bench/drs-quick-results.svg). Needs root (netlab),
 # target/release/{tern,netlab,libtern_drs.so} (built here if missing), gcc,
 # iperf3, python3, ss. Traffic stays inside the lab's namespaces. DRS_SCENARIOS
 # (e.g. "g50 shift") runs only some scenarios. See bench/README.md.
@@ -43,7 +44,6 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TERN=${TERN:-$REPO/target/release/tern}
 NETLAB=${NETLAB:-$REPO/target/release/netlab}
 LIBDRS=${LIBDRS:-$REPO/target/release/libtern_drs.so}
-SVG=${DRS_SVG:-$REPO/docs/drs-experiment.svg}
 
 if [ "$QUICK" = 1 ]; then
     MODE=quick
@@ -97,11 +97,29 @@ if [ -z "$OUT" ]; then
     fi
 fi
 
+# The plot: with --write, docs/drs-experiment.svg, linked from BENCHMARKS.md (repository
+# root); otherwise beside the report, so a quick run never replaces the committed plot.
+if [ -n "${DRS_SVG:-}" ]; then
+    SVG=$DRS_SVG
+elif [ "$WRITE" = 1 ]; then
+    SVG=$REPO/docs/drs-experiment.svg
+else
+    SVG=${OUT%.md}.svg
+fi
+case "$SVG" in /*) ;; *) SVG=$PWD/$SVG ;; esac
+if [ "$WRITE" = 1 ]; then
+    SVG_LINK=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$SVG" "$REPO")
+else
+    SVG_LINK=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], os.path.dirname(os.path.abspath(sys.argv[2]))))' "$SVG" "$OUT")
+fi
+
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'drs.sh: %s\n' "$*" >&2; exit 1; }
 
 # ---------------------------------------------------------------- prerequisites
 [ "$(id -u)" = 0 ] || die "needs root (netlab creates network namespaces)"
+python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' "$REPO/bench/drs_report.py" ||
+    die "bench/drs_report.py does not parse"
 for tool in python3 timeout cmp pgrep ss gcc iperf3; do
     command -v "$tool" >/dev/null || die "$tool not found"
 done
@@ -267,6 +285,7 @@ meta netlab "$NETLAB"
 meta repo "$REPO"
 meta write "$WRITE"
 meta svg "$SVG"
+meta svg_link "$SVG_LINK"
 log "mode $MODE: perf ${PERF_TIME}s, disk ${DISK_MIB} MiB, sweep streams {$SWEEP_STREAMS} x window {$SWEEP_FACTORS} x BDP/streams, MTU $MTU, lab $LAB; work dir $WORK"
 log "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -277,6 +296,7 @@ timeout 300 head -c "$DISK_BYTES" /dev/urandom >"$SRC" || true
 [ "$(stat -c %s "$SRC")" = "$DISK_BYTES" ] || die "could not write the test file"
 
 DRS_XFER=$WORK/bin/drs_xfer
+# shellcheck disable=SC2054  # -Wl,-rpath,DIR is one gcc argument
 C_BUILD=(gcc -Wall -Wextra -O2 -o "$DRS_XFER" "$REPO/crates/drs/examples/c/drs_xfer.c"
     -I"$REPO/crates/drs/include" -L"$WORK/lib" -ltern_drs -Wl,-rpath,"$WORK/lib")
 HAVE_C=1
@@ -694,7 +714,7 @@ done
 meta load_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---------------------------------------------------------------------- report
-python3 "$REPO/bench/drs_report.py" "$WORK" "$OUT" "$SVG"
+python3 "$REPO/bench/drs_report.py" "$WORK" "$OUT" "$SVG" "$SVG_LINK"
 if [ "$SPLICE_ONLY" = 0 ]; then log "report written to $OUT"; fi
 log "plot written to $SVG"
 if [ "$WRITE" = 1 ]; then
