@@ -183,7 +183,6 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         .export_keying_material(&mut material, BLOCK_MAC_LABEL, None)
         .is_ok();
 
-    let streams = opts.streams;
     let mut stream: BoxStream = Box::new(tls);
     let ours = Hello::ours();
     stream.write_all(&ours.encode()).await.map_err(gone)?;
@@ -196,7 +195,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     control
         .send(&ControlMsg::SessionOpen(SessionOpen {
             mode,
-            streams,
+            streams: opts.streams,
             block_size: opts.block_size,
             checksum: opts.checksum,
             protect: opts.protect,
@@ -206,7 +205,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     if tuned {
         control
             .send(&ControlMsg::Tuning(TuningRequest {
-                max_streams: opts.max_streams.max(streams),
+                max_streams: opts.max_streams.max(opts.streams),
                 window: match opts.tuning.window {
                     WindowMode::Auto => Window::Auto,
                     WindowMode::Kernel => Window::Kernel,

@@ -225,17 +225,12 @@ impl Tuners {
                 Err(e) => tracing::debug!("stream {k}: cannot tune: {e}"),
             }
         }
-        let Some(tx) = self.changes.as_ref().filter(|_| act) else {
+        if !act || self.changes.is_none() {
             return;
-        };
+        }
         while self.tuning.script.first().is_some_and(|(t, _)| *t <= at) {
             let (_, change) = self.tuning.script.remove(0);
-            if let StreamChange::Retire(n) = change {
-                for slot in self.slots.iter_mut().skip(usize::from(n)).flatten() {
-                    slot.retired = true;
-                }
-            }
-            let _ = tx.send(change);
+            self.announce(change);
         }
         let Some(controller) = self.controller.as_mut() else {
             return;
@@ -250,11 +245,19 @@ impl Tuners {
         });
         if let Some(change) = change {
             tracing::debug!("stream count: {change:?}");
-            if let StreamChange::Retire(n) = change {
-                for slot in self.slots.iter_mut().skip(usize::from(n)).flatten() {
-                    slot.retired = true;
-                }
+            self.announce(change);
+        }
+    }
+
+    /// Passes a stream-count change to the driver; streams being retired
+    /// stop counting for the controller at once.
+    fn announce(&mut self, change: StreamChange) {
+        if let StreamChange::Retire(n) = change {
+            for slot in self.slots.iter_mut().skip(usize::from(n)).flatten() {
+                slot.retired = true;
             }
+        }
+        if let Some(tx) = &self.changes {
             let _ = tx.send(change);
         }
     }
