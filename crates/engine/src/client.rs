@@ -20,7 +20,7 @@ use tokio_rustls::TlsConnector;
 use crate::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root};
 use crate::integrity::BlockCheck;
 use crate::server::bind_token;
-use crate::tls::{BLOCK_MAC_LABEL, KnownHosts, PinVerifier, server_name};
+use crate::tls::{BLOCK_MAC_LABEL, ClientCert, KnownHosts, PinVerifier, ServerTrust, server_name};
 use crate::transfer::{self, BoxStream, Control, Progress, TransferParams, TransferStats};
 use crate::tuning::{Connector, Joined, StreamSupply, Tuning};
 use crate::{Error, Result, StreamWrap};
@@ -69,6 +69,12 @@ pub struct ClientOptions {
     pub pin: Option<String>,
     /// Where first-seen fingerprints are recorded and later checked.
     pub known_hosts: Option<KnownHosts>,
+    /// CAs that issue the daemon's certificate (`--ca`): when set, its
+    /// chain and host name are verified and neither `pin` nor
+    /// `known_hosts` is used.
+    pub ca: Option<Arc<rustls::RootCertStore>>,
+    /// Certificate presented to a daemon that asks for one (`--cert`).
+    pub client_cert: Option<ClientCert>,
     /// Wraps each data stream (fault injection in tests).
     pub wrap: Option<StreamWrap>,
     /// Give up connecting after this long.
@@ -147,30 +153,36 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         (None, Some(kh)) => (kh.lookup(&host_port)?, true),
         (None, None) => (None, false),
     };
-    let verifier = PinVerifier::new(expected.clone());
-    let connector = TlsConnector::from(verifier.client_config()?);
+    let trust = match &opts.ca {
+        Some(roots) => ServerTrust::Ca(roots.clone()),
+        None => ServerTrust::Pin(expected.clone()),
+    };
+    let verifier = PinVerifier::for_trust(&trust)?;
+    let connector = TlsConnector::from(verifier.client_config(opts.client_cert.as_ref())?);
     let tcp = tcp_connect(ep, opts.connect_timeout, opts.io_timeout).await?;
     let _ = tcp.set_nodelay(true);
     let tls = connector
         .connect(server_name(&ep.host), tcp)
         .await
         .map_err(|e| match (verifier.seen(), &expected) {
-            (Some(seen), Some(want)) if seen != *want => Error::FingerprintMismatch {
-                host: host_port.clone(),
-                expected: want.clone(),
-                actual: seen,
-                known_hosts: match (&opts.known_hosts, from_known_hosts) {
-                    (Some(kh), true) => kh.path.display().to_string(),
-                    _ => "--fingerprint".into(),
-                },
-            },
-            _ => Error::Tls(format!("handshake with {host_port} failed: {e}")),
+            (Some(seen), Some(want)) if seen != *want && opts.ca.is_none() => {
+                Error::FingerprintMismatch {
+                    host: host_port.clone(),
+                    expected: want.clone(),
+                    actual: seen,
+                    known_hosts: match (&opts.known_hosts, from_known_hosts) {
+                        (Some(kh), true) => kh.path.display().to_string(),
+                        _ => "--fingerprint".into(),
+                    },
+                }
+            }
+            _ => tls_failure(&host_port, &e),
         })?;
     let fingerprint = verifier
         .seen()
         .ok_or_else(|| Error::Tls("no server certificate".into()))?;
     let mut recorded = None;
-    if expected.is_none() {
+    if expected.is_none() && opts.ca.is_none() {
         if let Some(kh) = &opts.known_hosts {
             kh.record(&host_port, &fingerprint)?;
             recorded = Some(kh.path.clone());
@@ -187,7 +199,15 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     let ours = Hello::ours();
     stream.write_all(&ours.encode()).await.map_err(gone)?;
     let mut theirs = [0u8; HELLO_LEN];
-    stream.read_exact(&mut theirs).await.map_err(gone)?;
+    // Under TLS 1.3 the server judges our certificate after our side of
+    // the handshake is done: its refusal arrives as the first read.
+    stream
+        .read_exact(&mut theirs)
+        .await
+        .map_err(|e| match crate::tls::explain(&e) {
+            Some(_) => tls_failure(&host_port, &e),
+            None => gone(e),
+        })?;
     let negotiated = ours
         .negotiate(&Hello::decode(&theirs)?)
         .map_err(|e| Error::Protocol(e.to_string()))?;
@@ -244,6 +264,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         io_timeout: opts.io_timeout,
         protect: opts.protect,
         fingerprint: fingerprint.clone(),
+        client_cert: opts.client_cert.clone(),
         token: accept.token,
         version: negotiated.version,
         max_streams,
@@ -295,6 +316,9 @@ struct Joiner {
     io_timeout: Duration,
     protect: Protect,
     fingerprint: String,
+    /// Presented on `private` data connections too: a site daemon asks on
+    /// every TLS connection.
+    client_cert: Option<ClientCert>,
     token: tern_proto::Token,
     version: u16,
     max_streams: u16,
@@ -317,7 +341,7 @@ impl Joiner {
         };
         let mut s: BoxStream = if self.protect == Protect::Private {
             let v = PinVerifier::new(Some(self.fingerprint.clone()));
-            let tls = TlsConnector::from(v.client_config()?)
+            let tls = TlsConnector::from(v.client_config(self.client_cert.as_ref())?)
                 .connect(server_name(&self.ep.host), tcp)
                 .await
                 .map_err(|e| Error::Tls(format!("data connection: {e}")))?;
@@ -352,6 +376,11 @@ impl Joiner {
 
 fn gone(e: std::io::Error) -> Error {
     Error::PeerGone(e.to_string())
+}
+
+fn tls_failure(host_port: &str, e: &std::io::Error) -> Error {
+    let why = crate::tls::explain(e).unwrap_or_else(|| e.to_string());
+    Error::Tls(format!("handshake with {host_port} failed: {why}"))
 }
 
 /// What is left of an [`Opened`] session once its connections are in use.

@@ -118,6 +118,25 @@ impl Root {
         })
     }
 
+    /// The subtree `rel` (checked relative, `.` for all) as a root of its
+    /// own, resolved beneath this one: what it holds cannot lead back out
+    /// of the subtree, and reaching it cannot leave this root.
+    pub fn subtree(&self, rel: &Path) -> Result<Root> {
+        if rel == Path::new(".") {
+            return Ok(self.clone());
+        }
+        match self {
+            Root::Ambient => Root::confined(rel),
+            Root::Confined { dir, shown } => {
+                let sub = dir.open_dir(rel).map_err(|e| self.err("open", rel, e))?;
+                Ok(Root::Confined {
+                    dir: Arc::new(sub),
+                    shown: shown.join(rel),
+                })
+            }
+        }
+    }
+
     fn err(&self, what: &str, p: &Path, e: io::Error) -> Error {
         // cap-std reports an escape attempt as PermissionDenied; say why.
         if let (Root::Confined { .. }, io::ErrorKind::PermissionDenied) = (self, e.kind()) {

@@ -12,6 +12,7 @@
 //! - [`tuning`]: live tuning of data sockets and the stream count;
 //! - [`tls`], [`server`], [`client`]: connections, identity and the daemon.
 
+pub mod authz;
 pub mod client;
 pub mod error;
 pub mod fault;

@@ -6,6 +6,11 @@
 //! magic `TERD` is a plain data connection joining a session by its token.
 //! Anything else is logged and dropped without disturbing other sessions.
 //!
+//! A site daemon ([`SiteAuth`]) demands a client certificate from its CAs
+//! on every TLS connection and serves each session only within the grants
+//! the authorization file gives the certificate's subject ([`crate::authz`]);
+//! a subject with no grant gets an error before anything is touched.
+//!
 //! Like mini-redis, [`serve`] takes a bound listener and a shutdown future:
 //! on shutdown it stops accepting, lets running sessions finish for a grace
 //! period, then aborts them. A semaphore caps concurrent sessions.
@@ -29,6 +34,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
+use crate::authz::{Access, Authz, Grants, Subject};
 use crate::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root, Sink, Source, checked_relative};
 use crate::integrity::BlockCheck;
 use crate::tls::{BLOCK_MAC_LABEL, ServerIdentity};
@@ -59,6 +65,29 @@ pub struct ServerOptions {
     /// Stream-count changes at fixed times when this end sends, instead of
     /// the controller's (tests and experiments).
     pub stream_script: Vec<(Duration, tern_drs::StreamChange)>,
+    /// Site mode: client certificates and an authorization file. `None`:
+    /// every client may read and write the whole root.
+    pub site: Option<SiteAuth>,
+}
+
+/// What a site daemon demands of its clients.
+#[derive(Debug, Clone)]
+pub struct SiteAuth {
+    /// CAs whose client certificates are accepted (`--client-ca`).
+    pub client_roots: Arc<rustls::RootCertStore>,
+    /// Who may read and write where (`--authz`).
+    pub authz: Arc<Authz>,
+}
+
+/// What the client of one control connection may do.
+#[derive(Debug)]
+enum Authorization {
+    /// No site mode: the whole root.
+    Open,
+    /// Only within these grants.
+    Granted(Grants),
+    /// Nothing; the subject, for the refusal.
+    Denied(String),
 }
 
 impl ServerOptions {
@@ -71,6 +100,7 @@ impl ServerOptions {
             grace: Duration::from_secs(10),
             io_timeout: crate::net::DEFAULT_IO_TIMEOUT,
             stream_script: Vec::new(),
+            site: None,
         }
     }
 }
@@ -106,7 +136,9 @@ pub async fn serve(
     let root = Root::confined(&opts.root)?;
     let ctx = Arc::new(Context {
         root,
-        acceptor: TlsAcceptor::from(identity.server_config()?),
+        acceptor: TlsAcceptor::from(
+            identity.server_config(opts.site.as_ref().map(|s| s.client_roots.clone()))?,
+        ),
         sessions: Semaphore::new(opts.max_sessions),
         pending: Mutex::new(HashMap::new()),
         opts,
@@ -177,7 +209,8 @@ async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr)
         }
         if magic == HELLO_MAGIC {
             let key = export_key_fn(&tls);
-            return control_session(ctx, Box::new(tls), key, peer).await;
+            let authorization = authorize(&ctx, &tls, peer);
+            return control_session(ctx, Box::new(tls), key, authorization, peer).await;
         }
         if magic == JOIN_MAGIC {
             return data_join(ctx, Box::new(tls), probe, magic, true, peer).await;
@@ -190,6 +223,50 @@ async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr)
         return data_join(ctx, Box::new(conn), probe, [0; 4], false, peer).await;
     }
     tracing::warn!("{peer}: dropped, not a tern client (first bytes {first:02x?})");
+}
+
+/// Looks up the grants of the client certificate the handshake verified.
+fn authorize(
+    ctx: &Context,
+    tls: &tokio_rustls::server::TlsStream<TcpStream>,
+    peer: SocketAddr,
+) -> Authorization {
+    let Some(site) = &ctx.opts.site else {
+        return Authorization::Open;
+    };
+    let subject = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|cert| Subject::from_der(cert));
+    match subject {
+        Some(Ok(subject)) => match site.authz.grants_for(&subject) {
+            Some(grants) => {
+                tracing::info!(
+                    "{peer}: certificate {} granted {}",
+                    subject.slash,
+                    grants.describe()
+                );
+                Authorization::Granted(grants)
+            }
+            None => {
+                tracing::warn!(
+                    "{peer}: refused: certificate {} is not in the authorization file",
+                    subject.slash
+                );
+                Authorization::Denied(subject.slash)
+            }
+        },
+        Some(Err(e)) => {
+            tracing::warn!("{peer}: refused: {e}");
+            Authorization::Denied("an unreadable certificate".into())
+        }
+        None => {
+            tracing::warn!("{peer}: refused: no client certificate");
+            Authorization::Denied("a client without a certificate".into())
+        }
+    }
 }
 
 type KeyExporter = Box<dyn Fn(&Token) -> Option<[u8; 32]> + Send>;
@@ -273,9 +350,15 @@ async fn data_join(
         .await;
 }
 
-async fn control_session(ctx: Arc<Context>, stream: BoxStream, key: KeyExporter, peer: SocketAddr) {
+async fn control_session(
+    ctx: Arc<Context>,
+    stream: BoxStream,
+    key: KeyExporter,
+    authorization: Authorization,
+    peer: SocketAddr,
+) {
     let _permit = ctx.sessions.acquire().await;
-    match run_control(&ctx, stream, key, peer).await {
+    match run_control(&ctx, stream, key, &authorization, peer).await {
         Ok(()) => {}
         Err(e) => tracing::warn!("{peer}: session failed: {e}"),
     }
@@ -296,6 +379,7 @@ async fn run_control(
     ctx: &Context,
     mut stream: BoxStream,
     key: KeyExporter,
+    authorization: &Authorization,
     peer: SocketAddr,
 ) -> Result<()> {
     let timeout = ctx.opts.handshake_timeout;
@@ -352,7 +436,7 @@ async fn run_control(
         Ok(t) => t,
         Err(e) => return refuse(&mut control, e).await,
     };
-    let role = match prepare_role(ctx, &open) {
+    let role = match prepare_role(ctx, &open, authorization) {
         Ok(role) => role,
         Err(e) => return refuse(&mut control, e).await,
     };
@@ -486,24 +570,60 @@ enum Role {
     Receive(Arc<dyn Sink>),
 }
 
-fn prepare_role(ctx: &Context, open: &SessionOpen) -> Result<Role> {
+fn prepare_role(ctx: &Context, open: &SessionOpen, authz: &Authorization) -> Result<Role> {
+    let grants = match authz {
+        Authorization::Open => None,
+        Authorization::Granted(g) => Some(g),
+        Authorization::Denied(subject) => {
+            return Err(Error::PermissionDenied {
+                path: subject.clone(),
+                why: "this certificate is not authorized on this server".into(),
+            });
+        }
+    };
+    // The root a request is served from, and the path beneath it: with
+    // grants, the subtree of the grant it falls in.
+    let place = |path: PathBuf, access: Access| -> Result<(Root, PathBuf)> {
+        match grants {
+            None => Ok((ctx.root.clone(), path)),
+            Some(g) => {
+                let (grant, rest) = g.resolve(&path, access)?;
+                Ok((ctx.root.subtree(&grant.path)?, rest))
+            }
+        }
+    };
     Ok(match &open.mode {
         SessionMode::Push { dest, top_level } => {
-            let dest = checked_relative(dest, true)?;
-            Role::Receive(Arc::new(FsSink::new(ctx.root.clone(), dest, *top_level)?))
+            let (root, dest) = place(checked_relative(dest, true)?, Access::Write)?;
+            Role::Receive(Arc::new(FsSink::new(root, dest, *top_level)?))
         }
         SessionMode::Pull { sources, recursive } => {
             if sources.is_empty() {
                 return Err(Error::BadRequest("no source paths".into()));
             }
-            let paths = sources
-                .iter()
-                .map(|s| checked_relative(s, true))
-                .collect::<Result<Vec<_>>>()?;
-            Role::Send(
-                Arc::new(FsSource::new(ctx.root.clone(), paths, *recursive)),
-                None,
-            )
+            // All sources must lie in one grant: one source, one root.
+            let mut grant_path: Option<PathBuf> = None;
+            let mut paths = Vec::with_capacity(sources.len());
+            for s in sources {
+                let path = checked_relative(s, true)?;
+                let Some(g) = grants else {
+                    paths.push(path);
+                    continue;
+                };
+                let (grant, rest) = g.resolve(&path, Access::Read)?;
+                if grant_path.as_ref().is_some_and(|p| *p != grant.path) {
+                    return Err(Error::BadRequest(
+                        "the sources lie in different grants; copy them separately".into(),
+                    ));
+                }
+                grant_path = Some(grant.path.clone());
+                paths.push(rest);
+            }
+            let root = match &grant_path {
+                Some(sub) => ctx.root.subtree(sub)?,
+                None => ctx.root.clone(),
+            };
+            Role::Send(Arc::new(FsSource::new(root, paths, *recursive)), None)
         }
         SessionMode::Perf {
             server_sends,

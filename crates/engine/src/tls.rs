@@ -1,21 +1,32 @@
 //! TLS for the control connection (and the data connections in `private`
-//! mode), the daemon's self-signed identity, and the client's pinning of it.
+//! mode): the daemon's identity, how a client checks it, and client
+//! certificates.
 //!
-//! The daemon generates a self-signed certificate on first start and keeps
-//! it in its state directory; clients identify it by the SHA-256 of the
-//! certificate (printed as `SHA256:` + unpadded base64, like ssh), recorded
-//! on first contact in `known_hosts` or pinned with `--fingerprint`. Names
-//! in the certificate are not checked: the fingerprint is the identity.
-//! X.509 chains and client certificates come with the site-daemon mode.
+//! Two ways to know a daemon. By default it generates a self-signed
+//! certificate on first start and keeps it in its state directory; clients
+//! identify it by the SHA-256 of the certificate (printed as `SHA256:` +
+//! unpadded base64, like ssh), recorded on first contact in `known_hosts`
+//! or pinned with `--fingerprint`, and names are not checked. A site daemon
+//! instead presents a certificate issued by a CA (`--tls-cert`,
+//! `--tls-key`); a client given that CA (`--ca`) verifies the chain and the
+//! host name as any TLS client would, and skips `known_hosts`.
+//!
+//! A site daemon may also demand client certificates (`--client-ca`): the
+//! handshake then fails for a certificate of another CA, an expired one or
+//! none at all, and what a verified subject may do is decided by
+//! [`crate::authz`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
+use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::Digest as _;
 
 use crate::{Error, Result};
@@ -48,8 +59,9 @@ pub fn fingerprint(cert: &[u8]) -> String {
 /// The daemon's certificate and key.
 #[derive(Debug)]
 pub struct ServerIdentity {
-    cert: CertificateDer<'static>,
-    key: PrivatePkcs8KeyDer<'static>,
+    /// The daemon's certificate first, then any intermediates.
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
     /// `SHA256:…` of the certificate.
     pub fingerprint: String,
     /// Where the certificate is kept.
@@ -77,25 +89,144 @@ impl ServerIdentity {
         let key = std::fs::read(&key_path).map_err(|e| Error::io("read", &key_path, e))?;
         Ok(ServerIdentity {
             fingerprint: fingerprint(&cert),
-            cert: CertificateDer::from(cert),
-            key: PrivatePkcs8KeyDer::from(key),
+            chain: vec![CertificateDer::from(cert)],
+            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
             cert_path,
         })
     }
 
-    /// A rustls server configuration presenting this identity.
-    pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>> {
-        let config = rustls::ServerConfig::builder_with_provider(provider())
+    /// A CA-issued identity from PEM files (`--tls-cert`, `--tls-key`): the
+    /// certificate file holds the daemon's certificate and any
+    /// intermediates; the key must belong to that certificate.
+    pub fn from_pem(cert_path: &Path, key_path: &Path) -> Result<ServerIdentity> {
+        let chain = load_certs(cert_path)?;
+        let key = load_key(key_path)?;
+        let identity = ServerIdentity {
+            fingerprint: fingerprint(&chain[0]),
+            chain,
+            key,
+            cert_path: cert_path.to_path_buf(),
+        };
+        // Fails here, at startup, when the key does not match.
+        identity.server_config(None)?;
+        Ok(identity)
+    }
+
+    /// A rustls server configuration presenting this identity; with
+    /// `client_roots`, clients must present a certificate those CAs issued.
+    pub fn server_config(
+        &self,
+        client_roots: Option<Arc<RootCertStore>>,
+    ) -> Result<Arc<rustls::ServerConfig>> {
+        let builder = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|e| Error::Tls(e.to_string()))?
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![self.cert.clone()],
-                PrivateKeyDer::Pkcs8(self.key.clone_key()),
-            )
             .map_err(|e| Error::Tls(e.to_string()))?;
+        let builder = match client_roots {
+            Some(roots) => builder.with_client_cert_verifier(
+                WebPkiClientVerifier::builder_with_provider(roots, provider())
+                    .build()
+                    .map_err(|e| Error::Tls(format!("client CA: {e}")))?,
+            ),
+            None => builder.with_no_client_auth(),
+        };
+        let config = builder
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| Error::Tls(format!("certificate and key: {e}")))?;
         Ok(Arc::new(config))
     }
+}
+
+/// Reads every certificate of a PEM file.
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    let text = std::fs::read(path).map_err(|e| Error::io("read certificate", path, e))?;
+    let certs = CertificateDer::pem_slice_iter(&text)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::Tls(format!("{}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(Error::Tls(format!(
+            "{}: no PEM certificate (-----BEGIN CERTIFICATE-----) found",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+/// Reads the private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
+pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
+    let text = std::fs::read(path).map_err(|e| Error::io("read key", path, e))?;
+    PrivateKeyDer::from_pem_slice(&text)
+        .map_err(|e| Error::Tls(format!("{}: no usable private key: {e}", path.display())))
+}
+
+/// Trust anchors from a PEM file, or from every `*.pem`/`*.crt` file of a
+/// directory (like a grid `certificates/` directory).
+pub fn load_roots(path: &Path) -> Result<Arc<RootCertStore>> {
+    let files = if path.is_dir() {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(|e| Error::io("read CA dir", path, e))? {
+            let p = entry.map_err(|e| Error::io("read CA dir", path, e))?.path();
+            if matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("pem" | "crt" | "0")
+            ) {
+                files.push(p);
+            }
+        }
+        files.sort();
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut roots = RootCertStore::empty();
+    for f in &files {
+        for cert in load_certs(f)? {
+            roots
+                .add(cert)
+                .map_err(|e| Error::Tls(format!("{}: not a usable CA: {e}", f.display())))?;
+        }
+    }
+    if roots.is_empty() {
+        return Err(Error::Tls(format!(
+            "{}: no CA certificates found",
+            path.display()
+        )));
+    }
+    Ok(Arc::new(roots))
+}
+
+/// The certificate a client presents to a site daemon.
+#[derive(Debug)]
+pub struct ClientCert {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl Clone for ClientCert {
+    fn clone(&self) -> ClientCert {
+        ClientCert {
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+impl ClientCert {
+    /// From PEM files (`--cert`, `--key`).
+    pub fn from_pem(cert_path: &Path, key_path: &Path) -> Result<ClientCert> {
+        Ok(ClientCert {
+            chain: load_certs(cert_path)?,
+            key: load_key(key_path)?,
+        })
+    }
+}
+
+/// How a client decides the daemon is the right one.
+#[derive(Debug, Clone)]
+pub enum ServerTrust {
+    /// Its certificate has this fingerprint; `None`: trust on first use.
+    Pin(Option<String>),
+    /// Its certificate chains to one of these CAs and names the host.
+    Ca(Arc<RootCertStore>),
 }
 
 fn hostname() -> String {
@@ -126,11 +257,13 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
         .map_err(|e| Error::io("write key", path, e))
 }
 
-/// Accepts exactly one server certificate fingerprint, or (when none is
-/// expected yet) any, remembering what it saw.
+/// Checks the server's certificate as [`ServerTrust`] says, remembering
+/// the fingerprint it saw either way.
 #[derive(Debug)]
 pub struct PinVerifier {
     expected: Option<String>,
+    /// Set in CA mode: chain and name are checked by webpki instead.
+    webpki: Option<Arc<WebPkiServerVerifier>>,
     /// Fingerprint presented in the last handshake; written by rustls
     /// during the handshake, read by the client right after it.
     seen: Mutex<Option<String>>,
@@ -142,9 +275,28 @@ impl PinVerifier {
     pub fn new(expected: Option<String>) -> Arc<PinVerifier> {
         Arc::new(PinVerifier {
             expected,
+            webpki: None,
             seen: Mutex::new(None),
             algorithms: provider().signature_verification_algorithms,
         })
+    }
+
+    /// A verifier for `trust`.
+    pub fn for_trust(trust: &ServerTrust) -> Result<Arc<PinVerifier>> {
+        match trust {
+            ServerTrust::Pin(expected) => Ok(PinVerifier::new(expected.clone())),
+            ServerTrust::Ca(roots) => {
+                let webpki = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
+                    .build()
+                    .map_err(|e| Error::Tls(format!("CA: {e}")))?;
+                Ok(Arc::new(PinVerifier {
+                    expected: None,
+                    webpki: Some(webpki),
+                    seen: Mutex::new(None),
+                    algorithms: provider().signature_verification_algorithms,
+                }))
+            }
+        }
     }
 
     /// The fingerprint the server presented, once a handshake got that far.
@@ -152,14 +304,23 @@ impl PinVerifier {
         self.seen.lock().expect("seen").clone()
     }
 
-    /// A rustls client configuration using this verifier.
-    pub fn client_config(self: &Arc<Self>) -> Result<Arc<rustls::ClientConfig>> {
-        let config = rustls::ClientConfig::builder_with_provider(provider())
+    /// A rustls client configuration using this verifier, presenting
+    /// `cert` when the server asks for one.
+    pub fn client_config(
+        self: &Arc<Self>,
+        cert: Option<&ClientCert>,
+    ) -> Result<Arc<rustls::ClientConfig>> {
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::Tls(e.to_string()))?
             .dangerous()
-            .with_custom_certificate_verifier(self.clone())
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(self.clone());
+        let config = match cert {
+            Some(c) => builder
+                .with_client_auth_cert(c.chain.clone(), c.key.clone_key())
+                .map_err(|e| Error::Tls(format!("client certificate and key: {e}")))?,
+            None => builder.with_no_client_auth(),
+        };
         Ok(Arc::new(config))
     }
 }
@@ -168,13 +329,22 @@ impl ServerCertVerifier for PinVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
         let fp = fingerprint(end_entity);
         *self.seen.lock().expect("seen") = Some(fp.clone());
+        if let Some(webpki) = &self.webpki {
+            return webpki.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            );
+        }
         match &self.expected {
             Some(expected) if *expected != fp => Err(rustls::Error::General(format!(
                 "server fingerprint {fp} is not the expected {expected}"
@@ -206,8 +376,36 @@ impl ServerCertVerifier for PinVerifier {
     }
 }
 
+/// Says what went wrong when a TLS connection failed: the peer's alert or
+/// our verifier's complaint, in words a user can act on. `None` when the
+/// error is not a TLS one.
+pub fn explain(e: &std::io::Error) -> Option<String> {
+    let tls = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    use rustls::AlertDescription as A;
+    Some(match tls {
+        rustls::Error::AlertReceived(alert) => match alert {
+            A::UnknownCA => {
+                "the server does not trust the CA of our certificate (unknown CA)".into()
+            }
+            A::CertificateExpired => "the server refused our certificate: it has expired".into(),
+            A::CertificateRequired => {
+                "the server requires a client certificate (use --cert and --key)".into()
+            }
+            A::BadCertificate | A::CertificateUnknown | A::UnsupportedCertificate => {
+                format!("the server refused our certificate ({alert:?})")
+            }
+            A::AccessDenied => "the server denied access".into(),
+            other => format!("the server ended the handshake ({other:?})"),
+        },
+        rustls::Error::InvalidCertificate(why) => {
+            format!("the server's certificate is not trusted: {why:?}")
+        }
+        other => other.to_string(),
+    })
+}
+
 /// A server name for the TLS handshake: the host itself when it parses
-/// (names are not verified), else a placeholder.
+/// (names are checked only in CA mode), else a placeholder.
 pub fn server_name(host: &str) -> ServerName<'static> {
     ServerName::try_from(host.to_string())
         .unwrap_or_else(|_| ServerName::try_from("tern").expect("static name"))

@@ -67,6 +67,8 @@ fn opts(streams: u16, protect: Protect) -> ClientOptions {
         protect,
         pin: None,
         known_hosts: None,
+        ca: None,
+        client_cert: None,
         wrap: None,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(30),

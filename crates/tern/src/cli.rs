@@ -159,6 +159,16 @@ pub struct TransferArgs {
     /// Where server fingerprints are remembered [default: $XDG_CONFIG_HOME/tern/known_hosts].
     #[arg(long, value_name = "FILE")]
     pub known_hosts: Option<PathBuf>,
+    /// Verify the daemon's certificate chain and host name against these
+    /// CAs (a PEM file, or a directory of them) instead of its fingerprint.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub ca: Option<PathBuf>,
+    /// Present this certificate (PEM, with intermediates) to a site daemon.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Private key of --cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
     /// Move data no faster than RATE bits per second over all streams, with
     /// decimal suffixes like iperf3's -b (500M = 500 Mbit/s). This end
     /// paces what it sends, or what it reads when it receives.
@@ -208,6 +218,23 @@ pub struct ServeArgs {
     /// Where the certificate is kept [default: $XDG_STATE_HOME/tern or ~/.local/state/tern].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Present this CA-issued certificate (PEM, with intermediates) instead
+    /// of the self-signed one.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Site mode: demand client certificates issued by these CAs (a PEM
+    /// file, or a directory of them); needs --authz.
+    #[arg(long, value_name = "FILE|DIR", requires = "authz")]
+    pub client_ca: Option<PathBuf>,
+    /// Site mode: which certificate subject may read or write which subtree
+    /// of --root, one rule a line: SUBJECT PATH r|w|rw, e.g.
+    /// `"/O=Example/CN=Alice" cms/alice rw` (README: "Site daemon"); needs
+    /// --client-ca. Everything not granted is denied.
+    #[arg(long, value_name = "FILE", requires = "client_ca")]
+    pub authz: Option<PathBuf>,
     /// Concurrent sessions at most; more wait their turn.
     #[arg(long, default_value_t = 64)]
     pub max_sessions: usize,

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use tern_drs::WindowMode;
+use tern_engine::authz::Authz;
 use tern_engine::client::{self, ClientOptions, Endpoint};
 use tern_engine::fsio::{FsSink, FsSource, Root};
-use tern_engine::server::{ServerOptions, serve};
-use tern_engine::tls::{KnownHosts, ServerIdentity};
+use tern_engine::server::{ServerOptions, SiteAuth, serve};
+use tern_engine::tls::{ClientCert, KnownHosts, ServerIdentity, load_roots};
 use tern_engine::transfer::{Progress, TransferParams};
 use tern_engine::tuning::{AUTO_START_STREAMS, Tuning};
 use tern_engine::{StreamWrap, local};
@@ -111,6 +112,11 @@ fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptio
         protect: protect_of(t.protect),
         pin: t.fingerprint.clone(),
         known_hosts,
+        ca: t.ca.as_deref().map(load_roots).transpose()?,
+        client_cert: match (&t.cert, &t.key) {
+            (Some(cert), Some(key)) => Some(ClientCert::from_pem(cert, key)?),
+            _ => None,
+        },
         wrap: fault_from_env(),
         connect_timeout: Duration::from_secs(15),
         io_timeout: Duration::from_secs_f64(t.io_timeout),
@@ -428,21 +434,44 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
         Some(d) => d,
         None => default_state_dir()?,
     };
-    let identity = ServerIdentity::load_or_create(&state_dir)?;
+    let identity = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => ServerIdentity::from_pem(cert, key)?,
+        _ => ServerIdentity::load_or_create(&state_dir)?,
+    };
+    let site = match (&args.client_ca, &args.authz) {
+        (Some(ca), Some(authz)) => {
+            let authz = Authz::load(authz)?;
+            if authz.is_empty() {
+                tracing::warn!("--authz grants nothing: every client will be refused");
+            }
+            Some(SiteAuth {
+                client_roots: load_roots(ca)?,
+                authz: Arc::new(authz),
+            })
+        }
+        _ => None,
+    };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| tern_engine::Error::io("listen", args.listen.clone(), e))?;
     let bound = listener.local_addr()?;
     // The startup lines are best effort: a daemon whose stdout was closed
     // must keep serving, not die of a broken pipe.
+    let site_rules = site.as_ref().map(|s| s.authz.len());
     let banner = if args.json {
         format!(
             "{}\n",
-            serde_json::json!({"listen": bound.to_string(), "root": root, "fingerprint": identity.fingerprint})
+            serde_json::json!({"listen": bound.to_string(), "root": root, "fingerprint": identity.fingerprint, "authz_rules": site_rules})
         )
     } else {
+        let site_line = match site_rules {
+            Some(n) => format!(
+                "tern serve: site mode: client certificates required, {n} authorization rule(s)\n"
+            ),
+            None => String::new(),
+        };
         format!(
-            "tern serve: listening on {bound}, root {}\ntern serve: certificate fingerprint {}\n",
+            "tern serve: listening on {bound}, root {}\ntern serve: certificate fingerprint {}\n{site_line}",
             root.display(),
             identity.fingerprint
         )
@@ -456,6 +485,7 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
     opts.max_sessions = args.max_sessions;
     opts.grace = Duration::from_secs(args.grace);
     opts.io_timeout = Duration::from_secs_f64(args.io_timeout);
+    opts.site = site;
     serve(listener, &identity, opts, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

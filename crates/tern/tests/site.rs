@@ -1,0 +1,518 @@
+//! A site daemon: X.509 mutual TLS and the authorization file, end to end
+//! through the `tern` binary. Certificates are made by the test (rcgen):
+//! a site CA, the daemon's host certificate, users the authorization file
+//! names and users it does not, an expired one and one from another CA.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+fn tern() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+}
+
+/// A CA that signs certificates into PEM files.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let cert = params.self_signed(&key).unwrap();
+        Ca { cert, key }
+    }
+
+    fn write(&self, path: &Path) {
+        std::fs::write(path, self.cert.pem()).unwrap();
+    }
+
+    /// Signs a certificate; writes NAME.pem and NAME.key into `dir`.
+    fn issue(&self, dir: &Path, name: &str, params: CertificateParams) -> (PathBuf, PathBuf) {
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let (c, k) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
+    fn user(&self, dir: &Path, name: &str, cn: &str) -> (PathBuf, PathBuf) {
+        self.issue(dir, name, user_params(cn))
+    }
+}
+
+fn user_params(cn: &str) -> CertificateParams {
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name = rcgen::DistinguishedName::new();
+    p.distinguished_name
+        .push(DnType::OrganizationName, "Example");
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    p
+}
+
+struct Site {
+    dir: tempfile::TempDir,
+    ca: Ca,
+    daemon: Child,
+    port: u16,
+    log: Option<std::process::ChildStderr>,
+}
+
+const AUTHZ: &str = r#"
+# SUBJECT                      PATH       RIGHTS
+"/O=Example/CN=Alice"          alice      rw
+"/O=Example/CN=Alice"          public     r
+"CN=Reader,O=Example"          public     r
+"#;
+
+impl Site {
+    fn start() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |rel: &str| dir.path().join(rel);
+        for d in [
+            "root/alice",
+            "root/public",
+            "root/private",
+            "pki",
+            "state",
+            "cfg",
+        ] {
+            std::fs::create_dir_all(p(d)).unwrap();
+        }
+        std::fs::write(p("root/public/notes.txt"), b"public notes\n").unwrap();
+        std::fs::write(p("root/private/secret.txt"), b"nobody may read this\n").unwrap();
+        let ca = Ca::new("Example Site CA");
+        ca.write(&p("pki/ca.pem"));
+        let mut host = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        host.subject_alt_names
+            .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+        host.distinguished_name
+            .push(DnType::CommonName, "dtn.example.org");
+        host.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let (host_cert, host_key) = ca.issue(&p("pki"), "host", host);
+        std::fs::write(p("authz"), AUTHZ).unwrap();
+        let mut daemon = tern()
+            .args(["serve", "--listen", "127.0.0.1:0", "--grace", "1", "--root"])
+            .arg(p("root"))
+            .arg("--state-dir")
+            .arg(p("state"))
+            .arg("--tls-cert")
+            .arg(host_cert)
+            .arg("--tls-key")
+            .arg(host_key)
+            .arg("--client-ca")
+            .arg(p("pki/ca.pem"))
+            .arg("--authz")
+            .arg(p("authz"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(daemon.stdout.take().unwrap()).lines();
+        let listen = lines.next().unwrap().unwrap();
+        let port = listen
+            .split("127.0.0.1:")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {listen:?}"));
+        let _fingerprint = lines.next().unwrap().unwrap();
+        let site_line = lines.next().unwrap().unwrap();
+        assert!(
+            site_line.contains("client certificates required, 3 authorization rule(s)"),
+            "{site_line}"
+        );
+        let log = daemon.stderr.take();
+        Site {
+            dir,
+            ca,
+            daemon,
+            port,
+            log,
+        }
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("tern://127.0.0.1:{}/{path}", self.port)
+    }
+
+    /// Runs tern as the holder of `who` (cert, key), trusting the site CA.
+    fn run_as(&self, who: &(PathBuf, PathBuf), args: &[&str]) -> Output {
+        let mut c = tern();
+        c.env("XDG_CONFIG_HOME", self.p("cfg"))
+            .arg(args[0])
+            .arg("--cert")
+            .arg(&who.0)
+            .arg("--key")
+            .arg(&who.1)
+            .arg("--ca")
+            .arg(self.p("pki/ca.pem"))
+            .args(&args[1..]);
+        c.output().unwrap()
+    }
+
+    /// Stops the daemon and returns its log.
+    fn stop(mut self) -> String {
+        let _ = Command::new("kill")
+            .arg(self.daemon.id().to_string())
+            .status();
+        let _ = self.daemon.wait();
+        let mut log = String::new();
+        if let Some(mut s) = self.log.take() {
+            s.read_to_string(&mut log).unwrap();
+        }
+        log
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn ok(out: &Output) {
+    assert!(out.status.success(), "tern failed: {}", stderr(out));
+}
+
+/// Nothing but the files the test made, under `root`.
+fn tree(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            out.push(p.strip_prefix(root).unwrap().display().to_string());
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_granted_subject_reads_and_writes_only_where_granted() {
+    let site = Site::start();
+    let alice = site.ca.user(&site.p("pki"), "alice", "Alice");
+    std::fs::write(site.p("data.bin"), vec![7u8; 3 << 20]).unwrap();
+    let data = site.p("data.bin");
+    let data = data.to_str().unwrap();
+
+    // Writes into her own subtree, over TLS data streams that present the
+    // certificate too (private), and in clear.
+    ok(&site.run_as(
+        &alice,
+        &["cp", "-P", "2", data, &site.url("alice/run1.bin")],
+    ));
+    ok(&site.run_as(
+        &alice,
+        &[
+            "cp",
+            "--protect",
+            "clear",
+            data,
+            &site.url("alice/run2.bin"),
+        ],
+    ));
+    assert_eq!(
+        std::fs::read(site.p("root/alice/run1.bin")).unwrap().len(),
+        3 << 20
+    );
+    assert_eq!(
+        std::fs::read(site.p("root/alice/run2.bin")).unwrap().len(),
+        3 << 20
+    );
+
+    // Reads where she may read.
+    let got = site.p("notes.txt");
+    ok(&site.run_as(
+        &alice,
+        &["cp", &site.url("public/notes.txt"), got.to_str().unwrap()],
+    ));
+    assert_eq!(std::fs::read(&got).unwrap(), b"public notes\n");
+
+    // Writing where she may only read, and touching what is not granted.
+    for (args, what) in [
+        (
+            vec!["cp", data, &site.url("public/x.bin")] as Vec<&str>,
+            "write read-only",
+        ),
+        (
+            vec!["cp", data, &site.url("private/x.bin")],
+            "write ungranted",
+        ),
+        (vec!["cp", data, &site.url("x.bin")], "write the root"),
+        (
+            vec!["cp", data, &site.url("alice/../public/x.bin")],
+            "escape with ..",
+        ),
+    ] {
+        let out = site.run_as(&alice, &args);
+        assert_eq!(code(&out), 4, "{what}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("permission denied"),
+            "{what}: {}",
+            stderr(&out)
+        );
+    }
+    let dest = site.p("stolen.txt");
+    let dest = dest.to_str().unwrap();
+    for src in ["private/secret.txt", "alice/../private/secret.txt", ""] {
+        let out = site.run_as(&alice, &["cp", "-r", &site.url(src), dest]);
+        assert_eq!(code(&out), 4, "read {src:?}: {}", stderr(&out));
+    }
+    assert!(!Path::new(dest).exists());
+
+    // A symlink inside her subtree leads nowhere outside it.
+    std::os::unix::fs::symlink("../private", site.p("root/alice/escape")).unwrap();
+    let out = site.run_as(&alice, &["cp", &site.url("alice/escape/secret.txt"), dest]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    let out = site.run_as(&alice, &["cp", data, &site.url("alice/escape/planted.bin")]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    assert!(!site.p("root/private/planted.bin").exists());
+    assert!(!Path::new(dest).exists());
+
+    // The read-only subject: reads, never writes.
+    let reader = site.ca.user(&site.p("pki"), "reader", "Reader");
+    ok(&site.run_as(&reader, &["cp", &site.url("public/notes.txt"), dest]));
+    let out = site.run_as(&reader, &["cp", data, &site.url("public/y.bin")]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not granted writing") && stderr(&out).contains("public (r)"),
+        "the refusal says what is granted: {}",
+        stderr(&out)
+    );
+    let log = site.stop();
+    assert!(
+        log.contains("certificate /O=Example/CN=Alice granted alice (rw), public (r)"),
+        "{log}"
+    );
+}
+
+#[test]
+fn an_unauthorized_certificate_can_neither_read_nor_write() {
+    let site = Site::start();
+    let before = tree(&site.p("root"));
+    let mallory = site.ca.user(&site.p("pki"), "mallory", "Mallory");
+    std::fs::write(site.p("data.bin"), vec![1u8; 1 << 20]).unwrap();
+    let data = site.p("data.bin");
+    let dest = site.p("got");
+    let dest = dest.to_str().unwrap();
+    let attempts: Vec<Vec<String>> = vec![
+        vec![
+            "cp".into(),
+            data.to_str().unwrap().into(),
+            site.url("public/m.bin"),
+        ],
+        vec!["cp".into(), data.to_str().unwrap().into(), site.url("")],
+        vec!["cp".into(), site.url("public/notes.txt"), dest.into()],
+        vec!["cp".into(), "-r".into(), site.url(""), dest.into()],
+        vec!["perf".into(), site.url(""), "--size".into(), "1M".into()],
+        vec![
+            "perf".into(),
+            site.url(""),
+            "--size".into(),
+            "1M".into(),
+            "--reverse".into(),
+        ],
+    ];
+    for args in &attempts {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = site.run_as(&mallory, &args);
+        assert_eq!(code(&out), 4, "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("/O=Example/CN=Mallory")
+                && stderr(&out).contains("not authorized on this server"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert!(!Path::new(dest).exists());
+    assert_eq!(
+        tree(&site.p("root")),
+        before,
+        "nothing under the root changed"
+    );
+    let log = site.stop();
+    assert!(
+        log.contains("refused: certificate /O=Example/CN=Mallory is not in the authorization file"),
+        "{log}"
+    );
+}
+
+#[test]
+fn certificates_the_site_does_not_trust_fail_the_handshake() {
+    let site = Site::start();
+    std::fs::write(site.p("data.bin"), b"x").unwrap();
+    let data = site.p("data.bin");
+    let data = data.to_str().unwrap();
+    let dest = site.url("alice/x");
+
+    // Alice's name, but from another CA.
+    let rogue_ca = Ca::new("Rogue CA");
+    let rogue = rogue_ca.user(&site.p("pki"), "rogue", "Alice");
+    let out = site.run_as(&rogue, &["cp", data, &dest]);
+    assert_eq!(code(&out), 8, "{}", stderr(&out));
+    assert!(stderr(&out).contains("unknown CA"), "{}", stderr(&out));
+
+    // Alice's name from the right CA, but expired.
+    let mut old = user_params("Alice");
+    old.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    old.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let expired = site.ca.issue(&site.p("pki"), "expired", old);
+    let out = site.run_as(&expired, &["cp", data, &dest]);
+    assert_eq!(code(&out), 8, "{}", stderr(&out));
+    assert!(stderr(&out).contains("expired"), "{}", stderr(&out));
+
+    // No certificate at all.
+    let out = tern()
+        .env("XDG_CONFIG_HOME", site.p("cfg"))
+        .args(["cp", "--ca"])
+        .arg(site.p("pki/ca.pem"))
+        .args([data, &dest])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 8, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("requires a client certificate"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The client checks the daemon too: a CA that did not issue its
+    // certificate makes the client refuse it.
+    let alice = site.ca.user(&site.p("pki"), "alice", "Alice");
+    rogue_ca.write(&site.p("pki/rogue-ca.pem"));
+    let out = tern()
+        .env("XDG_CONFIG_HOME", site.p("cfg"))
+        .arg("cp")
+        .arg("--cert")
+        .arg(&alice.0)
+        .arg("--key")
+        .arg(&alice.1)
+        .arg("--ca")
+        .arg(site.p("pki/rogue-ca.pem"))
+        .args([data, &dest])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 8, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("certificate is not trusted"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!site.p("root/alice/x").exists());
+    let log = site.stop();
+    assert!(log.contains("TLS handshake failed"), "{log}");
+}
+
+#[test]
+fn site_options_are_checked_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |rel: &str| dir.path().join(rel);
+    std::fs::create_dir(p("root")).unwrap();
+    let ca = Ca::new("CA");
+    ca.write(&p("ca.pem"));
+    let other = ca.user(dir.path(), "other", "Other");
+    let mut host = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    host.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let (cert, key) = ca.issue(dir.path(), "host", host);
+    std::fs::write(p("bad-authz"), "\"/CN=A\" data rwx\n").unwrap();
+    std::fs::write(p("good-authz"), "\"/CN=A\" . r\n").unwrap();
+    let serve = |extra: &[&std::ffi::OsStr]| {
+        tern()
+            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+            .arg(p("root"))
+            .arg("--state-dir")
+            .arg(p("state"))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let os = |s: &Path| s.as_os_str().to_owned();
+    let flag = |s: &str| std::ffi::OsString::from(s);
+    let cases: Vec<(Vec<std::ffi::OsString>, i32, &str)> = vec![
+        (vec![flag("--client-ca"), os(&p("ca.pem"))], 2, "--authz"),
+        (
+            vec![
+                flag("--client-ca"),
+                os(&p("ca.pem")),
+                flag("--authz"),
+                os(&p("bad-authz")),
+            ],
+            2,
+            "line 1: rights 'rwx'",
+        ),
+        (
+            vec![
+                flag("--client-ca"),
+                os(&p("root")),
+                flag("--authz"),
+                os(&p("good-authz")),
+            ],
+            8,
+            "no CA certificates found",
+        ),
+        (
+            vec![
+                flag("--tls-cert"),
+                os(&cert),
+                flag("--tls-key"),
+                os(&other.1),
+            ],
+            8,
+            "certificate and key",
+        ),
+        (
+            vec![
+                flag("--tls-cert"),
+                os(&p("missing.pem")),
+                flag("--tls-key"),
+                os(&key),
+            ],
+            3,
+            "missing.pem",
+        ),
+    ];
+    for (args, want_code, want_text) in cases {
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let out = serve(&refs);
+        assert_eq!(code(&out), want_code, "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(want_text),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+}
