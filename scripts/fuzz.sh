@@ -8,8 +8,11 @@
 #   rustup `nightly` toolchain when one is installed, and otherwise the
 #   default (stable) toolchain with RUSTC_BOOTSTRAP=1, which lets stable accept
 #   the nightly-only flags. FUZZ_TOOLCHAIN=stable|nightly forces a choice.
-# - Seeds each target's corpus with the golden vectors of docs/PROTOCOL.md,
-#   so the fuzzer starts from valid frames.
+# - Seeds each target's corpus with the committed seed corpus in
+#   fuzz/seeds/<target>/ (inputs a longer run found interesting, minimized
+#   with `cargo fuzz cmin`; refresh with scripts/fuzz-seeds.sh) and the
+#   golden vectors of docs/PROTOCOL.md, so the fuzzer starts from valid and
+#   near-valid frames.
 # - Runs all targets even if one fails, prints a summary line per target
 #   (executions, corpus size, crash), and exits non-zero if any target found
 #   a crash. Crash inputs are kept under fuzz/artifacts/<target>/.
@@ -49,7 +52,14 @@ fi
 if [ "$toolchain" = nightly ]; then rustc_version="$(rustc +nightly --version)"; else rustc_version="$(rustc --version)"; fi
 echo "fuzz.sh: $rustc_version${RUSTC_BOOTSTRAP:+ with RUSTC_BOOTSTRAP=1}, $("${fuzz[@]}" --version), ${secs}s per target"
 
-# Seed corpora: every golden block of the spec goes to the target that decodes it.
+# Seed corpora: the committed seeds, then every golden block of the spec goes
+# to the target that decodes it.
+for seeds in seeds/*/; do
+    [ -d "$seeds" ] || continue
+    t="$(basename "$seeds")"
+    mkdir -p "corpus/$t"
+    cp -n "$seeds"* "corpus/$t/" 2>/dev/null || true
+done
 target_of() {
     case "$1" in
     hello_*) echo hello ;;
