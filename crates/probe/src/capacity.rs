@@ -1,0 +1,335 @@
+//! Bottleneck capacity in both directions, from UDP packet trains to a
+//! [`responder`](crate::responder).
+//!
+//! Each train is `train_len` packets of the path's MTU sent back to back.
+//! The responder stamps their arrivals (forward dispersion) and, once the
+//! last has come, answers them all back to back with replies of the same
+//! size, whose arrivals here give the reverse dispersion. Trains go one at
+//! a time, each after the previous one's replies, spaced so that the
+//! average rate sent stays under `max_load_bps` in each direction. The
+//! estimators are in [`crate::estimate`].
+
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+
+use crate::estimate::{Spread, TrainOutcome, examine_train, spread, train_rate_bps};
+use crate::responder::ResponderConfig;
+use crate::wire::{Kind, MAX_PACKET, MAX_TRAIN, MIN_PACKET, Probe};
+use crate::{Error, Result, sys};
+
+/// How to measure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityOptions {
+    /// Trains sent.
+    pub trains: u16,
+    /// Packets per train.
+    pub train_len: u16,
+    /// UDP payload per packet; `None` for the route's MTU less headers.
+    pub packet_size: Option<u16>,
+    /// Average rate the measurement may send in each direction, bits/s.
+    pub max_load_bps: u64,
+    /// How long to wait for a train's replies.
+    pub reply_timeout: Duration,
+}
+
+impl Default for CapacityOptions {
+    fn default() -> CapacityOptions {
+        CapacityOptions {
+            trains: 10,
+            train_len: 100,
+            packet_size: None,
+            max_load_bps: 8_000_000,
+            reply_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl CapacityOptions {
+    fn check(&self, payload: usize) -> Result<()> {
+        let bad = |m: String| Err(Error::BadOptions(m));
+        if !(2..=MAX_TRAIN).contains(&self.train_len) {
+            return bad(format!(
+                "trains of 2 to {MAX_TRAIN} packets, not {}",
+                self.train_len
+            ));
+        }
+        if self.trains == 0 {
+            return bad("at least one train".into());
+        }
+        if !(MIN_PACKET..=MAX_PACKET).contains(&payload) {
+            return bad(format!(
+                "packets of {MIN_PACKET} to {MAX_PACKET} bytes, not {payload}"
+            ));
+        }
+        let burst = ResponderConfig::default().per_source_burst;
+        if payload as u64 * u64::from(self.train_len) > burst {
+            return bad(format!(
+                "a train of {} × {payload} bytes is more than a responder takes at once ({burst} bytes)",
+                self.train_len
+            ));
+        }
+        if self.max_load_bps == 0 {
+            return bad("a load budget of 0 bits/s".into());
+        }
+        Ok(())
+    }
+}
+
+/// The capacity in one direction.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DirectionCapacity {
+    /// Median of the usable trains' rates, bits/s (IP packets, as a link
+    /// counts them); `None` when no train was usable.
+    pub estimate_bps: Option<f64>,
+    /// Spread of the usable trains' rates.
+    pub spread: Option<Spread>,
+    /// Trains that gave a rate.
+    pub trains_used: usize,
+    /// Trains discarded because packets were missing.
+    pub trains_lost: usize,
+    /// Trains discarded because packets came out of order.
+    pub trains_reordered: usize,
+    /// Trains that arrived faster than the clock could tell.
+    pub trains_unresolved: usize,
+    /// Every usable train's rate, bits/s, in the order sent.
+    pub per_train_bps: Vec<f64>,
+}
+
+impl DirectionCapacity {
+    fn from_trains(trains: &[Vec<Option<u64>>], packet_bytes: usize) -> DirectionCapacity {
+        let mut d = DirectionCapacity {
+            estimate_bps: None,
+            spread: None,
+            trains_used: 0,
+            trains_lost: 0,
+            trains_reordered: 0,
+            trains_unresolved: 0,
+            per_train_bps: Vec::new(),
+        };
+        for arrivals in trains {
+            match examine_train(arrivals) {
+                TrainOutcome::Dispersion(dispersion) => {
+                    d.per_train_bps
+                        .push(train_rate_bps(packet_bytes, arrivals.len(), dispersion))
+                }
+                TrainOutcome::Lost { .. } => d.trains_lost += 1,
+                TrainOutcome::Reordered => d.trains_reordered += 1,
+                TrainOutcome::Unresolved => d.trains_unresolved += 1,
+            }
+        }
+        d.trains_used = d.per_train_bps.len();
+        d.spread = spread(&d.per_train_bps);
+        d.estimate_bps = d.spread.map(|s| s.median);
+        d
+    }
+}
+
+/// A capacity measurement.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Capacity {
+    /// The responder measured to.
+    pub target: SocketAddr,
+    /// From here to the target: what a push crosses.
+    pub forward: DirectionCapacity,
+    /// From the target to here: what a pull crosses.
+    pub reverse: DirectionCapacity,
+    /// IP packet size the rates count, bytes.
+    pub packet_bytes: usize,
+    /// Packets per train.
+    pub train_len: u16,
+    /// Trains sent.
+    pub trains_sent: u16,
+    /// Trains with at least one reply.
+    pub trains_answered: u16,
+    /// Replies carried kernel arrival times (else user-space times).
+    pub kernel_timestamps: bool,
+    /// IP bytes sent in each direction.
+    pub bytes_each_way: u64,
+    /// Average rate sent in each direction over the measurement, bits/s.
+    pub load_bps: f64,
+    /// How long the measurement took, s.
+    pub elapsed_s: f64,
+}
+
+/// One train's arrivals: forward offsets (responder clock) and reverse
+/// arrival times (this host's clock), by seq.
+struct TrainResult {
+    forward: Vec<Option<u64>>,
+    reverse: Vec<Option<u64>>,
+    replies: usize,
+    kernel_timestamps: bool,
+    refused: bool,
+}
+
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Io { what, source }
+}
+
+async fn open_socket(target: SocketAddr, train_bytes: u64) -> Result<UdpSocket> {
+    let local: SocketAddr = match target {
+        SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let socket = UdpSocket::bind(local)
+        .await
+        .map_err(io("binding a UDP socket"))?;
+    socket
+        .connect(target)
+        .await
+        .map_err(io("connecting the UDP socket"))?;
+    // Room for a whole train each way (the kernel counts overheads too);
+    // best effort: without privileges the kernel caps it.
+    let fd = socket.as_raw_fd();
+    let room = (4 * train_bytes).max(1 << 20);
+    let privileged = tern_drs::socket::privileged();
+    let _ = tern_drs::socket::set_sndbuf(fd, room, privileged);
+    let _ = tern_drs::socket::set_rcvbuf(fd, room, privileged);
+    sys::enable_rx_timestamps(&socket).map_err(io("enabling receive timestamps"))?;
+    Ok(socket)
+}
+
+fn ip_header_bytes(target: SocketAddr) -> usize {
+    match target {
+        SocketAddr::V4(_) => 20 + 8,
+        SocketAddr::V6(_) => 40 + 8,
+    }
+}
+
+/// Measures the bottleneck capacity to and from the responder at `target`.
+pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capacity> {
+    let headers = ip_header_bytes(target);
+    let probe = open_socket(target, 0).await?;
+    let payload = match opts.packet_size {
+        Some(n) => usize::from(n),
+        None => {
+            let mtu = sys::path_mtu(&probe, target.is_ipv6()).unwrap_or(1500) as usize;
+            (mtu.saturating_sub(headers)).min(MAX_PACKET)
+        }
+    };
+    opts.check(payload)?;
+    drop(probe);
+    let packet_bytes = payload + headers;
+    let train_bytes = (packet_bytes * usize::from(opts.train_len)) as u64;
+    let socket = open_socket(target, train_bytes).await?;
+    let nonce: u64 = rand::random();
+    let min_period = Duration::from_secs_f64(train_bytes as f64 * 8.0 / opts.max_load_bps as f64);
+    let started = Instant::now();
+    let (mut forward, mut reverse) = (Vec::new(), Vec::new());
+    let (mut sent, mut answered, mut kernel) = (0u16, 0u16, true);
+    for train in 0..u32::from(opts.trains) {
+        let train_started = Instant::now();
+        let r = run_train(&socket, nonce, train, payload as u16, opts).await?;
+        sent += 1;
+        if r.replies > 0 {
+            answered += 1;
+            kernel &= r.kernel_timestamps;
+        }
+        forward.push(r.forward);
+        reverse.push(r.reverse);
+        // Nothing back from the first two trains (or a port that refuses):
+        // no responder, and waiting for the rest would only waste time.
+        if answered == 0 && (r.refused || sent >= 2) {
+            return Err(Error::NoResponder {
+                addr: target,
+                waited: started.elapsed(),
+            });
+        }
+        if train + 1 < u32::from(opts.trains) {
+            tokio::time::sleep_until((train_started + min_period).into()).await;
+        }
+    }
+    let elapsed = started.elapsed();
+    let bytes_each_way = train_bytes * u64::from(sent);
+    Ok(Capacity {
+        target,
+        forward: DirectionCapacity::from_trains(&forward, packet_bytes),
+        reverse: DirectionCapacity::from_trains(&reverse, packet_bytes),
+        packet_bytes,
+        train_len: opts.train_len,
+        trains_sent: sent,
+        trains_answered: answered,
+        kernel_timestamps: kernel && answered > 0,
+        bytes_each_way,
+        load_bps: bytes_each_way as f64 * 8.0 / elapsed.as_secs_f64().max(1e-9),
+        elapsed_s: elapsed.as_secs_f64(),
+    })
+}
+
+async fn run_train(
+    socket: &UdpSocket,
+    nonce: u64,
+    train: u32,
+    payload: u16,
+    opts: &CapacityOptions,
+) -> Result<TrainResult> {
+    let n = opts.train_len;
+    let packets: Vec<Vec<u8>> = (0..n)
+        .map(|seq| Probe::request(nonce, train, seq, n, payload).encode())
+        .collect();
+    let mut r = TrainResult {
+        forward: vec![None; usize::from(n)],
+        reverse: vec![None; usize::from(n)],
+        replies: 0,
+        kernel_timestamps: true,
+        refused: false,
+    };
+    let clock = Instant::now();
+    for p in &packets {
+        match socket.send(p).await {
+            Ok(_) => {}
+            // An ICMP error from an earlier datagram surfaces on a send.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                r.refused = true;
+                return Ok(r);
+            }
+            Err(e) => return Err(io("sending a probe train")(e)),
+        }
+    }
+    let deadline = tokio::time::Instant::now() + opts.reply_timeout;
+    let fd = socket.as_raw_fd();
+    let mut buf = vec![0u8; MAX_PACKET + 1];
+    let mut expected = None;
+    while expected != Some(r.replies) {
+        let got = tokio::time::timeout_at(
+            deadline,
+            socket.async_io(Interest::READABLE, || sys::recv_timestamped(fd, &mut buf)),
+        )
+        .await;
+        let got = match got {
+            Err(_) => break,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                r.refused = true;
+                break;
+            }
+            Ok(Err(e)) => return Err(io("receiving probe replies")(e)),
+            Ok(Ok(got)) => got,
+        };
+        let reply = match Probe::decode(&buf[..got.len]) {
+            Ok(p) if !got.truncated && p.kind == Kind::Reply => p,
+            _ => continue,
+        };
+        // Replies to an earlier, timed-out train, or to someone else.
+        if reply.nonce != nonce || reply.train != train || reply.count != n || reply.len != payload
+        {
+            continue;
+        }
+        let seq = usize::from(reply.seq);
+        if r.forward[seq].is_some() {
+            continue;
+        }
+        r.kernel_timestamps &= got.kernel_ns.is_some();
+        let arrival = got
+            .kernel_ns
+            .unwrap_or_else(|| clock.elapsed().as_nanos() as u64);
+        r.forward[seq] = Some(reply.offset_ns);
+        r.reverse[seq] = Some(arrival);
+        r.replies += 1;
+        expected = Some(usize::from(reply.received));
+    }
+    Ok(r)
+}

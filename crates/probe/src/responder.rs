@@ -1,0 +1,548 @@
+//! The UDP responder that `tern serve` runs on its port number: it times
+//! the arrival of each probe train and answers it.
+//!
+//! Split like the rest of tern: [`Responder`] is the logic, with no
+//! sockets and no clocks (time is an argument), and [`UdpResponder`] runs it
+//! on a socket. When the last request of a train arrives, every request of
+//! that train that arrived is answered, back to back, by a reply of the
+//! same length that carries its arrival offset. So one exchange measures
+//! both directions: the offsets time the forward train, and the replies
+//! themselves form the reverse train.
+//!
+//! Abuse: only well-formed requests are answered (see [`crate::wire`]); a
+//! reply is exactly as long as its request, one per request, so the
+//! responder never amplifies; and every request is charged, before it is
+//! kept, to a token bucket of its source address and to one shared by all
+//! sources. What the buckets refuse is dropped, which leaves its train
+//! incomplete.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+
+use crate::wire::{Kind, MAX_PACKET, Probe};
+use crate::{Error, Result, sys};
+
+/// Limits of a responder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponderConfig {
+    /// Average request (and so reply) rate one source address may use.
+    pub per_source_bps: u64,
+    /// Bytes one source may send in a burst (at least one whole train).
+    pub per_source_burst: u64,
+    /// Average rate over all sources.
+    pub total_bps: u64,
+    /// Burst over all sources.
+    pub total_burst: u64,
+    /// Trains being collected at once, over all sources.
+    pub max_trains: usize,
+    /// Trains being collected at once from one source address.
+    pub max_trains_per_source: usize,
+    /// A train whose last request has not come by then is forgotten.
+    pub train_timeout: Duration,
+    /// Source addresses whose buckets are remembered at once.
+    pub max_sources: usize,
+}
+
+impl Default for ResponderConfig {
+    fn default() -> ResponderConfig {
+        ResponderConfig {
+            per_source_bps: 16_000_000,
+            per_source_burst: 2 << 20,
+            total_bps: 128_000_000,
+            total_burst: 8 << 20,
+            max_trains: 64,
+            max_trains_per_source: 4,
+            train_timeout: Duration::from_secs(2),
+            max_sources: 4096,
+        }
+    }
+}
+
+/// Counters of a responder, readable while it runs.
+#[derive(Debug, Default)]
+pub struct ResponderStats {
+    /// Datagrams that were well-formed requests.
+    pub requests: AtomicU64,
+    /// Datagrams ignored: not a request, wrong size, or malformed.
+    pub malformed: AtomicU64,
+    /// Requests dropped by a rate limit.
+    pub rate_limited: AtomicU64,
+    /// Requests dropped because too many trains were open.
+    pub busy: AtomicU64,
+    /// Replies sent.
+    pub replies: AtomicU64,
+    /// Trains forgotten because their last request never came.
+    pub expired: AtomicU64,
+}
+
+impl ResponderStats {
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A counter's value.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(burst: u64, now: Instant) -> Bucket {
+        Bucket {
+            tokens: burst as f64,
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant, bps: u64, burst: u64) {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + dt * bps as f64 / 8.0).min(burst as f64);
+        self.at = now;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct TrainKey {
+    from: SocketAddr,
+    nonce: u64,
+    train: u32,
+}
+
+#[derive(Debug)]
+struct Collecting {
+    request: Probe,
+    /// Arrival ns of each seq, and its datagram length.
+    arrivals: Vec<Option<(u64, u16)>>,
+    last_seen: Instant,
+}
+
+/// A datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// Where to.
+    pub to: SocketAddr,
+    /// The datagram.
+    pub bytes: Vec<u8>,
+}
+
+/// The responder's logic, without I/O.
+#[derive(Debug)]
+pub struct Responder {
+    config: ResponderConfig,
+    stats: Arc<ResponderStats>,
+    sources: HashMap<IpAddr, Bucket>,
+    total: Bucket,
+    trains: HashMap<TrainKey, Collecting>,
+}
+
+impl Responder {
+    /// A responder with these limits, its buckets full at `now`.
+    pub fn new(config: ResponderConfig, now: Instant) -> Responder {
+        Responder {
+            total: Bucket::full(config.total_burst, now),
+            config,
+            stats: Arc::new(ResponderStats::default()),
+            sources: HashMap::new(),
+            trains: HashMap::new(),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Arc<ResponderStats> {
+        self.stats.clone()
+    }
+
+    /// Takes one datagram from `from` that arrived at `arrival_ns` (any
+    /// clock in ns, the same for a whole train); returns what to send.
+    pub fn handle(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+        arrival_ns: u64,
+    ) -> Vec<Outgoing> {
+        let request = match Probe::decode(datagram) {
+            Ok(p) if p.kind == Kind::Request => p,
+            _ => {
+                ResponderStats::bump(&self.stats.malformed);
+                return Vec::new();
+            }
+        };
+        ResponderStats::bump(&self.stats.requests);
+        let key = TrainKey {
+            from,
+            nonce: request.nonce,
+            train: request.train,
+        };
+        if !self.trains.contains_key(&key) && !self.room_for_train(now, from) {
+            ResponderStats::bump(&self.stats.busy);
+            return Vec::new();
+        }
+        if !self.charge(now, from.ip(), u64::from(request.len)) {
+            ResponderStats::bump(&self.stats.rate_limited);
+            return Vec::new();
+        }
+        let train = self.trains.entry(key).or_insert_with(|| Collecting {
+            request,
+            arrivals: vec![None; usize::from(request.count)],
+            last_seen: now,
+        });
+        if train.request.count != request.count {
+            // The same train cannot change its length; a liar gets nothing.
+            ResponderStats::bump(&self.stats.malformed);
+            return Vec::new();
+        }
+        train.last_seen = now;
+        let slot = &mut train.arrivals[usize::from(request.seq)];
+        if slot.is_none() {
+            *slot = Some((arrival_ns, request.len));
+        }
+        if request.seq + 1 < request.count {
+            return Vec::new();
+        }
+        let done = self.trains.remove(&key).expect("just inserted");
+        let replies = answer(&done, from);
+        self.stats
+            .replies
+            .fetch_add(replies.len() as u64, Ordering::Relaxed);
+        replies
+    }
+
+    /// Forgets trains whose last request is overdue, and idle sources.
+    pub fn expire(&mut self, now: Instant) {
+        let timeout = self.config.train_timeout;
+        let before = self.trains.len();
+        self.trains
+            .retain(|_, t| now.saturating_duration_since(t.last_seen) < timeout);
+        let expired = (before - self.trains.len()) as u64;
+        self.stats.expired.fetch_add(expired, Ordering::Relaxed);
+        let (bps, burst) = (self.config.per_source_bps, self.config.per_source_burst);
+        self.sources.retain(|_, b| {
+            b.refill(now, bps, burst);
+            b.tokens < burst as f64
+        });
+    }
+
+    /// Trains being collected.
+    pub fn open_trains(&self) -> usize {
+        self.trains.len()
+    }
+
+    fn room_for_train(&mut self, now: Instant, from: SocketAddr) -> bool {
+        let full = |r: &Responder| {
+            let mine = r.trains.keys().filter(|k| k.from.ip() == from.ip()).count();
+            r.trains.len() >= r.config.max_trains || mine >= r.config.max_trains_per_source
+        };
+        if full(self) {
+            self.expire(now);
+        }
+        !full(self)
+    }
+
+    fn charge(&mut self, now: Instant, ip: IpAddr, bytes: u64) -> bool {
+        let c = self.config.clone();
+        if !self.sources.contains_key(&ip) && self.sources.len() >= c.max_sources {
+            self.expire(now);
+            if self.sources.len() >= c.max_sources {
+                return false;
+            }
+        }
+        let source = self
+            .sources
+            .entry(ip)
+            .or_insert_with(|| Bucket::full(c.per_source_burst, now));
+        source.refill(now, c.per_source_bps, c.per_source_burst);
+        self.total.refill(now, c.total_bps, c.total_burst);
+        let cost = bytes as f64;
+        if source.tokens < cost || self.total.tokens < cost {
+            return false;
+        }
+        source.tokens -= cost;
+        self.total.tokens -= cost;
+        true
+    }
+}
+
+fn answer(train: &Collecting, to: SocketAddr) -> Vec<Outgoing> {
+    let first = train
+        .arrivals
+        .iter()
+        .flatten()
+        .map(|(ns, _)| *ns)
+        .min()
+        .unwrap_or(0);
+    let received = train.arrivals.iter().flatten().count() as u16;
+    train
+        .arrivals
+        .iter()
+        .enumerate()
+        .filter_map(|(seq, a)| a.map(|(ns, len)| (seq as u16, ns, len)))
+        .map(|(seq, ns, len)| {
+            let request = Probe {
+                seq,
+                len,
+                ..train.request
+            };
+            Outgoing {
+                to,
+                bytes: request.reply(received, ns - first).encode(),
+            }
+        })
+        .collect()
+}
+
+/// A [`Responder`] on a UDP socket.
+#[derive(Debug)]
+pub struct UdpResponder {
+    socket: UdpSocket,
+    logic: Responder,
+}
+
+impl UdpResponder {
+    /// Runs `config` on `socket`, asking the kernel for arrival timestamps.
+    pub fn new(socket: UdpSocket, config: ResponderConfig) -> Result<UdpResponder> {
+        sys::enable_rx_timestamps(&socket).map_err(|e| Error::Io {
+            what: "enabling receive timestamps",
+            source: e,
+        })?;
+        Ok(UdpResponder {
+            socket,
+            logic: Responder::new(config, Instant::now()),
+        })
+    }
+
+    /// The counters, readable while [`run`](Self::run) goes on.
+    pub fn stats(&self) -> Arc<ResponderStats> {
+        self.logic.stats()
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.socket.local_addr().map_err(|e| Error::Io {
+            what: "reading the responder's address",
+            source: e,
+        })
+    }
+
+    /// Answers probes until `shutdown` completes.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        tokio::pin!(shutdown);
+        // One byte more than the largest probe, so an oversized datagram is
+        // seen as such rather than cut to a valid length.
+        let mut buf = vec![0u8; MAX_PACKET + 1];
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let fd = self.socket.as_raw_fd();
+        let clock = Instant::now();
+        loop {
+            let got = tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                _ = tick.tick() => {
+                    self.logic.expire(Instant::now());
+                    continue;
+                }
+                got = self.socket.async_io(Interest::READABLE, || sys::recv_timestamped(fd, &mut buf)) => got,
+            };
+            let r = match got {
+                Ok(r) => r,
+                Err(e) => {
+                    // ICMP errors surface here (e.g. a client that left).
+                    tracing::debug!("probe responder: receive failed: {e}");
+                    continue;
+                }
+            };
+            let now = Instant::now();
+            if r.truncated {
+                ResponderStats::bump(&self.logic.stats.malformed);
+                continue;
+            }
+            let arrival = r
+                .kernel_ns
+                .unwrap_or_else(|| now.duration_since(clock).as_nanos() as u64);
+            for out in self.logic.handle(now, r.from, &buf[..r.len], arrival) {
+                if let Err(e) = self.socket.send_to(&out.bytes, out.to).await {
+                    tracing::debug!("probe responder: reply to {} failed: {e}", out.to);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Answers capacity probes on `socket` with the default limits until
+/// `shutdown` completes (what `tern serve` runs beside its TCP listener).
+pub async fn serve_udp(socket: UdpSocket, shutdown: impl Future<Output = ()>) -> Result<()> {
+    UdpResponder::new(socket, ResponderConfig::default())?
+        .run(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(last: u8, port: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, last], port))
+    }
+
+    fn request(train: u32, seq: u16, count: u16, len: u16) -> Vec<u8> {
+        Probe::request(42, train, seq, count, len).encode()
+    }
+
+    #[test]
+    fn a_whole_train_is_answered_with_equal_sizes_and_arrival_offsets() {
+        let t0 = Instant::now();
+        let mut r = Responder::new(ResponderConfig::default(), t0);
+        let from = addr(1, 5000);
+        for seq in 0..4 {
+            let out = r.handle(
+                t0,
+                from,
+                &request(1, seq, 5, 1000),
+                1_000 + u64::from(seq) * 10,
+            );
+            assert!(out.is_empty(), "nothing before the last request");
+        }
+        let out = r.handle(t0, from, &request(1, 4, 5, 1000), 1_040);
+        assert_eq!(out.len(), 5);
+        for (i, o) in out.iter().enumerate() {
+            assert_eq!(o.to, from);
+            assert_eq!(o.bytes.len(), 1000, "a reply is as long as its request");
+            let p = Probe::decode(&o.bytes).unwrap();
+            assert_eq!((p.kind, p.seq, p.received), (Kind::Reply, i as u16, 5));
+            assert_eq!(p.offset_ns, i as u64 * 10);
+        }
+        assert_eq!(r.open_trains(), 0);
+    }
+
+    #[test]
+    fn a_train_with_a_gap_is_answered_for_what_arrived() {
+        let t0 = Instant::now();
+        let mut r = Responder::new(ResponderConfig::default(), t0);
+        let from = addr(1, 5000);
+        r.handle(t0, from, &request(1, 0, 3, 500), 100);
+        let out = r.handle(t0, from, &request(1, 2, 3, 500), 300);
+        let seqs: Vec<(u16, u16, u64)> = out
+            .iter()
+            .map(|o| Probe::decode(&o.bytes).unwrap())
+            .map(|p| (p.seq, p.received, p.offset_ns))
+            .collect();
+        assert_eq!(seqs, vec![(0, 2, 0), (2, 2, 200)]);
+    }
+
+    #[test]
+    fn junk_replies_and_size_violations_get_nothing() {
+        let t0 = Instant::now();
+        let mut r = Responder::new(ResponderConfig::default(), t0);
+        let from = addr(1, 5000);
+        let reply = Probe::request(1, 1, 1, 2, 500).reply(2, 0).encode();
+        let mut lying = request(1, 1, 2, 500);
+        lying[9] ^= 1;
+        for junk in [
+            &b"hello"[..],
+            &[0u8; 1400],
+            &reply,
+            &lying,
+            &request(1, 1, 2, 100),
+        ] {
+            assert!(r.handle(t0, from, junk, 0).is_empty());
+        }
+        assert_eq!(ResponderStats::get(&r.stats().malformed), 5);
+        assert_eq!(ResponderStats::get(&r.stats().requests), 0);
+    }
+
+    #[test]
+    fn a_source_over_its_rate_is_cut_off_and_others_are_not() {
+        let t0 = Instant::now();
+        let cfg = ResponderConfig {
+            per_source_bps: 8_000, // 1000 B/s
+            per_source_burst: 3_000,
+            ..ResponderConfig::default()
+        };
+        let mut r = Responder::new(cfg, t0);
+        let (greedy, other) = (addr(1, 1), addr(2, 1));
+        let answered = |r: &mut Responder, from, train, at| {
+            let _ = r.handle(at, from, &request(train, 0, 2, 1000), 0);
+            r.handle(at, from, &request(train, 1, 2, 1000), 1).len()
+        };
+        assert_eq!(answered(&mut r, greedy, 1, t0), 2, "within the burst");
+        assert_eq!(answered(&mut r, greedy, 2, t0), 0, "third packet refused");
+        assert!(ResponderStats::get(&r.stats().rate_limited) >= 1);
+        assert_eq!(
+            answered(&mut r, other, 3, t0),
+            2,
+            "another source is unaffected"
+        );
+        // Two seconds refill 2000 bytes: one more train.
+        let later = t0 + Duration::from_secs(2);
+        r.expire(later);
+        assert_eq!(answered(&mut r, greedy, 4, later), 2);
+    }
+
+    #[test]
+    fn the_shared_bucket_caps_many_sources_together() {
+        let t0 = Instant::now();
+        let cfg = ResponderConfig {
+            total_bps: 8_000,
+            total_burst: 4_000,
+            ..ResponderConfig::default()
+        };
+        let mut r = Responder::new(cfg, t0);
+        let mut replies = 0;
+        for i in 0..10u8 {
+            let from = addr(i, 1);
+            let _ = r.handle(t0, from, &request(1, 0, 2, 1000), 0);
+            replies += r.handle(t0, from, &request(1, 1, 2, 1000), 1).len();
+        }
+        assert_eq!(replies, 4, "4000 bytes of burst, spoofed sources or not");
+    }
+
+    #[test]
+    fn open_trains_are_bounded_and_expire() {
+        let t0 = Instant::now();
+        let cfg = ResponderConfig {
+            max_trains: 3,
+            max_trains_per_source: 2,
+            ..ResponderConfig::default()
+        };
+        let mut r = Responder::new(cfg, t0);
+        // Half trains that never finish.
+        let _ = r.handle(t0, addr(1, 1), &request(1, 0, 4, 500), 0);
+        let _ = r.handle(t0, addr(1, 1), &request(2, 0, 4, 500), 0);
+        let _ = r.handle(t0, addr(1, 1), &request(3, 0, 4, 500), 0);
+        assert_eq!(r.open_trains(), 2, "per source");
+        let _ = r.handle(t0, addr(2, 1), &request(1, 0, 4, 500), 0);
+        let _ = r.handle(t0, addr(3, 1), &request(1, 0, 4, 500), 0);
+        assert_eq!(r.open_trains(), 3, "over all");
+        assert_eq!(ResponderStats::get(&r.stats().busy), 2);
+        let later = t0 + Duration::from_secs(3);
+        let _ = r.handle(later, addr(3, 1), &request(2, 0, 2, 500), 0);
+        assert_eq!(
+            r.handle(later, addr(3, 1), &request(2, 1, 2, 500), 0).len(),
+            2
+        );
+        assert_eq!(ResponderStats::get(&r.stats().expired), 3);
+    }
+
+    #[test]
+    fn a_train_that_changes_its_length_is_dropped() {
+        let t0 = Instant::now();
+        let mut r = Responder::new(ResponderConfig::default(), t0);
+        let from = addr(1, 1);
+        let _ = r.handle(t0, from, &request(1, 0, 10, 500), 0);
+        assert!(r.handle(t0, from, &request(1, 1, 2, 500), 0).is_empty());
+    }
+}

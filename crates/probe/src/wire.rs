@@ -1,0 +1,337 @@
+//! Probe packets: the UDP datagrams between the capacity client and the
+//! responder. Pure: bytes in, typed packets out, no I/O.
+//!
+//! A client sends a *train*: `count` requests, numbered `seq` 0..count,
+//! back to back. The responder answers each request that arrived with one
+//! reply of exactly the request's length (so a reply is never larger than
+//! what caused it), carrying when that request arrived relative to the
+//! first of its train. Layout (big-endian, [`HEADER_LEN`] bytes, then
+//! padding up to `len`):
+//!
+//! ```text
+//!  0  magic "TRNP"          4
+//!  4  version (1)           1
+//!  5  kind (1 req, 2 reply) 1
+//!  6  reserved, zero        2
+//!  8  len: datagram length  2   must equal the UDP payload length
+//! 10  seq                   2   < count
+//! 12  count                 2   2..=MAX_TRAIN
+//! 14  received              2   reply: requests of the train that arrived
+//! 16  nonce                 8   chosen by the client per measurement
+//! 24  train                 4   train number within the measurement
+//! 28  reserved, zero        4
+//! 32  offset_ns             8   reply: arrival of `seq` after the first
+//! 40  padding (ignored)
+//! ```
+//!
+//! Requests carry zero in `received` and `offset_ns`; a decoder refuses
+//! anything else, so that junk that happens to start with the magic is
+//! still turned away.
+
+/// First bytes of every probe packet.
+pub const MAGIC: [u8; 4] = *b"TRNP";
+/// The one version spoken.
+pub const VERSION: u8 = 1;
+/// Bytes before the padding.
+pub const HEADER_LEN: usize = 40;
+/// Smallest probe datagram: smaller packets measure per-packet overheads,
+/// not capacity.
+pub const MIN_PACKET: usize = 256;
+/// Largest probe datagram: a 9000-byte jumbo frame less IPv4 and UDP
+/// headers.
+pub const MAX_PACKET: usize = 9000 - 28;
+/// Longest train.
+pub const MAX_TRAIN: u16 = 512;
+
+/// What a probe packet is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Client to responder: one packet of a train.
+    Request,
+    /// Responder to client: the answer to one request.
+    Reply,
+}
+
+impl Kind {
+    fn code(self) -> u8 {
+        match self {
+            Kind::Request => 1,
+            Kind::Reply => 2,
+        }
+    }
+}
+
+/// One decoded probe packet (its padding is not kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// Request or reply.
+    pub kind: Kind,
+    /// Datagram length in bytes, header and padding.
+    pub len: u16,
+    /// Position in the train.
+    pub seq: u16,
+    /// Packets in the train.
+    pub count: u16,
+    /// Reply: how many of the train's requests reached the responder.
+    pub received: u16,
+    /// The client's measurement, so replies of another one are told apart.
+    pub nonce: u64,
+    /// Train number.
+    pub train: u32,
+    /// Reply: nanoseconds from the arrival of the train's first received
+    /// request to the arrival of this one.
+    pub offset_ns: u64,
+}
+
+/// Why bytes are not a probe packet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Shorter than the header.
+    #[error("{0} bytes: shorter than a probe header")]
+    Truncated(usize),
+    /// Not a tern probe at all.
+    #[error("bad magic")]
+    Magic,
+    /// A version this end does not speak.
+    #[error("probe version {0}, only {VERSION} is spoken")]
+    Version(u8),
+    /// Neither request nor reply.
+    #[error("unknown packet kind {0}")]
+    Kind(u8),
+    /// The length field and the datagram disagree.
+    #[error("length field {field} but {actual} bytes arrived")]
+    Length {
+        /// What the header says.
+        field: u16,
+        /// What arrived.
+        actual: usize,
+    },
+    /// Outside `MIN_PACKET..=MAX_PACKET`.
+    #[error("{0} bytes: probe packets are {MIN_PACKET} to {MAX_PACKET} bytes")]
+    Size(usize),
+    /// `count` outside `2..=MAX_TRAIN`, or `seq` not below it.
+    #[error("seq {seq} of {count}: trains are 2 to {MAX_TRAIN} packets")]
+    Train {
+        /// Position.
+        seq: u16,
+        /// Train length.
+        count: u16,
+    },
+    /// A reserved field, or a reply-only field in a request, is not zero.
+    #[error("reserved field not zero")]
+    Reserved,
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl Probe {
+    /// A request: packet `seq` of a train of `count`, `len` bytes long.
+    pub fn request(nonce: u64, train: u32, seq: u16, count: u16, len: u16) -> Probe {
+        Probe {
+            kind: Kind::Request,
+            len,
+            seq,
+            count,
+            received: 0,
+            nonce,
+            train,
+            offset_ns: 0,
+        }
+    }
+
+    /// The reply to this request.
+    pub fn reply(&self, received: u16, offset_ns: u64) -> Probe {
+        Probe {
+            kind: Kind::Reply,
+            received,
+            offset_ns,
+            ..*self
+        }
+    }
+
+    /// Checks and decodes one datagram.
+    pub fn decode(b: &[u8]) -> Result<Probe, WireError> {
+        if b.len() < HEADER_LEN {
+            return Err(WireError::Truncated(b.len()));
+        }
+        if b[..4] != MAGIC {
+            return Err(WireError::Magic);
+        }
+        if b[4] != VERSION {
+            return Err(WireError::Version(b[4]));
+        }
+        let kind = match b[5] {
+            1 => Kind::Request,
+            2 => Kind::Reply,
+            k => return Err(WireError::Kind(k)),
+        };
+        let len = u16_at(b, 8);
+        if usize::from(len) != b.len() {
+            return Err(WireError::Length {
+                field: len,
+                actual: b.len(),
+            });
+        }
+        if !(MIN_PACKET..=MAX_PACKET).contains(&b.len()) {
+            return Err(WireError::Size(b.len()));
+        }
+        let p = Probe {
+            kind,
+            len,
+            seq: u16_at(b, 10),
+            count: u16_at(b, 12),
+            received: u16_at(b, 14),
+            nonce: u64_at(b, 16),
+            train: u32_at(b, 24),
+            offset_ns: u64_at(b, 32),
+        };
+        if !(2..=MAX_TRAIN).contains(&p.count) || p.seq >= p.count || p.received > p.count {
+            return Err(WireError::Train {
+                seq: p.seq,
+                count: p.count,
+            });
+        }
+        let reserved_zero = u16_at(b, 6) == 0 && u32_at(b, 28) == 0;
+        let request_clean = kind == Kind::Reply || (p.received == 0 && p.offset_ns == 0);
+        if !(reserved_zero && request_clean) {
+            return Err(WireError::Reserved);
+        }
+        Ok(p)
+    }
+
+    /// Encodes into a datagram of `self.len` bytes (zero padding).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; usize::from(self.len).max(HEADER_LEN)];
+        b[..4].copy_from_slice(&MAGIC);
+        b[4] = VERSION;
+        b[5] = self.kind.code();
+        b[8..10].copy_from_slice(&self.len.to_be_bytes());
+        b[10..12].copy_from_slice(&self.seq.to_be_bytes());
+        b[12..14].copy_from_slice(&self.count.to_be_bytes());
+        b[14..16].copy_from_slice(&self.received.to_be_bytes());
+        b[16..24].copy_from_slice(&self.nonce.to_be_bytes());
+        b[24..28].copy_from_slice(&self.train.to_be_bytes());
+        b[32..40].copy_from_slice(&self.offset_ns.to_be_bytes());
+        b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn any_probe() -> impl Strategy<Value = Probe> {
+        (
+            any::<bool>(),
+            MIN_PACKET as u16..=MAX_PACKET as u16,
+            2..=MAX_TRAIN,
+            any::<u64>(),
+            any::<u32>(),
+            any::<u64>(),
+        )
+            .prop_flat_map(|(reply, len, count, nonce, train, offset)| {
+                (0..count, 0..=count).prop_map(move |(seq, received)| {
+                    let req = Probe::request(nonce, train, seq, count, len);
+                    if reply {
+                        req.reply(received, offset)
+                    } else {
+                        req
+                    }
+                })
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn every_valid_probe_round_trips(p in any_probe()) {
+            let bytes = p.encode();
+            prop_assert_eq!(bytes.len(), usize::from(p.len));
+            prop_assert_eq!(Probe::decode(&bytes), Ok(p));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic_and_decode_only_within_bounds(
+            bytes in proptest::collection::vec(any::<u8>(), 0..10_000)
+        ) {
+            if let Ok(p) = Probe::decode(&bytes) {
+                prop_assert!((MIN_PACKET..=MAX_PACKET).contains(&bytes.len()));
+                prop_assert!(p.seq < p.count && p.count <= MAX_TRAIN);
+            }
+        }
+
+        #[test]
+        fn flipping_any_header_byte_is_refused_or_decodes_consistently(
+            p in any_probe(), at in 0..HEADER_LEN, flip in 1u8..=255
+        ) {
+            let mut bytes = p.encode();
+            bytes[at] ^= flip;
+            if let Ok(q) = Probe::decode(&bytes) {
+                // Only the free fields may change and still decode.
+                prop_assert_eq!(q.encode(), bytes);
+                prop_assert!(at >= 10, "magic, version, kind and length are checked");
+            }
+        }
+
+        #[test]
+        fn a_probe_with_any_other_length_is_refused(p in any_probe(), cut in 1usize..64) {
+            let bytes = p.encode();
+            let short = &bytes[..bytes.len() - cut.min(bytes.len())];
+            prop_assert!(Probe::decode(short).is_err());
+            let mut long = bytes.clone();
+            long.extend(std::iter::repeat_n(0u8, cut));
+            prop_assert!(Probe::decode(&long).is_err());
+        }
+    }
+
+    #[test]
+    fn sizes_outside_the_bounds_are_refused_even_when_consistent() {
+        for len in [HEADER_LEN, MIN_PACKET - 1, MAX_PACKET + 1, 65_000] {
+            let b = Probe::request(1, 2, 0, 2, len as u16).encode();
+            assert_eq!(Probe::decode(&b), Err(WireError::Size(len)), "{len}");
+        }
+    }
+
+    #[test]
+    fn requests_with_reply_fields_set_are_refused() {
+        let mut b = Probe::request(1, 2, 0, 2, 512).encode();
+        b[33] = 1;
+        assert_eq!(Probe::decode(&b), Err(WireError::Reserved));
+        let mut b = Probe::request(1, 2, 0, 2, 512).encode();
+        b[6] = 1;
+        assert_eq!(Probe::decode(&b), Err(WireError::Reserved));
+    }
+
+    #[test]
+    fn bad_trains_are_refused() {
+        for (seq, count) in [(0, 0), (0, 1), (2, 2), (0, MAX_TRAIN + 1)] {
+            let b = Probe::request(1, 2, seq, count, 512).encode();
+            assert!(
+                matches!(Probe::decode(&b), Err(WireError::Train { .. })),
+                "{seq}/{count}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_layout_matches_the_documented_offsets() {
+        let p = Probe::request(0x0102_0304_0506_0708, 0x0a0b_0c0d, 3, 9, 300).reply(7, 0x11);
+        let b = p.encode();
+        assert_eq!(&b[..6], b"TRNP\x01\x02");
+        assert_eq!(&b[8..16], &[1, 44, 0, 3, 0, 9, 0, 7]);
+        assert_eq!(&b[16..24], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(&b[24..28], &[0x0a, 0x0b, 0x0c, 0x0d]);
+        assert_eq!(b[39], 0x11);
+        assert!(b[40..].iter().all(|&x| x == 0));
+    }
+}
