@@ -43,7 +43,8 @@ pub struct ResponderConfig {
     pub total_burst: u64,
     /// Trains being collected at once, over all sources.
     pub max_trains: usize,
-    /// Trains being collected at once from one source address.
+    /// Trains being collected at once from one source address; its
+    /// oldest is given up for a new one.
     pub max_trains_per_source: usize,
     /// A train whose last request has not come by then is forgotten.
     pub train_timeout: Duration,
@@ -79,7 +80,8 @@ pub struct ResponderStats {
     pub busy: AtomicU64,
     /// Replies sent.
     pub replies: AtomicU64,
-    /// Trains forgotten because their last request never came.
+    /// Trains forgotten because their last request never came (in time,
+    /// or before the same source began too many others).
     pub expired: AtomicU64,
 }
 
@@ -242,15 +244,23 @@ impl Responder {
         self.trains.len()
     }
 
+    /// Makes room for a new train from `from`: a source at its own limit
+    /// loses its oldest train (it can only hurt itself that way; a client
+    /// sends one train at a time, so an older one was given up), but when
+    /// all sources together are at the limit the new train is refused.
     fn room_for_train(&mut self, now: Instant, from: SocketAddr) -> bool {
-        let full = |r: &Responder| {
-            let mine = r.trains.keys().filter(|k| k.from.ip() == from.ip()).count();
-            r.trains.len() >= r.config.max_trains || mine >= r.config.max_trains_per_source
-        };
-        if full(self) {
+        if self.trains.len() >= self.config.max_trains {
             self.expire(now);
         }
-        !full(self)
+        let mine = || self.trains.iter().filter(|(k, _)| k.from.ip() == from.ip());
+        if mine().count() >= self.config.max_trains_per_source {
+            let oldest = mine().min_by_key(|(_, t)| t.last_seen).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                self.trains.remove(&k);
+                ResponderStats::bump(&self.stats.expired);
+            }
+        }
+        self.trains.len() < self.config.max_trains
     }
 
     fn charge(&mut self, now: Instant, ip: IpAddr, bytes: u64) -> bool {
@@ -319,6 +329,12 @@ impl UdpResponder {
             what: "enabling receive timestamps",
             source: e,
         })?;
+        // Room for a few whole trains, so a burst is not dropped while this
+        // task is busy; best effort (without privileges the kernel caps it).
+        let (fd, privileged) = (socket.as_raw_fd(), tern_drs::socket::privileged());
+        let room = 4 * config.per_source_burst;
+        let _ = tern_drs::socket::set_rcvbuf(fd, room, privileged);
+        let _ = tern_drs::socket::set_sndbuf(fd, room, privileged);
         Ok(UdpResponder {
             socket,
             logic: Responder::new(config, Instant::now()),
@@ -519,22 +535,38 @@ mod tests {
             ..ResponderConfig::default()
         };
         let mut r = Responder::new(cfg, t0);
-        // Half trains that never finish.
+        // Half trains that never finish. A source at its limit gives up its
+        // oldest train for a new one.
+        let second = t0 + Duration::from_millis(1);
         let _ = r.handle(t0, addr(1, 1), &request(1, 0, 4, 500), 0);
-        let _ = r.handle(t0, addr(1, 1), &request(2, 0, 4, 500), 0);
-        let _ = r.handle(t0, addr(1, 1), &request(3, 0, 4, 500), 0);
+        let _ = r.handle(second, addr(1, 1), &request(2, 0, 4, 500), 0);
+        let _ = r.handle(second, addr(1, 1), &request(3, 0, 4, 500), 0);
         assert_eq!(r.open_trains(), 2, "per source");
-        let _ = r.handle(t0, addr(2, 1), &request(1, 0, 4, 500), 0);
-        let _ = r.handle(t0, addr(3, 1), &request(1, 0, 4, 500), 0);
-        assert_eq!(r.open_trains(), 3, "over all");
-        assert_eq!(ResponderStats::get(&r.stats().busy), 2);
-        let later = t0 + Duration::from_secs(3);
-        let _ = r.handle(later, addr(3, 1), &request(2, 0, 2, 500), 0);
+        assert_eq!(ResponderStats::get(&r.stats().expired), 1);
         assert_eq!(
-            r.handle(later, addr(3, 1), &request(2, 1, 2, 500), 0).len(),
+            r.handle(second, addr(1, 1), &request(3, 3, 4, 500), 0)
+                .len(),
             2
         );
-        assert_eq!(ResponderStats::get(&r.stats().expired), 3);
+        assert_eq!(
+            r.handle(second, addr(1, 1), &request(1, 3, 4, 500), 0)
+                .len(),
+            1,
+            "train 1 was given up: its last request starts it anew"
+        );
+        // Over all sources the limit refuses.
+        let _ = r.handle(t0, addr(2, 1), &request(1, 0, 4, 500), 0);
+        let _ = r.handle(t0, addr(3, 1), &request(1, 0, 4, 500), 0);
+        let _ = r.handle(t0, addr(4, 1), &request(1, 0, 4, 500), 0);
+        assert_eq!(r.open_trains(), 3, "over all");
+        assert_eq!(ResponderStats::get(&r.stats().busy), 1);
+        let later = t0 + Duration::from_secs(3);
+        let _ = r.handle(later, addr(4, 1), &request(2, 0, 2, 500), 0);
+        assert_eq!(
+            r.handle(later, addr(4, 1), &request(2, 1, 2, 500), 0).len(),
+            2
+        );
+        assert_eq!(ResponderStats::get(&r.stats().expired), 4);
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub enum Command {
     /// Measure memory-to-memory throughput to a daemon (like iperf3).
     #[command(after_help = PERF_HELP)]
     Perf(PerfArgs),
+    /// Measure the path to a daemon: round-trip time, bottleneck capacity
+    /// both ways, and (with --throughput) a short throughput test.
+    #[command(after_help = PROBE_HELP)]
+    Probe(ProbeArgs),
 }
 
 const CP_HELP: &str = "\
@@ -97,6 +101,19 @@ iperf3. --reverse makes the daemon send.
 Examples:
   tern perf tern://dtn.example.org --time 10 -P 4
   tern perf tern://[::1] --size 4G --protect clear --json";
+
+const PROBE_HELP: &str = "\
+The round-trip time comes from TCP connects to the daemon's port (5, the
+first discarded). The capacity comes from trains of MTU-sized UDP packets
+sent back to back to the daemon's probe responder (same port number, UDP)
+and answered back to back: the spacing the narrowest link imposes gives
+its rate, both ways, within the average load --probe-load. --throughput
+then runs `tern perf` for --time seconds with the transfer options given.
+See docs/PROBES.md.
+
+Examples:
+  tern probe dtn.example.org
+  tern probe tern://dtn.example.org:4747 --throughput --time 5 -P 4 --json";
 
 /// Data-channel protection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -247,6 +264,10 @@ pub struct ServeArgs {
     /// Print the startup line as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Do not answer capacity probes (`tern probe`) on UDP at the same
+    /// address and port.
+    #[arg(long)]
+    pub no_udp_probe: bool,
 }
 
 /// `--streams`.
@@ -319,6 +340,34 @@ pub struct PerfArgs {
     pub transfer: TransferArgs,
 }
 
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The daemon: HOST, HOST:PORT or tern://HOST[:PORT].
+    pub target: String,
+    /// Also measure throughput through the engine (this fills the path).
+    #[arg(long)]
+    pub throughput: bool,
+    /// Seconds of the throughput test.
+    #[arg(long, default_value_t = 5.0, value_name = "SECS", value_parser = positive_secs)]
+    pub time: f64,
+    /// Packet trains sent for the capacity estimate.
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub trains: u16,
+    /// Packets per train.
+    #[arg(long, default_value_t = 100, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=512))]
+    pub train_len: u16,
+    /// UDP payload bytes per probe packet [default: the route's MTU less
+    /// IP and UDP headers].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(256..=8972))]
+    pub packet_size: Option<u16>,
+    /// Average rate the capacity probe may send each way, bits per second
+    /// with decimal suffixes (8M = 8 Mbit/s).
+    #[arg(long, default_value = "8M", value_name = "RATE", value_parser = crate::size::parse_rate)]
+    pub probe_load: u64,
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+}
+
 /// Exit codes; see [`EXIT_CODES`].
 pub mod exit {
     use tern_engine::ErrorKind;
@@ -343,10 +392,24 @@ pub mod exit {
         if e.downcast_ref::<Usage>().is_some() {
             return USAGE;
         }
-        let Some(engine) = e.downcast_ref::<tern_engine::Error>() else {
-            return GENERAL;
-        };
-        match engine.kind() {
+        if let Some(probe) = e.downcast_ref::<tern_probe::Error>() {
+            return match probe {
+                tern_probe::Error::Engine(engine) => code_for_kind(engine.kind()),
+                tern_probe::Error::BadOptions(_) => USAGE,
+                tern_probe::Error::Io { .. } => 6,
+                tern_probe::Error::Resolve { .. }
+                | tern_probe::Error::Connect { .. }
+                | tern_probe::Error::NoResponder { .. } => 7,
+            };
+        }
+        match e.downcast_ref::<tern_engine::Error>() {
+            Some(engine) => code_for_kind(engine.kind()),
+            None => GENERAL,
+        }
+    }
+
+    fn code_for_kind(kind: ErrorKind) -> u8 {
+        match kind {
             ErrorKind::Usage => USAGE,
             ErrorKind::NotFound => 3,
             ErrorKind::Permission => 4,

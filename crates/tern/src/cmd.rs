@@ -31,10 +31,11 @@ pub async fn run(cli: Cli, started: Instant) -> Result<()> {
         Command::Cp(args) => cp(args, started).await,
         Command::Serve(args) => serve_cmd(args).await,
         Command::Perf(args) => perf(args, started).await,
+        Command::Probe(args) => crate::probe::run(args).await,
     }
 }
 
-fn usage(msg: impl Into<String>) -> anyhow::Error {
+pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Usage(msg.into()))
 }
 
@@ -85,7 +86,7 @@ fn fault_from_env() -> Option<StreamWrap> {
     }))
 }
 
-fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptions> {
+pub(crate) fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptions> {
     let known_hosts = t
         .known_hosts
         .clone()
@@ -486,6 +487,11 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
     opts.grace = Duration::from_secs(args.grace);
     opts.io_timeout = Duration::from_secs_f64(args.io_timeout);
     opts.site = site;
+    let _udp_probe = if args.no_udp_probe {
+        None
+    } else {
+        crate::probe::start_responder(bound).await
+    };
     serve(listener, &identity, opts, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

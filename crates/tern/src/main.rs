@@ -7,6 +7,7 @@ mod cli;
 mod cmd;
 mod location;
 mod output;
+mod probe;
 mod size;
 
 use std::process::ExitCode;

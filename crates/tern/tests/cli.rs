@@ -25,11 +25,16 @@ impl Server {
     }
 
     fn start_on(root: &Path, state: &Path, listen: &str) -> Server {
+        Server::start_with(root, state, listen, &[])
+    }
+
+    fn start_with(root: &Path, state: &Path, listen: &str, extra: &[&str]) -> Server {
         let mut child = tern()
             .args(["serve", "--listen", listen, "--grace", "2", "--root"])
             .arg(root)
             .arg("--state-dir")
             .arg(state)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -875,4 +880,92 @@ fn a_tree_of_100_000_files_goes_up_intact() {
             "{rel}"
         );
     }
+}
+
+const SMALL_PROBE: [&str; 8] = [
+    "--trains",
+    "3",
+    "--train-len",
+    "20",
+    "--packet-size",
+    "1200",
+    "--probe-load",
+    "50M",
+];
+
+#[test]
+fn probe_measures_rtt_capacity_and_throughput_of_a_daemon() {
+    let env = Env::new();
+    let server = env.server();
+    let target = format!("127.0.0.1:{}", server.port);
+    let mut args = vec!["probe", &target, "--json", "--throughput", "--time", "1"];
+    args.extend(SMALL_PROBE);
+    args.extend(["-P", "2", "--protect", "clear", "--rate-limit", "200M"]);
+    let v = json(&env.run(&args));
+    assert_eq!(v["target"], target.as_str());
+    assert_eq!(v["rtt"]["samples"], 4);
+    let rtt = v["rtt"]["median_ms"].as_f64().unwrap();
+    assert!(rtt > 0.0 && rtt < 1000.0, "{v}");
+    assert_eq!(v["capacity"]["trains_answered"], 3);
+    assert_eq!(v["capacity"]["packet_bytes"], 1228);
+    for dir in ["forward", "reverse"] {
+        let bps = v["capacity"][dir]["estimate_bps"].as_f64().unwrap();
+        assert!(bps > 1e6, "{dir}: {v}");
+    }
+    assert_eq!(v["throughput"]["streams"], 2);
+    assert!(v["throughput"]["bits_per_second"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["errors"], serde_json::json!({}));
+    // For people: one line per measurement.
+    let url = format!("tern://{target}");
+    let mut args = vec!["probe", &url];
+    args.extend(SMALL_PROBE);
+    let out = env.run(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for want in ["rtt ", "capacity →", "capacity ←", "probe load"] {
+        assert!(text.contains(want), "{want} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn probe_of_a_daemon_without_udp_responder_reports_rtt_and_exits_7() {
+    let env = Env::new();
+    let server = Server::start_with(
+        &env.p("root"),
+        &env.p("state"),
+        "127.0.0.1:0",
+        &["--no-udp-probe"],
+    );
+    let target = format!("127.0.0.1:{}", server.port);
+    let mut args = vec!["probe", &target, "--json"];
+    args.extend(SMALL_PROBE);
+    let out = env.run(&args);
+    assert_eq!(code(&out), 7, "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["rtt"]["median_ms"].as_f64().is_some(), "{v}");
+    assert!(v["capacity"].is_null());
+    let why = v["errors"]["capacity"].as_str().unwrap();
+    assert!(why.contains("no answer to UDP probes"), "{why}");
+}
+
+#[test]
+fn probe_refuses_bad_targets_and_reports_a_dead_one() {
+    let env = Env::new();
+    let bad = env.run(&["probe", "tern://127.0.0.1/some/path"]);
+    assert_eq!(code(&bad), 2, "{}", stderr(&bad));
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = env.run(&["probe", &format!("127.0.0.1:{dead_port}"), "--json"]);
+    assert_eq!(code(&dead), 7, "{}", stderr(&dead));
+    let v: Value = serde_json::from_slice(&dead.stdout).unwrap();
+    assert!(v["rtt"].is_null() && v["capacity"].is_null());
+    assert!(
+        v["errors"]["rtt"]
+            .as_str()
+            .unwrap()
+            .contains("cannot connect")
+    );
 }

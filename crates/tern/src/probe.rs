@@ -1,0 +1,223 @@
+//! `tern probe`: the active measurements of tern-probe against a daemon,
+//! printed for people or as one JSON object; and the UDP probe responder
+//! that `tern serve` runs beside its TCP listener.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::Serialize;
+use tern_engine::client::Endpoint;
+use tern_probe::{Capacity, CapacityOptions, DirectionCapacity, Rtt, RttOptions, Throughput};
+use tokio::sync::oneshot;
+
+use crate::cli::ProbeArgs;
+use crate::location::{self, Location};
+use crate::size::{human_bytes, human_rate};
+
+/// Stops the UDP probe responder when dropped.
+pub struct Responder {
+    _stop: oneshot::Sender<()>,
+}
+
+/// Starts the UDP probe responder on the daemon's address and port. A
+/// port that UDP cannot have is a warning: the daemon serves without it.
+pub async fn start_responder(addr: SocketAddr) -> Option<Responder> {
+    let socket = match tokio::net::UdpSocket::bind(addr).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("UDP probe responder not started: cannot bind udp {addr}: {e}");
+            return None;
+        }
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        if let Err(e) = tern_probe::serve_udp(socket, shutdown).await {
+            tracing::warn!("UDP probe responder stopped: {e}");
+        }
+    });
+    tracing::info!("UDP probe responder on udp {addr}");
+    Some(Responder { _stop: stop })
+}
+
+/// `HOST`, `HOST:PORT` or `tern://HOST[:PORT]`.
+fn endpoint_of(target: &str) -> Result<Endpoint, String> {
+    if target.contains("://") {
+        return match location::parse(target)? {
+            Location::Remote { endpoint, path } if path.is_empty() => Ok(endpoint),
+            _ => Err(format!(
+                "'{target}': tern probe takes HOST[:PORT] or tern://HOST[:PORT], without a path"
+            )),
+        };
+    }
+    location::parse_endpoint(target).map_err(|e| format!("'{target}': {e}"))
+}
+
+/// The `--json` object.
+#[derive(Debug, Serialize)]
+struct ProbeReport {
+    target: String,
+    address: SocketAddr,
+    rtt: Option<Rtt>,
+    capacity: Option<Capacity>,
+    throughput: Option<Throughput>,
+    /// Measurement name → why it failed.
+    errors: std::collections::BTreeMap<&'static str, String>,
+}
+
+/// Runs the measurements asked for; the first that failed decides the
+/// exit code, after everything measured has been printed.
+pub async fn run(args: ProbeArgs) -> Result<()> {
+    let endpoint = endpoint_of(&args.target).map_err(crate::cmd::usage)?;
+    let throughput_opts = if args.throughput {
+        Some(crate::cmd::client_options(
+            &args.transfer,
+            tern_proto::ChecksumAlg::Xxh3,
+        )?)
+    } else {
+        None
+    };
+    let address = tern_probe::resolve(&endpoint.host, endpoint.port).await?[0];
+    let mut report = ProbeReport {
+        target: endpoint.host_port(),
+        address,
+        rtt: None,
+        capacity: None,
+        throughput: None,
+        errors: Default::default(),
+    };
+    let mut first_error: Option<tern_probe::Error> = None;
+    let mut failed = |name, e: tern_probe::Error, report: &mut ProbeReport| {
+        report.errors.insert(name, e.to_string());
+        first_error.get_or_insert(e);
+    };
+    match tern_probe::rtt(address, &RttOptions::default()).await {
+        Ok(r) => report.rtt = Some(r),
+        Err(e) => failed("rtt", e, &mut report),
+    }
+    // Without a TCP answer the path or the daemon is down: nothing more.
+    if let Some(rtt) = &report.rtt {
+        // Replies come a round trip and two trains' time after a train
+        // left; what is late beyond that is as good as lost.
+        let wait = 3.0 * rtt.stats.max_ms / 1e3 + 0.5;
+        let opts = CapacityOptions {
+            trains: args.trains,
+            train_len: args.train_len,
+            packet_size: args.packet_size,
+            max_load_bps: args.probe_load,
+            reply_timeout: Duration::from_secs_f64(wait.clamp(1.0, 3.0)),
+        };
+        match tern_probe::capacity(address, &opts).await {
+            Ok(c) => report.capacity = Some(c),
+            Err(e) => failed("capacity", e, &mut report),
+        }
+        if let Some(opts) = &throughput_opts {
+            let time = Duration::from_secs_f64(args.time);
+            match tern_probe::throughput(&endpoint, opts, time).await {
+                Ok(t) => report.throughput = Some(t),
+                Err(e) => failed("throughput", e, &mut report),
+            }
+        }
+    }
+    if args.transfer.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).expect("report serializes")
+        );
+    } else {
+        print_human(&report);
+    }
+    match first_error {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+fn direction_line(arrow: &str, d: &DirectionCapacity, whom: &str) -> String {
+    let tried = d.trains_used + d.trains_lost + d.trains_reordered + d.trains_unresolved;
+    match (d.estimate_bps, d.spread) {
+        (Some(bps), Some(s)) => format!(
+            "  capacity {arrow}  {} (quartiles {} to {}, {} of {tried} trains), {whom}",
+            human_rate(bps),
+            human_rate(s.p25),
+            human_rate(s.p75),
+            d.trains_used,
+        ),
+        _ => format!(
+            "  capacity {arrow}  unknown: no usable train of {tried} ({} lost, {} reordered, {} too fast for the clock), {whom}",
+            d.trains_lost, d.trains_reordered, d.trains_unresolved
+        ),
+    }
+}
+
+fn print_human(r: &ProbeReport) {
+    println!("tern probe {} ({})", r.target, r.address);
+    if let Some(rtt) = &r.rtt {
+        let s = &rtt.stats;
+        println!(
+            "  rtt         {:.2} ms median (min {:.2}, max {:.2}, stddev {:.2}; {} TCP connects)",
+            s.median_ms, s.min_ms, s.max_ms, s.stddev_ms, s.samples
+        );
+    }
+    if let Some(c) = &r.capacity {
+        println!(
+            "{}",
+            direction_line("→", &c.forward, "this host to the daemon")
+        );
+        println!(
+            "{}",
+            direction_line("←", &c.reverse, "the daemon to this host")
+        );
+        println!(
+            "  probe load  {} each way in {:.1} s ({} average), trains of {} × {}-byte packets",
+            human_bytes(c.bytes_each_way),
+            c.elapsed_s,
+            human_rate(c.load_bps),
+            c.train_len,
+            c.packet_bytes
+        );
+    }
+    if let Some(t) = &r.throughput {
+        let limit = t
+            .limit
+            .and_then(|l| serde_json::to_value(l).ok())
+            .and_then(|v| v.as_str().map(|l| format!(", limit: {l}")))
+            .unwrap_or_default();
+        println!(
+            "  throughput  {} over {:.1} s, {} streams, window {}, {} blocks re-sent{limit}",
+            human_rate(t.bits_per_second),
+            t.elapsed_s,
+            t.streams,
+            t.window,
+            t.blocks_retransmitted
+        );
+    }
+    for (name, e) in &r.errors {
+        println!("  {name:<11} failed: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_hosts_with_optional_ports_or_tern_urls() {
+        let ep = |h: &str, p| Endpoint {
+            host: h.into(),
+            port: p,
+        };
+        assert_eq!(
+            endpoint_of("dtn.example.org"),
+            Ok(ep("dtn.example.org", 4747))
+        );
+        assert_eq!(endpoint_of("10.0.0.1:99"), Ok(ep("10.0.0.1", 99)));
+        assert_eq!(endpoint_of("tern://[::1]:5"), Ok(ep("::1", 5)));
+        assert!(endpoint_of("tern://host/some/path").is_err());
+        assert!(endpoint_of("http://host").is_err());
+        assert!(endpoint_of("host:notaport").is_err());
+    }
+}
