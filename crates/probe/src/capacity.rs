@@ -5,9 +5,10 @@
 //! The responder stamps their arrivals (forward dispersion) and, once the
 //! last has come, answers them all back to back with replies of the same
 //! size, whose arrivals here give the reverse dispersion. Trains go one at
-//! a time, each after the previous one's replies, spaced so that the
-//! average rate sent stays under `max_load_bps` in each direction. The
-//! estimators are in [`crate::estimate`].
+//! a time, each after the previous one's replies, spaced so that a train
+//! starts at most every `train bits / max_load_bps` seconds in each
+//! direction; when too few trains were usable, a few more are sent (up to
+//! `max_trains`). The estimators are in [`crate::estimate`].
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -17,16 +18,24 @@ use serde::Serialize;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
-use crate::estimate::{Spread, TrainOutcome, examine_train, spread, train_rate_bps};
+use crate::estimate::{
+    DISTURBED_SHARE, Spread, TrainOutcome, examine_train, spread, train_rate_bps,
+};
 use crate::responder::ResponderConfig;
 use crate::wire::{Kind, MAX_PACKET, MAX_TRAIN, MIN_PACKET, Probe};
 use crate::{Error, Result, sys};
 
 /// How to measure.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CapacityOptions {
-    /// Trains sent.
+    /// Trains sent at least.
     pub trains: u16,
+    /// Trains sent at most: after `trains`, more are sent while either
+    /// direction has fewer than `min_usable` usable ones (a busy host or
+    /// path spoils some).
+    pub max_trains: u16,
+    /// Usable trains wanted in each direction.
+    pub min_usable: usize,
     /// Packets per train.
     pub train_len: u16,
     /// UDP payload per packet; `None` for the route's MTU less headers.
@@ -35,16 +44,22 @@ pub struct CapacityOptions {
     pub max_load_bps: u64,
     /// How long to wait for a train's replies.
     pub reply_timeout: Duration,
+    /// How far an arrival may stray from its train's line, as a share of
+    /// the train's span, before the train is discarded as disturbed.
+    pub max_stray: f64,
 }
 
 impl Default for CapacityOptions {
     fn default() -> CapacityOptions {
         CapacityOptions {
             trains: 10,
+            max_trains: 20,
+            min_usable: 5,
             train_len: 100,
             packet_size: None,
             max_load_bps: 8_000_000,
             reply_timeout: Duration::from_secs(2),
+            max_stray: DISTURBED_SHARE,
         }
     }
 }
@@ -58,8 +73,11 @@ impl CapacityOptions {
                 self.train_len
             ));
         }
-        if self.trains == 0 {
-            return bad("at least one train".into());
+        if self.trains == 0 || self.max_trains < self.trains {
+            return bad(format!(
+                "at least one train, and at most as many as at least ({} and {})",
+                self.trains, self.max_trains
+            ));
         }
         if !(MIN_PACKET..=MAX_PACKET).contains(&payload) {
             return bad(format!(
@@ -75,6 +93,9 @@ impl CapacityOptions {
         }
         if self.max_load_bps == 0 {
             return bad("a load budget of 0 bits/s".into());
+        }
+        if self.max_stray.is_nan() || self.max_stray <= 0.0 {
+            return bad(format!("a stray limit of {}", self.max_stray));
         }
         Ok(())
     }
@@ -96,12 +117,18 @@ pub struct DirectionCapacity {
     pub trains_reordered: usize,
     /// Trains that arrived faster than the clock could tell.
     pub trains_unresolved: usize,
+    /// Trains whose arrivals were not a line (a stall, or cross traffic).
+    pub trains_disturbed: usize,
     /// Every usable train's rate, bits/s, in the order sent.
     pub per_train_bps: Vec<f64>,
 }
 
 impl DirectionCapacity {
-    fn from_trains(trains: &[Vec<Option<u64>>], packet_bytes: usize) -> DirectionCapacity {
+    fn from_trains(
+        trains: &[Vec<Option<u64>>],
+        packet_bytes: usize,
+        max_stray: f64,
+    ) -> DirectionCapacity {
         let mut d = DirectionCapacity {
             estimate_bps: None,
             spread: None,
@@ -109,10 +136,11 @@ impl DirectionCapacity {
             trains_lost: 0,
             trains_reordered: 0,
             trains_unresolved: 0,
+            trains_disturbed: 0,
             per_train_bps: Vec::new(),
         };
         for arrivals in trains {
-            match examine_train(arrivals) {
+            match examine_train(arrivals, max_stray) {
                 TrainOutcome::Dispersion(dispersion) => {
                     d.per_train_bps
                         .push(train_rate_bps(packet_bytes, arrivals.len(), dispersion))
@@ -120,6 +148,7 @@ impl DirectionCapacity {
                 TrainOutcome::Lost { .. } => d.trains_lost += 1,
                 TrainOutcome::Reordered => d.trains_reordered += 1,
                 TrainOutcome::Unresolved => d.trains_unresolved += 1,
+                TrainOutcome::Disturbed { .. } => d.trains_disturbed += 1,
             }
         }
         d.trains_used = d.per_train_bps.len();
@@ -221,14 +250,31 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
     let started = Instant::now();
     let (mut forward, mut reverse) = (Vec::new(), Vec::new());
     let (mut sent, mut answered, mut kernel) = (0u16, 0u16, true);
-    for train in 0..u32::from(opts.trains) {
-        let train_started = Instant::now();
+    let mut train_started = started;
+    let usable = |arrivals: &[Option<u64>]| {
+        matches!(
+            examine_train(arrivals, opts.max_stray),
+            TrainOutcome::Dispersion(_)
+        )
+    };
+    let (mut usable_forward, mut usable_reverse) = (0, 0);
+    for train in 0u32.. {
+        let enough = usable_forward.min(usable_reverse) >= opts.min_usable;
+        if sent >= opts.max_trains || (sent >= opts.trains && enough) {
+            break;
+        }
+        if train > 0 {
+            tokio::time::sleep_until((train_started + min_period).into()).await;
+        }
+        train_started = Instant::now();
         let r = run_train(&socket, nonce, train, payload as u16, opts).await?;
         sent += 1;
         if r.replies > 0 {
             answered += 1;
             kernel &= r.kernel_timestamps;
         }
+        usable_forward += usize::from(usable(&r.forward));
+        usable_reverse += usize::from(usable(&r.reverse));
         forward.push(r.forward);
         reverse.push(r.reverse);
         // Nothing back from the first two trains (or a port that refuses):
@@ -239,16 +285,13 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
                 waited: started.elapsed(),
             });
         }
-        if train + 1 < u32::from(opts.trains) {
-            tokio::time::sleep_until((train_started + min_period).into()).await;
-        }
     }
     let elapsed = started.elapsed();
     let bytes_each_way = train_bytes * u64::from(sent);
     Ok(Capacity {
         target,
-        forward: DirectionCapacity::from_trains(&forward, packet_bytes),
-        reverse: DirectionCapacity::from_trains(&reverse, packet_bytes),
+        forward: DirectionCapacity::from_trains(&forward, packet_bytes, opts.max_stray),
+        reverse: DirectionCapacity::from_trains(&reverse, packet_bytes, opts.max_stray),
         packet_bytes,
         train_len: opts.train_len,
         trains_sent: sent,

@@ -51,13 +51,19 @@ impl Running {
     }
 }
 
+/// Loopback has no bottleneck: trains are spaced by the sender's system
+/// calls and the scheduler, far from a line, so the stray limit is lifted
+/// to see the numbers flow.
 fn small_trains() -> CapacityOptions {
     CapacityOptions {
         trains: 4,
+        max_trains: 4,
+        min_usable: 1,
         train_len: 20,
         packet_size: Some(1200),
         max_load_bps: 100_000_000,
         reply_timeout: Duration::from_millis(500),
+        max_stray: 10.0,
     }
 }
 
@@ -75,6 +81,24 @@ async fn capacity_over_loopback_is_positive_and_finite_both_ways() {
     }
     assert_eq!(ResponderStats::get(&r.stats.replies), 4 * 20);
     assert_eq!(c.bytes_each_way, 4 * 20 * 1228);
+    r.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_trains_go_while_too_few_are_usable_and_no_more_than_the_most() {
+    let r = responder(ResponderConfig::default()).await;
+    // No train is straight enough for this limit: all are disturbed.
+    let opts = CapacityOptions {
+        trains: 2,
+        max_trains: 5,
+        min_usable: 2,
+        max_stray: 1e-9,
+        ..small_trains()
+    };
+    let c = capacity(r.addr, &opts).await.unwrap();
+    assert_eq!((c.trains_sent, c.trains_answered), (5, 5));
+    assert_eq!(c.forward.estimate_bps, None);
+    assert_eq!(c.forward.trains_disturbed, 5, "{:?}", c.forward);
     r.shut_down().await;
 }
 
@@ -158,6 +182,7 @@ async fn a_rate_limited_client_gets_no_estimate_rather_than_a_wrong_one() {
     .await;
     let opts = CapacityOptions {
         trains: 3,
+        max_trains: 3,
         ..small_trains()
     };
     let c = capacity(r.addr, &opts).await.unwrap();
@@ -199,6 +224,15 @@ async fn options_that_cannot_work_are_refused_before_sending() {
         },
         CapacityOptions {
             max_load_bps: 0,
+            ..small_trains()
+        },
+        CapacityOptions {
+            max_stray: f64::NAN,
+            ..small_trains()
+        },
+        CapacityOptions {
+            trains: 5,
+            max_trains: 4,
             ..small_trains()
         },
     ] {

@@ -350,7 +350,8 @@ pub struct ProbeArgs {
     /// Seconds of the throughput test.
     #[arg(long, default_value_t = 5.0, value_name = "SECS", value_parser = positive_secs)]
     pub time: f64,
-    /// Packet trains sent for the capacity estimate.
+    /// Packet trains sent for the capacity estimate (up to twice as many
+    /// while fewer than half of them were usable).
     #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=100))]
     pub trains: u16,
     /// Packets per train.
@@ -364,8 +365,20 @@ pub struct ProbeArgs {
     /// with decimal suffixes (8M = 8 Mbit/s).
     #[arg(long, default_value = "8M", value_name = "RATE", value_parser = crate::size::parse_rate)]
     pub probe_load: u64,
+    /// Discard a train when an arrival strays from the line through its
+    /// arrivals by more than this share of the train's duration (a stall
+    /// or cross traffic); raise it where timestamps are coarse.
+    #[arg(long, default_value_t = tern_probe::estimate::DISTURBED_SHARE, value_name = "SHARE", value_parser = positive_share)]
+    pub max_stray: f64,
     #[command(flatten)]
     pub transfer: TransferArgs,
+}
+
+fn positive_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("'{s}' is not a positive number")),
+    }
 }
 
 /// Exit codes; see [`EXIT_CODES`].

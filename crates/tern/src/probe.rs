@@ -105,10 +105,13 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
         let wait = 3.0 * rtt.stats.max_ms / 1e3 + 0.5;
         let opts = CapacityOptions {
             trains: args.trains,
+            max_trains: args.trains.saturating_mul(2),
+            min_usable: usize::from(args.trains).div_ceil(2),
             train_len: args.train_len,
             packet_size: args.packet_size,
             max_load_bps: args.probe_load,
             reply_timeout: Duration::from_secs_f64(wait.clamp(1.0, 3.0)),
+            max_stray: args.max_stray,
         };
         match tern_probe::capacity(address, &opts).await {
             Ok(c) => report.capacity = Some(c),
@@ -137,7 +140,11 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
 }
 
 fn direction_line(arrow: &str, d: &DirectionCapacity, whom: &str) -> String {
-    let tried = d.trains_used + d.trains_lost + d.trains_reordered + d.trains_unresolved;
+    let tried = d.trains_used
+        + d.trains_lost
+        + d.trains_reordered
+        + d.trains_unresolved
+        + d.trains_disturbed;
     match (d.estimate_bps, d.spread) {
         (Some(bps), Some(s)) => format!(
             "  capacity {arrow}  {} (quartiles {} to {}, {} of {tried} trains), {whom}",
@@ -147,8 +154,8 @@ fn direction_line(arrow: &str, d: &DirectionCapacity, whom: &str) -> String {
             d.trains_used,
         ),
         _ => format!(
-            "  capacity {arrow}  unknown: no usable train of {tried} ({} lost, {} reordered, {} too fast for the clock), {whom}",
-            d.trains_lost, d.trains_reordered, d.trains_unresolved
+            "  capacity {arrow}  unknown: no usable train of {tried} ({} lost, {} reordered, {} disturbed, {} too fast for the clock), {whom}",
+            d.trains_lost, d.trains_reordered, d.trains_disturbed, d.trains_unresolved
         ),
     }
 }
