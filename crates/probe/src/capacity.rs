@@ -177,6 +177,10 @@ pub struct Capacity {
     pub trains_answered: u16,
     /// Replies carried kernel arrival times (else user-space times).
     pub kernel_timestamps: bool,
+    /// Median rate at which this host got its trains out, bits/s. A
+    /// forward estimate close to it is a lower bound: the train left no
+    /// faster than it arrived.
+    pub send_bps: Option<f64>,
     /// IP bytes sent in each direction.
     pub bytes_each_way: u64,
     /// Average rate sent in each direction over the measurement, bits/s.
@@ -193,6 +197,8 @@ struct TrainResult {
     replies: usize,
     kernel_timestamps: bool,
     refused: bool,
+    /// From the first send to the last returning.
+    send_span: Duration,
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
@@ -258,13 +264,16 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
         )
     };
     let (mut usable_forward, mut usable_reverse) = (0, 0);
+    let mut send_rates = Vec::new();
     for train in 0u32.. {
+        // Every train owns a whole period, the last one too: so the
+        // average over the measurement never exceeds the budget.
+        if train > 0 {
+            tokio::time::sleep_until((train_started + min_period).into()).await;
+        }
         let enough = usable_forward.min(usable_reverse) >= opts.min_usable;
         if sent >= opts.max_trains || (sent >= opts.trains && enough) {
             break;
-        }
-        if train > 0 {
-            tokio::time::sleep_until((train_started + min_period).into()).await;
         }
         train_started = Instant::now();
         let r = run_train(&socket, nonce, train, payload as u16, opts).await?;
@@ -273,6 +282,11 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
             answered += 1;
             kernel &= r.kernel_timestamps;
         }
+        send_rates.push(train_rate_bps(
+            packet_bytes,
+            usize::from(opts.train_len),
+            r.send_span,
+        ));
         usable_forward += usize::from(usable(&r.forward));
         usable_reverse += usize::from(usable(&r.reverse));
         forward.push(r.forward);
@@ -298,6 +312,7 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
         trains_answered: answered,
         kernel_timestamps: kernel && answered > 0,
         bytes_each_way,
+        send_bps: spread(&send_rates).map(|s| s.median),
         load_bps: bytes_each_way as f64 * 8.0 / elapsed.as_secs_f64().max(1e-9),
         elapsed_s: elapsed.as_secs_f64(),
     })
@@ -320,6 +335,7 @@ async fn run_train(
         replies: 0,
         kernel_timestamps: true,
         refused: false,
+        send_span: Duration::ZERO,
     };
     let clock = Instant::now();
     for p in &packets {
@@ -333,6 +349,7 @@ async fn run_train(
             Err(e) => return Err(io("sending a probe train")(e)),
         }
     }
+    r.send_span = clock.elapsed();
     let deadline = tokio::time::Instant::now() + opts.reply_timeout;
     let fd = socket.as_raw_fd();
     let mut buf = vec![0u8; MAX_PACKET + 1];

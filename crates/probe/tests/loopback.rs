@@ -81,6 +81,10 @@ async fn capacity_over_loopback_is_positive_and_finite_both_ways() {
     }
     assert_eq!(ResponderStats::get(&r.stats.replies), 4 * 20);
     assert_eq!(c.bytes_each_way, 4 * 20 * 1228);
+    assert!(
+        c.send_bps.is_some_and(|b| b.is_finite() && b > 0.0),
+        "{c:?}"
+    );
     r.shut_down().await;
 }
 
@@ -105,14 +109,14 @@ async fn more_trains_go_while_too_few_are_usable_and_no_more_than_the_most() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_load_budget_spaces_the_trains() {
     let r = responder(ResponderConfig::default()).await;
-    // 20 × 1228 B = 196 480 bits a train; at 1 Mbit/s, 4 trains take 0.59 s.
+    // 20 × 1228 B = 196 480 bits a train; at 1 Mbit/s, 4 trains take 0.79 s.
     let opts = CapacityOptions {
         max_load_bps: 1_000_000,
         ..small_trains()
     };
     let c = capacity(r.addr, &opts).await.unwrap();
-    assert!(c.elapsed_s >= 0.58, "took {} s", c.elapsed_s);
-    assert!(c.load_bps <= 1_000_000.0 * 1.34, "load {}", c.load_bps);
+    assert!(c.elapsed_s >= 0.78, "took {} s", c.elapsed_s);
+    assert!(c.load_bps <= 1_000_000.0, "load {}", c.load_bps);
     r.shut_down().await;
 }
 

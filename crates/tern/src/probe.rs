@@ -179,13 +179,21 @@ fn print_human(r: &ProbeReport) {
             direction_line("←", &c.reverse, "the daemon to this host")
         );
         println!(
-            "  probe load  {} each way in {:.1} s ({} average), trains of {} × {}-byte packets",
+            "  probe load  {} each way in {:.1} s ({} average), trains of {} × {}-byte packets sent at {}",
             human_bytes(c.bytes_each_way),
             c.elapsed_s,
             human_rate(c.load_bps),
             c.train_len,
-            c.packet_bytes
+            c.packet_bytes,
+            c.send_bps.map_or_else(|| "?".into(), human_rate),
         );
+        if let (Some(sent), Some(fwd)) = (c.send_bps, c.forward.estimate_bps) {
+            if fwd > 0.8 * sent {
+                println!(
+                    "  note        trains left this host hardly faster than they arrived: → is a lower bound"
+                );
+            }
+        }
     }
     if let Some(t) = &r.throughput {
         let limit = t
