@@ -256,6 +256,8 @@ fn client_opts(streams: u16) -> ClientOptions {
         protect: tern_proto::Protect::Clear,
         pin: None,
         known_hosts: None,
+        ca: None,
+        client_cert: None,
         wrap: None,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(30),
