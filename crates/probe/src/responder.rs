@@ -33,7 +33,8 @@ use crate::{Error, Result, sys};
 /// Limits of a responder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResponderConfig {
-    /// Average request (and so reply) rate one source address may use.
+    /// Average request (and so reply) rate one source may use (an IPv4
+    /// address, or an IPv6 /64).
     pub per_source_bps: u64,
     /// Bytes one source may send in a burst (at least one whole train).
     pub per_source_burst: u64,
@@ -194,7 +195,7 @@ impl Responder {
             ResponderStats::bump(&self.stats.busy);
             return Vec::new();
         }
-        if !self.charge(now, from.ip(), u64::from(request.len)) {
+        if !self.charge(now, source_of(from), u64::from(request.len)) {
             ResponderStats::bump(&self.stats.rate_limited);
             return Vec::new();
         }
@@ -252,7 +253,12 @@ impl Responder {
         if self.trains.len() >= self.config.max_trains {
             self.expire(now);
         }
-        let mine = || self.trains.iter().filter(|(k, _)| k.from.ip() == from.ip());
+        let source = source_of(from);
+        let mine = || {
+            self.trains
+                .iter()
+                .filter(move |(k, _)| source_of(k.from) == source)
+        };
         if mine().count() >= self.config.max_trains_per_source {
             let oldest = mine().min_by_key(|(_, t)| t.last_seen).map(|(k, _)| *k);
             if let Some(k) = oldest {
@@ -284,6 +290,18 @@ impl Responder {
         source.tokens -= cost;
         self.total.tokens -= cost;
         true
+    }
+}
+
+/// The source a request is charged to: its IPv4 address, or the /64 of
+/// its IPv6 address (one host can use a whole /64 at will).
+fn source_of(from: SocketAddr) -> IpAddr {
+    match from.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        },
+        v4 => v4,
     }
 }
 
@@ -506,6 +524,28 @@ mod tests {
         let later = t0 + Duration::from_secs(2);
         r.expire(later);
         assert_eq!(answered(&mut r, greedy, 4, later), 2);
+    }
+
+    #[test]
+    fn addresses_of_one_ipv6_64_share_a_bucket_and_mapped_v4_is_v4() {
+        let a: SocketAddr = "[2001:db8:1:2::7]:1".parse().unwrap();
+        let b: SocketAddr = "[2001:db8:1:2:ffff::1]:9".parse().unwrap();
+        let other: SocketAddr = "[2001:db8:1:3::7]:1".parse().unwrap();
+        assert_eq!(source_of(a), source_of(b));
+        assert_ne!(source_of(a), source_of(other));
+        let mapped: SocketAddr = "[::ffff:10.0.0.1]:5".parse().unwrap();
+        assert_eq!(source_of(mapped), source_of(addr(1, 6)));
+        // Rotating addresses inside a /64 does not buy more replies.
+        let t0 = Instant::now();
+        let cfg = ResponderConfig {
+            per_source_burst: 3_000,
+            ..ResponderConfig::default()
+        };
+        let mut r = Responder::new(cfg, t0);
+        let _ = r.handle(t0, a, &request(1, 0, 2, 1000), 0);
+        assert_eq!(r.handle(t0, a, &request(1, 1, 2, 1000), 0).len(), 2);
+        let _ = r.handle(t0, b, &request(2, 0, 2, 1000), 0);
+        assert!(r.handle(t0, b, &request(2, 1, 2, 1000), 0).is_empty());
     }
 
     #[test]
