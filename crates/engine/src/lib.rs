@@ -21,6 +21,7 @@ pub mod integrity;
 pub mod journal;
 pub mod local;
 pub mod net;
+pub mod observe;
 pub mod pace;
 pub mod server;
 pub mod session;

@@ -43,6 +43,8 @@ use crate::tuning::{Joined, StreamSupply, Tuning};
 use crate::{Error, Result};
 use tern_drs::WindowMode;
 
+pub use crate::observe::{SessionDone, SessionHook};
+
 /// Most data streams one session may open.
 pub const MAX_STREAMS: u16 = 128;
 /// Smallest block size a session may ask for.
@@ -68,6 +70,8 @@ pub struct ServerOptions {
     /// Site mode: client certificates and an authorization file. `None`:
     /// every client may read and write the whole root.
     pub site: Option<SiteAuth>,
+    /// Told about every completed session (the advisor's discovery feed).
+    pub on_session_done: Option<SessionHook>,
 }
 
 /// What a site daemon demands of its clients.
@@ -101,6 +105,7 @@ impl ServerOptions {
             io_timeout: crate::net::DEFAULT_IO_TIMEOUT,
             stream_script: Vec::new(),
             site: None,
+            on_session_done: None,
         }
     }
 }
@@ -513,6 +518,7 @@ async fn run_control(
     params.resume = negotiated.features.contains(tern_proto::Features::RESUME);
     let progress = Arc::new(Progress::default());
     let started = Instant::now();
+    let sent = matches!(role, Role::Send(..));
     let result = match role {
         Role::Send(source, deadline) => {
             params.deadline = deadline.map(|d| Instant::now() + d);
@@ -533,6 +539,13 @@ async fn run_control(
         stats.streams_used,
         started.elapsed()
     );
+    if let Some(hook) = &ctx.opts.on_session_done {
+        hook.call(&SessionDone {
+            peer,
+            sent,
+            stats: &stats,
+        });
+    }
     Ok(())
 }
 
