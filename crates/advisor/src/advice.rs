@@ -1,0 +1,628 @@
+//! Advice for one path from its measurements. Pure.
+//!
+//! The TCP window a path needs is its bandwidth-delay product, RTT ×
+//! bottleneck capacity (the formula the Enable service used). A socket
+//! cannot hold more than the host lets it, so when the product is larger
+//! than one socket's largest window the advice splits it over parallel
+//! streams and names the sysctls that would let one stream carry it.
+//!
+//! What counts as the bottleneck, in order of preference:
+//! 1. capacity measurements (packet trains between tern ends);
+//! 2. achieved rates of transfers the network itself limited (their
+//!    `limit` detail is `network`): the path gave what it had;
+//! 3. otherwise the best achieved rate, marked as a lower bound: those
+//!    transfers were held back by a buffer, the disk or the far end.
+//!
+//! Every number says how many samples it rests on, how old the newest is
+//! and whether it came from real transfers (passive) or probes (active).
+
+use serde::{Deserialize, Serialize};
+use tern_drs::HostCaps;
+
+use crate::Error;
+use crate::estimate::{Estimate, EstimatorConfig, estimate};
+use crate::model::{Kind, Measurement, Origin};
+
+/// Where the numbers behind a piece of advice came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Real transfers only.
+    Passive,
+    /// Probes only.
+    Active,
+    /// Both.
+    Mixed,
+}
+
+impl Source {
+    fn of(measurements: &[&Measurement]) -> Source {
+        let passive = measurements.iter().any(|m| m.origin == Origin::Passive);
+        let active = measurements.iter().any(|m| m.origin == Origin::Active);
+        match (passive, active) {
+            (true, true) => Source::Mixed,
+            (true, false) => Source::Passive,
+            _ => Source::Active,
+        }
+    }
+
+    fn merge(self, other: Source) -> Source {
+        if self == other { self } else { Source::Mixed }
+    }
+}
+
+/// How a capacity figure was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacityBasis {
+    /// Capacity measurements.
+    Capacity,
+    /// Rates of transfers the network limited.
+    Throughput,
+    /// The best rate of transfers something else held back: a lower bound.
+    ThroughputLowerBound,
+}
+
+/// One number advice rests on, and its evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Basis {
+    /// The value used.
+    pub value: f64,
+    /// Its unit.
+    pub unit: String,
+    /// The kind of measurement it was taken from.
+    pub kind: Kind,
+    /// `trimmed_mean`, or `max` for a lower bound.
+    pub method: String,
+    /// Measurements it rests on.
+    pub samples: usize,
+    /// Of those, dropped by the trimmed mean.
+    pub trimmed: usize,
+    /// Standard deviation of the samples.
+    pub stddev: f64,
+    /// EWMA since the last detected change, for display.
+    pub ewma: f64,
+    /// Older values were discarded because the path changed.
+    pub change_detected: bool,
+    /// When the newest sample was taken, ms since the epoch.
+    pub newest_at_ms: i64,
+    /// How old the newest sample is, seconds.
+    pub age_s: f64,
+    /// Passive, active or mixed.
+    pub source: Source,
+}
+
+/// What the host's kernel lets one socket have, and how to lift it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostLimit {
+    /// Largest TCP window one socket can get without privileges: half the
+    /// autotuning maximum (`tcp_rmem`/`tcp_wmem`, which count the
+    /// kernel's bookkeeping) or `rmem_max`/`wmem_max` for an explicit
+    /// buffer, whichever is larger. 0 when the caps could not be read.
+    pub socket_window_max_bytes: u64,
+    /// The bandwidth-delay product does not fit one socket.
+    pub limited: bool,
+    /// `net.ipv4.tcp_rmem` maximum, bytes.
+    pub tcp_rmem_max: u64,
+    /// `net.ipv4.tcp_wmem` maximum, bytes.
+    pub tcp_wmem_max: u64,
+    /// `net.core.rmem_max`, bytes.
+    pub rmem_max: u64,
+    /// `net.core.wmem_max`, bytes.
+    pub wmem_max: u64,
+    /// Commands that would let one stream hold the whole product.
+    pub sysctls: Vec<String>,
+}
+
+/// Tuning advice for one path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Advice {
+    /// The host asked about.
+    pub host: String,
+    /// TCP buffer per stream, bytes: what to give `setsockopt`
+    /// (`SO_SNDBUF`/`SO_RCVBUF`), iperf3 `-w` or globus-url-copy
+    /// `-tcp-bs`. With one stream it is the bandwidth-delay product.
+    pub buffer_bytes: u64,
+    /// Parallel streams.
+    pub streams: u16,
+    /// The value for `tern --window`: twice `buffer_bytes`, because tern
+    /// (like the kernel's own accounting) counts buffer bookkeeping in it.
+    pub tern_window_bytes: u64,
+    /// RTT × capacity, bytes: the window the whole path needs.
+    pub bdp_bytes: u64,
+    /// What a transfer with this advice should reach, bits/s.
+    pub expected_throughput_bps: f64,
+    /// The RTT used, ms.
+    pub rtt_ms: f64,
+    /// The bottleneck capacity used, bits/s.
+    pub capacity_bps: f64,
+    /// How the capacity was obtained.
+    pub capacity_basis: CapacityBasis,
+    /// Measurements behind the advice (RTT and capacity together).
+    pub samples: usize,
+    /// Age of the staler of the two quantities' newest samples, seconds.
+    pub age_s: f64,
+    /// Passive, active or mixed.
+    pub source: Source,
+    /// The RTT and its evidence.
+    pub rtt: Basis,
+    /// The capacity and its evidence.
+    pub capacity: Basis,
+    /// The host's socket-buffer caps and how they shaped the advice.
+    pub host_limit: HostLimit,
+    /// The advice is another target's on the same subnet (no own numbers).
+    pub aggregated_from: Option<String>,
+    /// Remarks for people.
+    pub notes: Vec<String>,
+}
+
+/// Settings of advice.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AdviceConfig {
+    /// The estimators.
+    pub estimator: EstimatorConfig,
+    /// Never advise more streams than this.
+    pub max_streams: u16,
+}
+
+impl Default for AdviceConfig {
+    fn default() -> AdviceConfig {
+        AdviceConfig {
+            estimator: EstimatorConfig::default(),
+            max_streams: 8,
+        }
+    }
+}
+
+/// The measurements of one path, each series oldest first.
+#[derive(Debug, Clone, Copy)]
+pub struct Evidence<'a> {
+    /// RTT measurements.
+    pub rtt: &'a [Measurement],
+    /// Capacity measurements.
+    pub capacity: &'a [Measurement],
+    /// Throughput measurements.
+    pub throughput: &'a [Measurement],
+}
+
+fn basis(series: &[&Measurement], est: &Estimate, kind: Kind, method: &str, now_ms: i64) -> Basis {
+    let used = &series[series.len() - est.samples..];
+    let newest_at_ms = used.iter().map(|m| m.at_ms).max().unwrap_or(now_ms);
+    Basis {
+        value: est.value,
+        unit: kind.unit().into(),
+        kind,
+        method: method.into(),
+        samples: est.samples,
+        trimmed: est.trimmed,
+        stddev: est.stddev,
+        ewma: est.ewma,
+        change_detected: est.change_detected,
+        newest_at_ms,
+        age_s: (now_ms - newest_at_ms).max(0) as f64 / 1e3,
+        source: Source::of(used),
+    }
+}
+
+fn estimated(
+    series: &[&Measurement],
+    kind: Kind,
+    cfg: &EstimatorConfig,
+    now_ms: i64,
+) -> Option<Basis> {
+    let values: Vec<f64> = series.iter().map(|m| m.value).collect();
+    let est = estimate(&values, cfg)?;
+    Some(basis(series, &est, kind, "trimmed_mean", now_ms))
+}
+
+fn all(s: &[Measurement]) -> Vec<&Measurement> {
+    s.iter().collect()
+}
+
+fn limited_by_network(m: &Measurement) -> bool {
+    m.details.get("limit").and_then(|l| l.as_str()) == Some("network")
+}
+
+/// The bottleneck capacity, by the preference in the module docs.
+fn capacity(
+    ev: &Evidence<'_>,
+    cfg: &EstimatorConfig,
+    now_ms: i64,
+) -> Option<(Basis, CapacityBasis)> {
+    if let Some(b) = estimated(&all(ev.capacity), Kind::Capacity, cfg, now_ms) {
+        return Some((b, CapacityBasis::Capacity));
+    }
+    let network: Vec<&Measurement> = ev
+        .throughput
+        .iter()
+        .filter(|m| limited_by_network(m))
+        .collect();
+    if let Some(b) = estimated(&network, Kind::Throughput, cfg, now_ms) {
+        return Some((b, CapacityBasis::Throughput));
+    }
+    let recent = all(ev.throughput);
+    let recent = &recent[recent.len().saturating_sub(cfg.window.max(1))..];
+    let best = recent.iter().map(|m| m.value).fold(f64::NAN, f64::max);
+    if best.is_nan() {
+        return None;
+    }
+    let values: Vec<f64> = recent.iter().map(|m| m.value).collect();
+    let mut est = estimate(&values, &EstimatorConfig { trim: 0.0, ..*cfg })?;
+    est.samples = recent.len();
+    est.trimmed = 0;
+    est.value = best;
+    Some((
+        basis(recent, &est, Kind::Throughput, "max", now_ms),
+        CapacityBasis::ThroughputLowerBound,
+    ))
+}
+
+/// The largest window one socket gets without privileges; `None` when
+/// the caps are unknown.
+pub fn socket_window_max(caps: &HostCaps) -> Option<u64> {
+    let autotuned = caps.tcp_rmem[2].min(caps.tcp_wmem[2]) / 2;
+    let explicit = caps.rmem_max.min(caps.wmem_max);
+    let max = autotuned.max(explicit);
+    (max > 0).then_some(max)
+}
+
+fn round_up(n: u64, to: u64) -> u64 {
+    n.div_ceil(to) * to
+}
+
+/// The sysctls that let one socket hold a window of `bdp` bytes.
+fn sysctls_for(bdp: u64, caps: &HostCaps) -> Vec<String> {
+    let explicit = bdp.next_power_of_two();
+    let autotuned = (2 * bdp).next_power_of_two();
+    let mut lines = Vec::new();
+    for (name, triple) in [("tcp_rmem", caps.tcp_rmem), ("tcp_wmem", caps.tcp_wmem)] {
+        if triple[2] < autotuned {
+            lines.push(format!(
+                "sysctl -w net.ipv4.{name}=\"{} {} {autotuned}\"",
+                triple[0], triple[1]
+            ));
+        }
+    }
+    for (name, value) in [("rmem_max", caps.rmem_max), ("wmem_max", caps.wmem_max)] {
+        if value < explicit {
+            lines.push(format!("sysctl -w net.core.{name}={explicit}"));
+        }
+    }
+    lines
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
+/// Advice for `host` from its evidence and this host's caps.
+pub fn advise(
+    host: &str,
+    ev: &Evidence<'_>,
+    caps: &HostCaps,
+    cfg: &AdviceConfig,
+    now_ms: i64,
+) -> Result<Advice, Error> {
+    let est = &cfg.estimator;
+    let rtt_series: Vec<&Measurement> = ev.rtt.iter().collect();
+    let Some(rtt) = estimated(&rtt_series, Kind::Rtt, est, now_ms) else {
+        return Err(Error::NotFound(format!(
+            "no RTT measured for {host} yet (probes run on the target's interval; a transfer \
+             with --advisor reports one)"
+        )));
+    };
+    let Some((capacity, capacity_basis)) = capacity(ev, est, now_ms) else {
+        return Err(Error::NotFound(format!(
+            "RTT to {host} is {:.1} ms, but neither its capacity nor a transfer's rate is known \
+             yet (a transfer with --advisor reports one)",
+            rtt.value
+        )));
+    };
+    let bdp = (rtt.value / 1e3 * capacity.value / 8.0).ceil().max(1.0) as u64;
+    let window_max = socket_window_max(caps);
+    let max_streams = cfg.max_streams.max(1);
+    let mut notes = Vec::new();
+    let (streams, buffer) = match window_max {
+        Some(max) if bdp > max => {
+            let needed = bdp.div_ceil(max);
+            let streams = needed.min(u64::from(max_streams)) as u16;
+            if needed > u64::from(max_streams) {
+                notes.push(format!(
+                    "the path needs {needed} streams at this host's {} per socket; advice stops \
+                     at {max_streams}",
+                    mib(max)
+                ));
+            }
+            (
+                streams,
+                round_up(bdp.div_ceil(u64::from(streams)), 4096).min(max),
+            )
+        }
+        _ => (1, round_up(bdp, 4096)),
+    };
+    let limited = window_max.is_some_and(|max| bdp > max);
+    if window_max.is_none() {
+        notes.push("this host's socket-buffer caps could not be read".into());
+    }
+    let rtt_s = rtt.value / 1e3;
+    let expected = (f64::from(streams) * buffer as f64 * 8.0 / rtt_s).min(capacity.value);
+    match capacity_basis {
+        CapacityBasis::Capacity => {}
+        CapacityBasis::Throughput => notes.push(
+            "capacity is the rate of transfers the network limited (no capacity probe yet)".into(),
+        ),
+        CapacityBasis::ThroughputLowerBound => notes.push(
+            "capacity is a lower bound: the transfers seen were held back by buffers, disks or \
+             the far end, not the network"
+                .into(),
+        ),
+    }
+    if rtt.change_detected || capacity.change_detected {
+        notes.push("the path changed recently; older measurements were set aside".into());
+    }
+    Ok(Advice {
+        host: host.to_string(),
+        buffer_bytes: buffer,
+        streams,
+        tern_window_bytes: 2 * buffer,
+        bdp_bytes: bdp,
+        expected_throughput_bps: expected,
+        rtt_ms: rtt.value,
+        capacity_bps: capacity.value,
+        capacity_basis,
+        samples: rtt.samples + capacity.samples,
+        age_s: rtt.age_s.max(capacity.age_s),
+        source: rtt.source.merge(capacity.source),
+        host_limit: HostLimit {
+            socket_window_max_bytes: window_max.unwrap_or(0),
+            limited,
+            tcp_rmem_max: caps.tcp_rmem[2],
+            tcp_wmem_max: caps.tcp_wmem[2],
+            rmem_max: caps.rmem_max,
+            wmem_max: caps.wmem_max,
+            sysctls: if limited {
+                sysctls_for(bdp, caps)
+            } else {
+                Vec::new()
+            },
+        },
+        rtt,
+        capacity,
+        aggregated_from: None,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn caps(tcp_max: u64, core_max: u64) -> HostCaps {
+        HostCaps {
+            tcp_rmem: [4096, 131072, tcp_max],
+            tcp_wmem: [4096, 16384, tcp_max],
+            rmem_max: core_max,
+            wmem_max: core_max,
+            ..HostCaps::default()
+        }
+    }
+
+    fn m(
+        kind: Kind,
+        value: f64,
+        origin: Origin,
+        at_ms: i64,
+        details: serde_json::Value,
+    ) -> Measurement {
+        Measurement {
+            host: "h".into(),
+            kind,
+            value,
+            unit: kind.unit().into(),
+            origin,
+            producer: "test".into(),
+            at_ms,
+            details,
+        }
+    }
+
+    fn series(kind: Kind, values: &[f64], origin: Origin) -> Vec<Measurement> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| m(kind, v, origin, 1000 * i as i64, serde_json::json!({})))
+            .collect()
+    }
+
+    #[test]
+    fn enable_formula_when_one_socket_suffices() {
+        // 50 ms × 100 Mbit/s = 625 000 bytes; caps of 6 MiB hold it.
+        let rtt = series(Kind::Rtt, &[50.0; 5], Origin::Active);
+        let cap = series(Kind::Capacity, &[100e6; 3], Origin::Active);
+        let ev = Evidence {
+            rtt: &rtt,
+            capacity: &cap,
+            throughput: &[],
+        };
+        let a = advise(
+            "h",
+            &ev,
+            &caps(6 << 20, 212992),
+            &AdviceConfig::default(),
+            10_000,
+        )
+        .unwrap();
+        assert_eq!(a.bdp_bytes, 625_000);
+        assert_eq!(a.streams, 1);
+        assert_eq!(a.buffer_bytes, round_up(625_000, 4096));
+        assert_eq!(a.tern_window_bytes, 2 * a.buffer_bytes);
+        assert!(!a.host_limit.limited && a.host_limit.sysctls.is_empty());
+        assert!((a.expected_throughput_bps - 100e6).abs() < 1.0);
+        assert_eq!(a.samples, 8);
+        assert_eq!(a.source, Source::Active);
+        assert_eq!(a.capacity_basis, CapacityBasis::Capacity);
+        // Newest RTT at 4 s, newest capacity at 2 s: the staler counts.
+        assert!((a.age_s - 8.0).abs() < 1e-9, "{}", a.age_s);
+    }
+
+    #[test]
+    fn host_caps_split_the_window_over_streams_and_name_the_sysctls() {
+        // 180 ms × 500 Mbit/s = 11.25 MB; a socket gets 2 MiB (4 MiB tcp_rmem / 2).
+        let rtt = series(Kind::Rtt, &[180.0; 4], Origin::Active);
+        let cap = series(Kind::Capacity, &[500e6; 4], Origin::Active);
+        let ev = Evidence {
+            rtt: &rtt,
+            capacity: &cap,
+            throughput: &[],
+        };
+        let c = caps(4 << 20, 212992);
+        let a = advise("h", &ev, &c, &AdviceConfig::default(), 0).unwrap();
+        assert_eq!(a.bdp_bytes, 11_250_000);
+        assert_eq!(a.host_limit.socket_window_max_bytes, 2 << 20);
+        assert!(a.host_limit.limited);
+        assert_eq!(a.streams, 6);
+        assert!(a.buffer_bytes <= 2 << 20);
+        assert!(u64::from(a.streams) * a.buffer_bytes >= a.bdp_bytes);
+        assert!((a.expected_throughput_bps - 500e6).abs() < 1.0);
+        assert!(
+            a.host_limit
+                .sysctls
+                .iter()
+                .any(|s| s.contains("tcp_rmem=\"4096 131072 33554432\""))
+        );
+        assert!(
+            a.host_limit
+                .sysctls
+                .iter()
+                .any(|s| s.contains("net.core.wmem_max=16777216"))
+        );
+        // With at most 4 streams the expected rate drops and a note says why.
+        let few = AdviceConfig {
+            max_streams: 4,
+            ..AdviceConfig::default()
+        };
+        let a = advise("h", &ev, &c, &few, 0).unwrap();
+        assert_eq!(a.streams, 4);
+        assert!(a.expected_throughput_bps < 500e6 * 0.8);
+        assert!(a.notes.iter().any(|n| n.contains("needs 6 streams")));
+    }
+
+    #[test]
+    fn passive_rates_stand_in_for_capacity() {
+        let rtt = series(Kind::Rtt, &[20.0; 3], Origin::Passive);
+        let net = serde_json::json!({"limit": "network"});
+        let buf = serde_json::json!({"limit": "send_buffer"});
+        let tp = vec![
+            m(Kind::Throughput, 300e6, Origin::Passive, 1, buf.clone()),
+            m(Kind::Throughput, 900e6, Origin::Passive, 2, net.clone()),
+            m(Kind::Throughput, 910e6, Origin::Active, 3, net),
+        ];
+        let ev = Evidence {
+            rtt: &rtt,
+            capacity: &[],
+            throughput: &tp,
+        };
+        let a = advise(
+            "h",
+            &ev,
+            &caps(64 << 20, 64 << 20),
+            &AdviceConfig::default(),
+            10,
+        )
+        .unwrap();
+        assert_eq!(a.capacity_basis, CapacityBasis::Throughput);
+        assert_eq!(a.capacity.samples, 2);
+        assert!((a.capacity_bps - 905e6).abs() < 1.0);
+        assert_eq!(a.source, Source::Mixed);
+        // Only buffer-limited transfers: the best of them, as a lower bound.
+        let ev = Evidence {
+            rtt: &rtt,
+            capacity: &[],
+            throughput: &tp[..1],
+        };
+        let a = advise(
+            "h",
+            &ev,
+            &caps(64 << 20, 64 << 20),
+            &AdviceConfig::default(),
+            10,
+        )
+        .unwrap();
+        assert_eq!(a.capacity_basis, CapacityBasis::ThroughputLowerBound);
+        assert_eq!(a.capacity.method, "max");
+        assert_eq!(a.capacity_bps, 300e6);
+        assert!(a.notes.iter().any(|n| n.contains("lower bound")));
+    }
+
+    #[test]
+    fn missing_evidence_is_not_found() {
+        let rtt = series(Kind::Rtt, &[20.0], Origin::Active);
+        let none = Evidence {
+            rtt: &[],
+            capacity: &[],
+            throughput: &[],
+        };
+        let c = caps(4 << 20, 4 << 20);
+        let e = advise("h", &none, &c, &AdviceConfig::default(), 0).unwrap_err();
+        assert!(
+            matches!(e, Error::NotFound(ref s) if s.contains("no RTT")),
+            "{e}"
+        );
+        let only_rtt = Evidence {
+            rtt: &rtt,
+            capacity: &[],
+            throughput: &[],
+        };
+        let e = advise("h", &only_rtt, &c, &AdviceConfig::default(), 0).unwrap_err();
+        assert!(
+            matches!(e, Error::NotFound(ref s) if s.contains("20.0 ms")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_caps_give_one_stream_and_a_note() {
+        let rtt = series(Kind::Rtt, &[100.0], Origin::Active);
+        let cap = series(Kind::Capacity, &[1e9], Origin::Active);
+        let ev = Evidence {
+            rtt: &rtt,
+            capacity: &cap,
+            throughput: &[],
+        };
+        let a = advise("h", &ev, &HostCaps::default(), &AdviceConfig::default(), 0).unwrap();
+        assert_eq!(a.streams, 1);
+        assert_eq!(a.host_limit.socket_window_max_bytes, 0);
+        assert!(a.notes.iter().any(|n| n.contains("could not be read")));
+    }
+
+    proptest! {
+        #[test]
+        fn advice_covers_the_product_within_the_caps(
+            rtt_ms in 0.05f64..600.0,
+            capacity in 1e5f64..1e11,
+            tcp_max_kib in 64u64..(1 << 20),
+            core_kib in 16u64..(1 << 20),
+            max_streams in 1u16..64,
+        ) {
+            let rtt = series(Kind::Rtt, &[rtt_ms], Origin::Active);
+            let cap = series(Kind::Capacity, &[capacity], Origin::Active);
+            let ev = Evidence { rtt: &rtt, capacity: &cap, throughput: &[] };
+            let c = caps(tcp_max_kib << 10, core_kib << 10);
+            let cfg = AdviceConfig { max_streams, ..AdviceConfig::default() };
+            let a = advise("h", &ev, &c, &cfg, 0).unwrap();
+            let max = socket_window_max(&c).unwrap();
+            prop_assert!(a.streams >= 1 && a.streams <= max_streams);
+            prop_assert!(a.buffer_bytes <= max.max(round_up(a.bdp_bytes, 4096)));
+            if a.host_limit.limited {
+                prop_assert!(a.buffer_bytes <= max);
+            }
+            // Either the streams hold the whole product, or every one is at
+            // the cap and the stream limit was reached.
+            let held = u64::from(a.streams) * a.buffer_bytes;
+            prop_assert!(held >= a.bdp_bytes || (a.streams == max_streams && a.buffer_bytes == max));
+            prop_assert!(a.expected_throughput_bps <= capacity * (1.0 + 1e-9));
+            prop_assert!(a.expected_throughput_bps > 0.0);
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The HTTP API (axum): a thin translation between JSON over HTTP and
+//! [`Service`].
+//!
+//! Every error is a JSON object `{"error": CODE, "message": TEXT,
+//! "status": N}` with a fitting status: 400 for malformed JSON or bad
+//! values, 404 for unknown hosts and routes, 405, 413 for bodies over the
+//! limit, 415 without a JSON content type, 503 (with `Retry-After`) when
+//! the store is locked or unreachable, 500 otherwise. A failed request
+//! changes nothing (the store works in transactions) and the service
+//! keeps serving.
+//!
+//! [`ROUTES`] lists every route; the router is built from the same
+//! method/path pairs and a test checks that the OpenAPI document
+//! (`openapi.json`, served at `/api/v1/openapi.json`) describes exactly
+//! these.
+
+use std::future::Future;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::Error;
+use crate::model::{Kind, TargetSource};
+use crate::report::TransferReport;
+use crate::service::{Service, TargetRequest};
+
+/// Every route: method and path (axum's `{param}` syntax, as in OpenAPI).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/api/v1/advice/{host}"),
+    ("GET", "/api/v1/history/{host}"),
+    ("GET", "/api/v1/targets"),
+    ("POST", "/api/v1/targets"),
+    ("DELETE", "/api/v1/targets/{host}"),
+    ("POST", "/api/v1/report"),
+    ("GET", "/api/v1/schedule"),
+    ("GET", "/api/v1/openapi.json"),
+];
+
+/// The OpenAPI 3 document of this API.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// An error as the API answers it.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        let (status, code) = match &e {
+            Error::BadRequest(_) | Error::Config(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            Error::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+            Error::Store(_) | Error::Client { .. } | Error::Io { .. } => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+            }
+        };
+        if status.is_server_error() {
+            tracing::warn!("advisor API: {e}");
+        }
+        ApiError::new(status, code, e.to_string())
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> ApiError {
+        let status = r.status();
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            _ => "bad_json",
+        };
+        // Unprocessable (valid JSON of the wrong shape) is a bad request
+        // here too: one status for "fix your body".
+        let status = if status == StatusCode::UNPROCESSABLE_ENTITY {
+            StatusCode::BAD_REQUEST
+        } else {
+            status
+        };
+        ApiError::new(status, code, r.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "error": self.code,
+            "message": self.message,
+            "status": self.status.as_u16(),
+        });
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        response
+    }
+}
+
+/// `Json` whose rejections are [`ApiError`]s.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    fn from_request(
+        req: Request,
+        state: &S,
+    ) -> impl Future<Output = Result<Self, ApiError>> + Send {
+        let parsed = Json::<T>::from_request(req, state);
+        async move {
+            match parsed.await {
+                Ok(Json(v)) => Ok(ApiJson(v)),
+                Err(r) => Err(ApiError::from(r)),
+            }
+        }
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// The router over a service; requests over `body_limit` bytes get 413.
+pub fn router(service: Service) -> Router {
+    let limit = service.options().body_limit;
+    Router::new()
+        .route(ROUTES[0].1, get(advice))
+        .route(ROUTES[1].1, get(history))
+        .route(ROUTES[2].1, get(targets).post(add_target))
+        .route(ROUTES[4].1, delete(delete_target))
+        .route(ROUTES[5].1, post(report))
+        .route(ROUTES[6].1, get(schedule))
+        .route(ROUTES[7].1, get(openapi))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no_route",
+                "no such route; see /api/v1/openapi.json",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
+        })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(service)
+}
+
+/// Serves the API on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    service: Service,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    axum::serve(listener, router(service))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| Error::io("advisor HTTP server", e))
+}
+
+async fn advice(State(s): State<Service>, Path(host): Path<String>) -> ApiResult<Response> {
+    Ok(Json(s.advice(&host).await?).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    kind: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn history(
+    State(s): State<Service>,
+    Path(host): Path<String>,
+    query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Response> {
+    let Query(q) =
+        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text()))?;
+    let kind = q.kind.as_deref().map(str::parse::<Kind>).transpose()?;
+    let measurements = s.history(&host, kind, q.limit.unwrap_or(100)).await?;
+    Ok(Json(serde_json::json!({ "host": host, "measurements": measurements })).into_response())
+}
+
+async fn targets(State(s): State<Service>) -> ApiResult<Response> {
+    Ok(Json(serde_json::json!({ "targets": s.targets().await? })).into_response())
+}
+
+async fn add_target(
+    State(s): State<Service>,
+    ApiJson(req): ApiJson<TargetRequest>,
+) -> ApiResult<Response> {
+    let t = s.add_target(&req, TargetSource::Api).await?;
+    Ok((StatusCode::CREATED, Json(t)).into_response())
+}
+
+async fn delete_target(State(s): State<Service>, Path(host): Path<String>) -> ApiResult<Response> {
+    s.delete_target(&host).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn report(
+    State(s): State<Service>,
+    ApiJson(r): ApiJson<TransferReport>,
+) -> ApiResult<Response> {
+    let outcome = s.report(&r).await?;
+    Ok((StatusCode::CREATED, Json(outcome)).into_response())
+}
+
+async fn schedule(State(s): State<Service>) -> Json<crate::scheduler::ScheduleStatus> {
+    Json(s.schedule())
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_openapi_document_describes_exactly_the_routes() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI).expect("openapi.json parses");
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+        let paths = doc["paths"].as_object().unwrap();
+        let mut documented = Vec::new();
+        for (path, ops) in paths {
+            for method in ops.as_object().unwrap().keys() {
+                if ["get", "post", "put", "delete", "patch"].contains(&method.as_str()) {
+                    documented.push((method.to_uppercase(), path.clone()));
+                }
+            }
+        }
+        let mut routes: Vec<(String, String)> = ROUTES
+            .iter()
+            .map(|(m, p)| (m.to_string(), p.to_string()))
+            .collect();
+        documented.sort();
+        routes.sort();
+        assert_eq!(documented, routes);
+        // Every operation documents its error body.
+        for (path, ops) in paths {
+            for (method, op) in ops.as_object().unwrap() {
+                assert!(op["responses"].is_object(), "{method} {path}: no responses");
+                assert!(
+                    op["operationId"].is_string(),
+                    "{method} {path}: no operationId"
+                );
+            }
+        }
+    }
+}

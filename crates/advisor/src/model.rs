@@ -1,0 +1,302 @@
+//! The advisor's vocabulary: targets (the far ends of paths), what is
+//! measured about them, and where each number came from.
+//!
+//! A measurement is one number with a kind and a unit; anything more a
+//! probe knows (the dispersion of a capacity estimate, the stream count of
+//! a throughput test) rides along in `details`, a JSON object, so a new
+//! probe needs no schema change.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// What a measurement measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Round-trip time, milliseconds.
+    Rtt,
+    /// Bottleneck capacity of the path, bits per second.
+    Capacity,
+    /// Rate a transfer or throughput test achieved, bits per second.
+    Throughput,
+}
+
+impl Kind {
+    /// Every kind, in the order reports list them.
+    pub const ALL: [Kind; 3] = [Kind::Rtt, Kind::Capacity, Kind::Throughput];
+
+    /// Its name in the store and the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Rtt => "rtt",
+            Kind::Capacity => "capacity",
+            Kind::Throughput => "throughput",
+        }
+    }
+
+    /// The unit its values are in.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Kind::Rtt => "ms",
+            Kind::Capacity | Kind::Throughput => "bit/s",
+        }
+    }
+}
+
+/// Whether a number came from watching real transfers or from a probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Recorded by a real transfer (tern cp, the daemon's sessions).
+    Passive,
+    /// Measured by a probe the scheduler ran.
+    Active,
+}
+
+impl Origin {
+    /// Its name in the store and the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Origin::Passive => "passive",
+            Origin::Active => "active",
+        }
+    }
+}
+
+/// How a target became known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetSource {
+    /// Listed in the targets file; never aged out.
+    Config,
+    /// Added through `POST /api/v1/targets`.
+    Api,
+    /// Seen in a completed transfer (the daemon's sessions, reports).
+    Discovered,
+}
+
+impl TargetSource {
+    /// Its name in the store and the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetSource::Config => "config",
+            TargetSource::Api => "api",
+            TargetSource::Discovered => "discovered",
+        }
+    }
+}
+
+macro_rules! parse_by_name {
+    ($ty:ty, $what:literal, [$($v:expr),+]) => {
+        impl FromStr for $ty {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self, Error> {
+                [$($v),+]
+                    .into_iter()
+                    .find(|v| v.name() == s)
+                    .ok_or_else(|| Error::BadRequest(format!(concat!("unknown ", $what, " '{}'"), s)))
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+parse_by_name!(
+    Kind,
+    "measurement kind",
+    [Kind::Rtt, Kind::Capacity, Kind::Throughput]
+);
+parse_by_name!(Origin, "origin", [Origin::Passive, Origin::Active]);
+parse_by_name!(
+    TargetSource,
+    "target source",
+    [
+        TargetSource::Config,
+        TargetSource::Api,
+        TargetSource::Discovered
+    ]
+);
+
+/// One number a probe or a transfer produced, before it is stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// What it measures.
+    pub kind: Kind,
+    /// The value, in the kind's unit.
+    pub value: f64,
+    /// Whatever else the producer knows, as a JSON object.
+    #[serde(default = "empty_object")]
+    pub details: serde_json::Value,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(Default::default())
+}
+
+impl Sample {
+    /// A sample with no details.
+    pub fn new(kind: Kind, value: f64) -> Sample {
+        Sample {
+            kind,
+            value,
+            details: empty_object(),
+        }
+    }
+
+    /// A round-trip time in milliseconds.
+    pub fn rtt_ms(ms: f64) -> Sample {
+        Sample::new(Kind::Rtt, ms)
+    }
+
+    /// A bottleneck capacity in bits/s and the dispersion of the estimate
+    /// (a standard deviation, bits/s).
+    pub fn capacity_bps(bps: f64, dispersion_bps: f64) -> Sample {
+        Sample::new(Kind::Capacity, bps).with("dispersion_bps", dispersion_bps)
+    }
+
+    /// An achieved rate in bits/s with the stream count and window it used
+    /// (`auto`, `kernel` or a byte count).
+    pub fn throughput_bps(bps: f64, streams: u16, window: &str) -> Sample {
+        Sample::new(Kind::Throughput, bps)
+            .with("streams", streams)
+            .with("window", window)
+    }
+
+    /// Adds one detail.
+    pub fn with(mut self, key: &str, value: impl Serialize) -> Sample {
+        if let (serde_json::Value::Object(map), Ok(v)) =
+            (&mut self.details, serde_json::to_value(value))
+        {
+            map.insert(key.to_string(), v);
+        }
+        self
+    }
+
+    /// Checks that the value makes sense for its kind.
+    pub fn validate(&self) -> Result<(), Error> {
+        if !self.value.is_finite() || self.value <= 0.0 {
+            return Err(Error::BadRequest(format!(
+                "{} must be a positive finite number, not {}",
+                self.kind, self.value
+            )));
+        }
+        if !self.details.is_object() {
+            return Err(Error::BadRequest("details must be a JSON object".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A stored measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// The target it is about.
+    pub host: String,
+    /// What it measures.
+    pub kind: Kind,
+    /// The value.
+    pub value: f64,
+    /// The unit of `value`.
+    pub unit: String,
+    /// Passive (a real transfer) or active (a probe).
+    pub origin: Origin,
+    /// Who produced it: a probe's name, or the reporting command.
+    pub producer: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: i64,
+    /// Whatever else the producer knows.
+    pub details: serde_json::Value,
+}
+
+/// The far end of a path the advisor knows about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    /// Host name or address, as given.
+    pub host: String,
+    /// Port probes connect to (a tern daemon listens on 4747).
+    pub port: u16,
+    /// An address the host resolved to, used to group targets by subnet.
+    pub address: Option<String>,
+    /// How it became known.
+    pub source: TargetSource,
+    /// Seconds between active measurements of it.
+    pub interval_s: u64,
+    /// When it was added, ms since the epoch.
+    pub added_ms: i64,
+    /// When advice was last asked for it or a transfer used it.
+    pub last_used_ms: i64,
+}
+
+/// The port a target gets when none is given: tern's.
+pub const DEFAULT_PORT: u16 = 4747;
+
+/// Checks a host name or address given by a user or a peer: 1 to 253
+/// characters of letters, digits and `.-:_%` (names, IPv4, IPv6 with a
+/// zone), so nothing odd reaches the store, the logs or a URL.
+pub fn validate_host(host: &str) -> Result<(), Error> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || ".-:_%".contains(c);
+    if host.is_empty() || host.len() > 253 || !host.chars().all(ok_char) {
+        let shown: String = host.chars().take(64).collect();
+        return Err(Error::BadRequest(format!(
+            "'{shown}' is not a host name or address"
+        )));
+    }
+    Ok(())
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for k in Kind::ALL {
+            assert_eq!(k.name().parse::<Kind>().unwrap(), k);
+            assert_eq!(
+                serde_json::to_value(k).unwrap(),
+                serde_json::json!(k.name())
+            );
+        }
+        assert_eq!("api".parse::<TargetSource>().unwrap(), TargetSource::Api);
+        assert!("bogus".parse::<Origin>().is_err());
+    }
+
+    #[test]
+    fn hosts_are_checked() {
+        for good in ["dtn.example.org", "10.0.0.1", "::1", "fe80::1%eth0", "a_b"] {
+            validate_host(good).unwrap();
+        }
+        for bad in ["", "a b", "x/../y", "<script>", &"a".repeat(254)] {
+            assert!(validate_host(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn samples_are_checked() {
+        assert!(Sample::rtt_ms(0.0).validate().is_err());
+        assert!(Sample::rtt_ms(f64::NAN).validate().is_err());
+        assert!(Sample::rtt_ms(-1.0).validate().is_err());
+        let s = Sample::capacity_bps(5e8, 1e7);
+        s.validate().unwrap();
+        assert_eq!(s.details["dispersion_bps"], 1e7);
+        let t = Sample::throughput_bps(4e8, 3, "auto");
+        assert_eq!(t.details["streams"], 3);
+        assert_eq!(t.details["window"], "auto");
+    }
+}

@@ -1,0 +1,577 @@
+//! The advisor as a whole: options, the operations the API offers, the
+//! feed of completed transfers, the ageing of targets, and starting it.
+//!
+//! [`Service`] holds the store and does the work behind every route, so
+//! the HTTP layer ([`crate::api`]) only translates; the daemon's session
+//! hook and `tern cp`'s reports end in the same [`Service::report`].
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tern_drs::HostCaps;
+use tokio::sync::mpsc;
+
+use crate::Error;
+use crate::advice::{Advice, AdviceConfig, Evidence, advise};
+use crate::model::{
+    DEFAULT_PORT, Kind, Measurement, Origin, Target, TargetSource, now_ms, validate_host,
+};
+use crate::probe::{Probe, TcpConnectRtt};
+use crate::report::TransferReport;
+use crate::scheduler::{ScheduleStatus, Scheduler, SchedulerOptions};
+use crate::store::{NewTarget, Store, StoreOptions};
+
+/// Measurements of one kind read to form an estimate (the estimators use
+/// the newest ten after change detection; the rest feeds the detector).
+const SERIES_READ: u32 = 100;
+
+/// Everything the advisor can be told.
+#[derive(Debug, Clone)]
+pub struct AdvisorOptions {
+    /// The archive: a PostgreSQL URL, an `sqlite:` URL or an SQLite file.
+    pub db: String,
+    /// Targets file: one `HOST[:PORT] [INTERVAL_SECS]` per line.
+    pub targets_file: Option<PathBuf>,
+    /// Seconds between active measurements of a target unless it says.
+    pub default_interval: Duration,
+    /// Targets (other than the file's) unused this long are purged.
+    pub max_age: Duration,
+    /// The probe scheduler.
+    pub scheduler: SchedulerOptions,
+    /// Run active probes at all.
+    pub probes_enabled: bool,
+    /// Advice settings.
+    pub advice: AdviceConfig,
+    /// Store timeouts.
+    pub store: StoreOptions,
+    /// Largest request body the API reads, bytes.
+    pub body_limit: usize,
+}
+
+impl AdvisorOptions {
+    /// Defaults for an archive at `db`.
+    pub fn new(db: impl Into<String>) -> AdvisorOptions {
+        AdvisorOptions {
+            db: db.into(),
+            targets_file: None,
+            default_interval: Duration::from_secs(6 * 3600),
+            max_age: Duration::from_secs(30 * 86_400),
+            scheduler: SchedulerOptions::default(),
+            probes_enabled: true,
+            advice: AdviceConfig::default(),
+            store: StoreOptions::default(),
+            body_limit: 64 << 10,
+        }
+    }
+}
+
+/// A target as the API takes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetRequest {
+    /// Host name or address.
+    pub host: String,
+    /// Port probes connect to [default: 4747].
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Seconds between measurements [default: the advisor's].
+    #[serde(default)]
+    pub interval_s: Option<u64>,
+}
+
+/// What `POST /api/v1/report` answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportOutcome {
+    /// The target the report was filed under.
+    pub host: String,
+    /// Measurements stored.
+    pub stored: usize,
+    /// Parts left out, and why.
+    pub ignored: Vec<String>,
+}
+
+/// The operations behind the API.
+#[derive(Debug, Clone)]
+pub struct Service {
+    store: Store,
+    caps: Arc<HostCaps>,
+    opts: Arc<AdvisorOptions>,
+    scheduler: Option<Scheduler>,
+}
+
+/// The address a host name stands for: itself when it is one, else the
+/// first it resolves to (within 3 s), else none.
+pub async fn resolve(host: &str) -> Option<String> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Some(ip.to_string());
+    }
+    tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::net::lookup_host((bare, DEFAULT_PORT)),
+    )
+    .await
+    .ok()?
+    .ok()?
+    .map(|a| a.ip().to_string())
+    .next()
+}
+
+impl Service {
+    /// A service over an open store, with this host's caps.
+    pub fn new(store: Store, caps: HostCaps, opts: AdvisorOptions) -> Service {
+        Service {
+            store,
+            caps: Arc::new(caps),
+            opts: Arc::new(opts),
+            scheduler: None,
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The options.
+    pub fn options(&self) -> &AdvisorOptions {
+        &self.opts
+    }
+
+    fn changed(&self) {
+        if let Some(s) = &self.scheduler {
+            s.targets_changed();
+        }
+    }
+
+    /// Advice for a host (by name or address); from a subnet neighbour
+    /// when it has no numbers of its own.
+    pub async fn advice(&self, host: &str) -> Result<Advice, Error> {
+        validate_host(host)?;
+        let target = self.store.find_target(host).await?.ok_or_else(|| {
+            Error::NotFound(format!(
+                "unknown host {host}: add it with POST /api/v1/targets, or run a transfer with --advisor"
+            ))
+        })?;
+        let now = now_ms();
+        self.store.touch(&target.host, now).await?;
+        let own = self.advice_from(&target.host, host, now).await;
+        let Err(Error::NotFound(missing)) = own else {
+            return own;
+        };
+        let policy = &self.opts.scheduler.aggregation;
+        let Some(group) = target.address.as_deref().and_then(|a| policy.group_of(a)) else {
+            return Err(Error::NotFound(missing));
+        };
+        let mut neighbours: Vec<Target> = self
+            .store
+            .targets()
+            .await?
+            .into_iter()
+            .filter(|t| t.host != target.host)
+            .filter(|t| {
+                t.address
+                    .as_deref()
+                    .and_then(|a| policy.group_of(a))
+                    .as_ref()
+                    == Some(&group)
+            })
+            .collect();
+        neighbours.sort_by_key(|t| std::cmp::Reverse(t.last_used_ms));
+        for n in neighbours {
+            if let Ok(mut a) = self.advice_from(&n.host, host, now).await {
+                a.notes.push(format!(
+                    "no measurements of {host} yet: this is the advice for {}, on the same subnet {group}",
+                    n.host
+                ));
+                a.aggregated_from = Some(n.host);
+                return Ok(a);
+            }
+        }
+        Err(Error::NotFound(missing))
+    }
+
+    async fn advice_from(&self, measured: &str, asked: &str, now: i64) -> Result<Advice, Error> {
+        let rtt = self.store.series(measured, Kind::Rtt, SERIES_READ).await?;
+        let capacity = self
+            .store
+            .series(measured, Kind::Capacity, SERIES_READ)
+            .await?;
+        let throughput = self
+            .store
+            .series(measured, Kind::Throughput, SERIES_READ)
+            .await?;
+        let ev = Evidence {
+            rtt: &rtt,
+            capacity: &capacity,
+            throughput: &throughput,
+        };
+        advise(asked, &ev, &self.caps, &self.opts.advice, now)
+    }
+
+    /// Measurements of a host, newest first.
+    pub async fn history(
+        &self,
+        host: &str,
+        kind: Option<Kind>,
+        limit: u32,
+    ) -> Result<Vec<Measurement>, Error> {
+        validate_host(host)?;
+        let target = self
+            .store
+            .find_target(host)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("unknown host {host}")))?;
+        self.store
+            .history(&target.host, kind, limit.clamp(1, 10_000))
+            .await
+    }
+
+    /// Every target.
+    pub async fn targets(&self) -> Result<Vec<Target>, Error> {
+        self.store.targets().await
+    }
+
+    /// Adds or updates a target.
+    pub async fn add_target(
+        &self,
+        req: &TargetRequest,
+        source: TargetSource,
+    ) -> Result<Target, Error> {
+        validate_host(&req.host)?;
+        if req.port == Some(0) {
+            return Err(Error::BadRequest("port 0 cannot be probed".into()));
+        }
+        let interval = req
+            .interval_s
+            .unwrap_or(self.opts.default_interval.as_secs());
+        if !(1..=366 * 86_400).contains(&interval) {
+            return Err(Error::BadRequest(format!(
+                "interval_s {interval}: 1 s to a year allowed"
+            )));
+        }
+        let t = NewTarget {
+            host: req.host.clone(),
+            port: req.port.unwrap_or(DEFAULT_PORT),
+            address: resolve(&req.host).await,
+            source,
+            interval_s: interval,
+        };
+        let target = self.store.upsert_target(&t, now_ms()).await?;
+        self.changed();
+        Ok(target)
+    }
+
+    /// Removes a target and its measurements.
+    pub async fn delete_target(&self, host: &str) -> Result<(), Error> {
+        validate_host(host)?;
+        if !self.store.delete_target(host).await? {
+            return Err(Error::NotFound(format!("unknown target {host}")));
+        }
+        self.changed();
+        Ok(())
+    }
+
+    /// Records what a finished transfer achieved; its far end becomes a
+    /// discovered target if it was not one.
+    pub async fn report(&self, r: &TransferReport) -> Result<ReportOutcome, Error> {
+        let extracted = r.extract()?;
+        let existing = self.store.find_target(&r.host).await?;
+        let host = existing.as_ref().map_or(r.host.clone(), |t| t.host.clone());
+        let discovered = NewTarget {
+            host: host.clone(),
+            port: r
+                .port
+                .unwrap_or(existing.as_ref().map_or(DEFAULT_PORT, |t| t.port)),
+            address: match &existing {
+                Some(t) if t.address.is_some() => t.address.clone(),
+                _ => resolve(&r.host).await,
+            },
+            source: TargetSource::Discovered,
+            interval_s: self.opts.default_interval.as_secs(),
+        };
+        let stored = self
+            .store
+            .record(
+                &host,
+                Origin::Passive,
+                &r.producer(),
+                &extracted.samples,
+                now_ms(),
+                Some(&discovered),
+            )
+            .await?;
+        if existing.is_none() {
+            self.changed();
+        }
+        Ok(ReportOutcome {
+            host,
+            stored,
+            ignored: extracted.ignored,
+        })
+    }
+
+    /// How busy the scheduler is (an idle status when probes are off).
+    pub fn schedule(&self) -> ScheduleStatus {
+        match &self.scheduler {
+            Some(s) => s.status(),
+            None => ScheduleStatus::idle(0, self.opts.scheduler.budget_bps, Vec::new()),
+        }
+    }
+
+    /// Purges targets unused for longer than the maximum age.
+    pub async fn age_out(&self) -> Result<Vec<String>, Error> {
+        let before = now_ms() - self.opts.max_age.as_millis().min(i64::MAX as u128) as i64;
+        let gone = self.store.purge_unused(before).await?;
+        if !gone.is_empty() {
+            tracing::info!(
+                "advisor: aged out {} unused target(s): {}",
+                gone.len(),
+                gone.join(" ")
+            );
+            self.changed();
+        }
+        Ok(gone)
+    }
+
+    /// Loads the targets file: its targets become `config` ones.
+    pub async fn load_targets_file(&self, path: &Path) -> Result<usize, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("read targets file {}", path.display()), e))?;
+        let entries =
+            parse_targets(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        for req in &entries {
+            self.add_target(req, TargetSource::Config).await?;
+        }
+        Ok(entries.len())
+    }
+}
+
+/// Parses a targets file: one `HOST[:PORT] [INTERVAL_SECS]` per line
+/// (`[v6addr]:PORT` for IPv6 with a port), `#` starts a comment.
+pub fn parse_targets(text: &str) -> Result<Vec<TargetRequest>, String> {
+    let mut out = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = |msg: String| format!("line {}: {msg}", n + 1);
+        let mut words = line.split_whitespace();
+        let spec = words.next().expect("not empty");
+        let interval_s = words
+            .next()
+            .map(|w| {
+                w.parse::<u64>()
+                    .map_err(|_| at(format!("'{w}' is not a number of seconds")))
+            })
+            .transpose()?;
+        if let Some(extra) = words.next() {
+            return Err(at(format!("unexpected '{extra}'")));
+        }
+        let (host, port) = split_host_port(spec).map_err(at)?;
+        validate_host(&host).map_err(|e| at(e.to_string()))?;
+        out.push(TargetRequest {
+            host,
+            port,
+            interval_s,
+        });
+    }
+    Ok(out)
+}
+
+fn split_host_port(spec: &str) -> Result<(String, Option<u16>), String> {
+    let port = |p: &str| p.parse::<u16>().map_err(|_| format!("'{p}' is not a port"));
+    if let Some(rest) = spec.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("'{spec}': no closing ]"))?;
+        return match after.strip_prefix(':') {
+            Some(p) => Ok((host.to_string(), Some(port(p)?))),
+            None if after.is_empty() => Ok((host.to_string(), None)),
+            None => Err(format!("'{spec}': junk after ]")),
+        };
+    }
+    match spec.matches(':').count() {
+        1 => {
+            let (h, p) = spec.split_once(':').expect("one colon");
+            Ok((h.to_string(), Some(port(p)?)))
+        }
+        _ => Ok((spec.to_string(), None)),
+    }
+}
+
+/// A running advisor: the service, its scheduler and its background tasks.
+#[derive(Debug, Clone)]
+pub struct Advisor {
+    service: Service,
+    /// Completed transfers waiting to be recorded.
+    feed: mpsc::Sender<TransferReport>,
+}
+
+/// Completed transfers the feed holds before dropping new ones (the
+/// daemon never waits for the advisor).
+const FEED_DEPTH: usize = 1024;
+
+impl Advisor {
+    /// Opens the store, loads the targets file, and starts the scheduler,
+    /// the ageing task and the transfer feed; they stop with `shutdown`.
+    pub async fn start(
+        opts: AdvisorOptions,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<Advisor, Error> {
+        Self::start_with_probes(opts, default_probes(), shutdown).await
+    }
+
+    /// As [`Advisor::start`], with these probes.
+    pub async fn start_with_probes(
+        opts: AdvisorOptions,
+        probes: Vec<Arc<dyn Probe>>,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<Advisor, Error> {
+        let store = Store::open(&opts.db, opts.store).await?;
+        let mut service = Service::new(store.clone(), HostCaps::read(), opts.clone());
+        if let Some(path) = &opts.targets_file {
+            let n = service.load_targets_file(path).await?;
+            tracing::info!("advisor: {n} target(s) from {}", path.display());
+        }
+        let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+        let stopped = {
+            let tx = stop_tx.clone();
+            async move {
+                shutdown.await;
+                let _ = tx.send(());
+            }
+        };
+        tokio::spawn(stopped);
+        let until_stop = |tx: &tokio::sync::broadcast::Sender<()>| {
+            let mut rx = tx.subscribe();
+            async move {
+                let _ = rx.recv().await;
+            }
+        };
+        if opts.probes_enabled && !probes.is_empty() {
+            service.scheduler = Some(Scheduler::spawn(
+                store,
+                probes,
+                opts.scheduler,
+                until_stop(&stop_tx),
+            ));
+        }
+        let (feed, mut rx) = mpsc::channel::<TransferReport>(FEED_DEPTH);
+        let fed = service.clone();
+        let stop = until_stop(&stop_tx);
+        tokio::spawn(async move {
+            tokio::pin!(stop);
+            loop {
+                tokio::select! {
+                    Some(r) = rx.recv() => {
+                        if let Err(e) = fed.report(&r).await {
+                            tracing::warn!("advisor: transfer with {} not recorded: {e}", r.host);
+                        }
+                    }
+                    () = &mut stop => break,
+                }
+            }
+        });
+        let aging = service.clone();
+        let stop = until_stop(&stop_tx);
+        let every = (opts.max_age / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+        tokio::spawn(async move {
+            tokio::pin!(stop);
+            loop {
+                if let Err(e) = aging.age_out().await {
+                    tracing::warn!("advisor: ageing targets: {e}");
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    () = &mut stop => break,
+                }
+            }
+        });
+        Ok(Advisor { service, feed })
+    }
+
+    /// The service, for the HTTP API.
+    pub fn service(&self) -> &Service {
+        &self.service
+    }
+
+    /// Hands a completed transfer to the advisor without waiting; dropped
+    /// (and logged) when the advisor is far behind.
+    pub fn observe(&self, report: TransferReport) {
+        if let Err(e) = self.feed.try_send(report) {
+            tracing::warn!("advisor: dropping a transfer report: {e}");
+        }
+    }
+
+    /// The hook the daemon calls after each completed session: the peer
+    /// becomes a discovered target and the session's rate and RTT passive
+    /// measurements.
+    pub fn session_hook(&self) -> tern_engine::server::SessionHook {
+        let advisor = self.clone();
+        tern_engine::server::SessionHook::new(move |done| {
+            let direction = if done.sent { "send" } else { "receive" };
+            let report = TransferReport::from_stats(
+                &done.peer.ip().to_canonical().to_string(),
+                done.stats,
+                "tern serve",
+                direction,
+            );
+            advisor.observe(report);
+        })
+    }
+}
+
+/// The probes the advisor runs when not told otherwise.
+pub fn default_probes() -> Vec<Arc<dyn Probe>> {
+    vec![Arc::new(TcpConnectRtt::default())]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_file_lines() {
+        let text = "# data servers\n\
+                    dtn1.example.org\n\
+                    dtn2.example.org:4848 3600  # hourly\n\
+                    \n\
+                    [2001:db8::7]:4747\n\
+                    2001:db8::8 600\n\
+                    192.0.2.9:5000\n";
+        let t = parse_targets(text).unwrap();
+        assert_eq!(t.len(), 5);
+        assert_eq!(
+            t[0],
+            TargetRequest {
+                host: "dtn1.example.org".into(),
+                port: None,
+                interval_s: None
+            }
+        );
+        assert_eq!(t[1].port, Some(4848));
+        assert_eq!(t[1].interval_s, Some(3600));
+        assert_eq!(t[2].host, "2001:db8::7");
+        assert_eq!(t[2].port, Some(4747));
+        assert_eq!(
+            (t[3].host.as_str(), t[3].port, t[3].interval_s),
+            ("2001:db8::8", None, Some(600))
+        );
+        assert_eq!(t[4].port, Some(5000));
+        for (bad, why) in [
+            ("h:notaport", "line 1: 'notaport' is not a port"),
+            ("h 10 extra", "line 1: unexpected 'extra'"),
+            ("h ten", "line 1: 'ten' is not a number"),
+            ("ok\n[::1", "line 2: '[::1': no closing ]"),
+            ("bad/host", "line 1: bad request"),
+        ] {
+            let e = parse_targets(bad).unwrap_err();
+            assert!(e.starts_with(why), "{bad}: {e}");
+        }
+    }
+}

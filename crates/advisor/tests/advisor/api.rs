@@ -1,0 +1,425 @@
+//! The HTTP API through its router, on every backend: routes, answers,
+//! and every kind of bad input.
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tern_advisor::api::{ROUTES, router};
+use tern_advisor::service::{AdvisorOptions, Service};
+use tern_drs::HostCaps;
+use tower::ServiceExt;
+
+use crate::fixtures::{self, every_db, quick};
+
+fn caps() -> HostCaps {
+    HostCaps {
+        tcp_rmem: [4096, 131072, 6 << 20],
+        tcp_wmem: [4096, 16384, 4 << 20],
+        rmem_max: 212992,
+        wmem_max: 212992,
+        ..HostCaps::default()
+    }
+}
+
+async fn service(db: &fixtures::TestDb) -> Service {
+    let mut opts = AdvisorOptions::new(db.url.clone());
+    opts.store = quick();
+    opts.body_limit = 4096;
+    Service::new(db.open(quick()).await, caps(), opts)
+}
+
+async fn call(s: &Service, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
+    call_with(s, method, uri, body, "application/json").await
+}
+
+async fn call_with(
+    s: &Service,
+    method: Method,
+    uri: &str,
+    body: Option<&str>,
+    content_type: &str,
+) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(uri);
+    if body.is_some() {
+        req = req.header(header::CONTENT_TYPE, content_type);
+    }
+    let req = req
+        .body(Body::from(body.unwrap_or("").to_string()))
+        .unwrap();
+    let resp = router(s.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).expect("JSON body")
+    };
+    (status, value)
+}
+
+fn assert_error(status: StatusCode, body: &Value, want: StatusCode, code: &str) {
+    assert_eq!(status, want, "{body}");
+    assert_eq!(body["error"], code, "{body}");
+    assert_eq!(body["status"], want.as_u16(), "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn every_route_is_served() {
+    let db = fixtures::sqlite();
+    let s = service(&db).await;
+    for (method, path) in ROUTES {
+        let uri = path.replace("{host}", "nothing.example");
+        let body = (*method == "POST").then_some("{}");
+        let (status, body) = call(&s, method.parse().unwrap(), &uri, body).await;
+        assert_ne!(body["error"], "no_route", "{method} {path}");
+        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+    }
+    let (status, body) = call(&s, Method::GET, "/api/v1/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body["paths"]["/api/v1/advice/{host}"]["get"].is_object());
+}
+
+#[tokio::test]
+async fn targets_can_be_added_listed_and_removed() {
+    for db in every_db().await {
+        let s = service(&db).await;
+        let n = db.name;
+        let (status, t) = call(
+            &s,
+            Method::POST,
+            "/api/v1/targets",
+            Some(r#"{"host":"127.0.0.1","port":5000,"interval_s":60}"#),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{n}: {t}");
+        assert_eq!(
+            (t["host"].as_str(), t["port"].as_u64(), t["source"].as_str()),
+            (Some("127.0.0.1"), Some(5000), Some("api")),
+            "{n}"
+        );
+        assert_eq!(t["address"], "127.0.0.1", "{n}");
+        let (status, list) = call(&s, Method::GET, "/api/v1/targets", None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(list["targets"].as_array().unwrap().len(), 1, "{n}");
+        let (status, body) = call(&s, Method::DELETE, "/api/v1/targets/127.0.0.1", None).await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{n}: {body}");
+        let (status, body) = call(&s, Method::DELETE, "/api/v1/targets/127.0.0.1", None).await;
+        assert_error(status, &body, StatusCode::NOT_FOUND, "not_found");
+    }
+}
+
+#[tokio::test]
+async fn a_report_becomes_advice_and_history() {
+    for db in every_db().await {
+        let s = service(&db).await;
+        let n = db.name;
+        let report = json!({
+            "host": "198.51.100.7", "throughput_bps": 4.8e8, "rtt_ms": 180.0,
+            "bytes": 2_000_000_000u64, "duration_s": 33.3, "streams": 4, "window": "auto",
+            "limit": "network", "command": "tern cp", "direction": "send"
+        });
+        let (status, out) = call(
+            &s,
+            Method::POST,
+            "/api/v1/report",
+            Some(&report.to_string()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{n}: {out}");
+        assert_eq!(out["stored"], 2, "{n}");
+        let (status, a) = call(&s, Method::GET, "/api/v1/advice/198.51.100.7", None).await;
+        assert_eq!(status, StatusCode::OK, "{n}: {a}");
+        // 180 ms × 480 Mbit/s = 10.8 MB; a socket gets 2 MiB here.
+        assert_eq!(a["bdp_bytes"], 10_800_000, "{n}");
+        assert_eq!(a["streams"], 6, "{n}");
+        assert_eq!(a["source"], "passive", "{n}");
+        assert_eq!(a["capacity_basis"], "throughput", "{n}");
+        assert_eq!(a["samples"], 2, "{n}");
+        assert!(a["host_limit"]["limited"].as_bool().unwrap(), "{n}");
+        let (status, h) = call(
+            &s,
+            Method::GET,
+            "/api/v1/history/198.51.100.7?kind=throughput",
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{n}");
+        let m = &h["measurements"][0];
+        assert_eq!(
+            (
+                m["kind"].as_str(),
+                m["origin"].as_str(),
+                m["producer"].as_str()
+            ),
+            (Some("throughput"), Some("passive"), Some("tern cp")),
+            "{n}"
+        );
+        assert_eq!(m["details"]["streams"], 4, "{n}");
+        let (_, targets) = call(&s, Method::GET, "/api/v1/targets", None).await;
+        assert_eq!(targets["targets"][0]["source"], "discovered", "{n}");
+    }
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_json_error() {
+    for db in every_db().await {
+        let s = service(&db).await;
+        let cases: Vec<(Method, &str, Option<&str>, StatusCode, &str)> = vec![
+            (
+                Method::POST,
+                "/api/v1/targets",
+                Some("{not json"),
+                StatusCode::BAD_REQUEST,
+                "bad_json",
+            ),
+            (
+                Method::POST,
+                "/api/v1/targets",
+                Some(r#"{"host": 5}"#),
+                StatusCode::BAD_REQUEST,
+                "bad_json",
+            ),
+            (
+                Method::POST,
+                "/api/v1/targets",
+                Some(r#"{"host":"h","colour":"red"}"#),
+                StatusCode::BAD_REQUEST,
+                "bad_json",
+            ),
+            (
+                Method::POST,
+                "/api/v1/targets",
+                Some(r#"{"host":"no such host!"}"#),
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+            ),
+            (
+                Method::POST,
+                "/api/v1/targets",
+                Some(r#"{"host":"h","port":0}"#),
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+            ),
+            (
+                Method::POST,
+                "/api/v1/targets",
+                Some(r#"{"host":"h","interval_s":0}"#),
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+            ),
+            (
+                Method::POST,
+                "/api/v1/report",
+                Some(r#"{"host":"h"}"#),
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+            ),
+            (
+                Method::POST,
+                "/api/v1/report",
+                Some(r#"{"host":"h","rtt_ms":-4}"#),
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+            ),
+            (
+                Method::GET,
+                "/api/v1/advice/unknown.example",
+                None,
+                StatusCode::NOT_FOUND,
+                "not_found",
+            ),
+            (
+                Method::GET,
+                "/api/v1/advice/a%20b",
+                None,
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+            ),
+            (
+                Method::GET,
+                "/api/v1/history/unknown.example",
+                None,
+                StatusCode::NOT_FOUND,
+                "not_found",
+            ),
+            (
+                Method::GET,
+                "/api/v1/history/h?kind=colour",
+                None,
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+            ),
+            (
+                Method::GET,
+                "/api/v1/history/h?limit=-1",
+                None,
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+            ),
+            (
+                Method::GET,
+                "/api/v1/nothing",
+                None,
+                StatusCode::NOT_FOUND,
+                "no_route",
+            ),
+            (
+                Method::PUT,
+                "/api/v1/targets",
+                Some("{}"),
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+            ),
+        ];
+        for (method, uri, body, want, code) in cases {
+            let (status, got) = call(&s, method.clone(), uri, body).await;
+            assert_error(status, &got, want, code);
+            let _ = (method, db.name);
+        }
+        let (status, got) = call_with(
+            &s,
+            Method::POST,
+            "/api/v1/targets",
+            Some(r#"{"host":"h"}"#),
+            "text/plain",
+        )
+        .await;
+        assert_error(
+            status,
+            &got,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        );
+        let huge = format!(r#"{{"host":"h","command":"{}"}}"#, "x".repeat(10_000));
+        let (status, got) = call(&s, Method::POST, "/api/v1/report", Some(&huge)).await;
+        assert_error(status, &got, StatusCode::PAYLOAD_TOO_LARGE, "too_large");
+        // A host known but not measured: 404 that says what is missing.
+        call(
+            &s,
+            Method::POST,
+            "/api/v1/targets",
+            Some(r#"{"host":"192.0.2.44"}"#),
+        )
+        .await;
+        let (status, got) = call(&s, Method::GET, "/api/v1/advice/192.0.2.44", None).await;
+        assert_error(status, &got, StatusCode::NOT_FOUND, "not_found");
+        assert!(got["message"].as_str().unwrap().contains("no RTT"), "{got}");
+        // Nothing of the refused requests was stored.
+        assert_eq!(
+            s.store().measurement_count().await.unwrap(),
+            0,
+            "{}",
+            db.name
+        );
+        assert_eq!(s.store().targets().await.unwrap().len(), 1, "{}", db.name);
+    }
+}
+
+#[tokio::test]
+async fn a_neighbour_on_the_subnet_answers_until_a_host_has_its_own_numbers() {
+    for db in every_db().await {
+        let s = service(&db).await;
+        let n = db.name;
+        let report = |host: &str, rtt: f64| {
+            json!({"host": host, "throughput_bps": 1e8, "rtt_ms": rtt, "bytes": 100_000_000u64,
+                   "duration_s": 8.0, "limit": "network"})
+            .to_string()
+        };
+        call(
+            &s,
+            Method::POST,
+            "/api/v1/report",
+            Some(&report("203.0.113.10", 40.0)),
+        )
+        .await;
+        call(
+            &s,
+            Method::POST,
+            "/api/v1/targets",
+            Some(r#"{"host":"203.0.113.99"}"#),
+        )
+        .await;
+        let (status, a) = call(&s, Method::GET, "/api/v1/advice/203.0.113.99", None).await;
+        assert_eq!(status, StatusCode::OK, "{n}: {a}");
+        assert_eq!(a["aggregated_from"], "203.0.113.10", "{n}");
+        assert_eq!(a["host"], "203.0.113.99", "{n}");
+        assert_eq!(a["rtt_ms"], 40.0, "{n}");
+        call(
+            &s,
+            Method::POST,
+            "/api/v1/report",
+            Some(&report("203.0.113.99", 60.0)),
+        )
+        .await;
+        let (_, a) = call(&s, Method::GET, "/api/v1/advice/203.0.113.99", None).await;
+        assert_eq!(a["aggregated_from"], Value::Null, "{n}");
+        assert_eq!(a["rtt_ms"], 60.0, "{n}");
+        // Another subnet is not a neighbour.
+        call(
+            &s,
+            Method::POST,
+            "/api/v1/targets",
+            Some(r#"{"host":"203.0.114.1"}"#),
+        )
+        .await;
+        let (status, _) = call(&s, Method::GET, "/api/v1/advice/203.0.114.1", None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{n}");
+    }
+}
+
+#[tokio::test]
+async fn a_locked_database_is_503_the_service_keeps_running_and_nothing_is_lost() {
+    use sqlx::Connection;
+    let db = fixtures::sqlite();
+    let s = service(&db).await;
+    let ok = json!({"host": "h.example", "rtt_ms": 12.0}).to_string();
+    let (status, _) = call(&s, Method::POST, "/api/v1/report", Some(&ok)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let url = format!("sqlite://{}", db.sqlite_path().unwrap().display());
+    let mut other = sqlx::AnyConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let req = Request::post("/api/v1/report")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"host": "h.example", "rtt_ms": 13.0}).to_string(),
+        ))
+        .unwrap();
+    let resp = router(s.clone()).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()[header::RETRY_AFTER], "5");
+    let body: Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &body,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+    );
+    // Reads still work meanwhile, and the service answers other requests.
+    let (status, _) = call(&s, Method::GET, "/api/v1/history/h.example", None).await;
+    assert_eq!(status, StatusCode::OK);
+    sqlx::query("COMMIT").execute(&mut other).await.unwrap();
+    let again = json!({"host": "h.example", "rtt_ms": 14.0}).to_string();
+    let (status, _) = call(&s, Method::POST, "/api/v1/report", Some(&again)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, h) = call(&s, Method::GET, "/api/v1/history/h.example?kind=rtt", None).await;
+    let values: Vec<f64> = h["measurements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["value"].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        values,
+        [14.0, 12.0],
+        "the refused report left nothing, the others are all there"
+    );
+}
