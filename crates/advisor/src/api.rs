@@ -15,9 +15,13 @@
 //! these.
 
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::extract::{
+    ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State,
+};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -174,14 +178,38 @@ pub async fn serve(
     service: Service,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    axum::serve(listener, router(service))
+    let app = router(service).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| Error::io("advisor HTTP server", e))
 }
 
-async fn advice(State(s): State<Service>, Path(host): Path<String>) -> ApiResult<Response> {
-    Ok(Json(s.advice(&host).await?).into_response())
+/// The address a request came from, when the server knows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller(pub Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    fn from_request_parts(
+        parts: &mut Parts,
+        _state: &S,
+    ) -> impl Future<Output = Result<Self, Self::Rejection>> + Send {
+        let ip = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        std::future::ready(Ok(Caller(ip)))
+    }
+}
+
+async fn advice(
+    State(s): State<Service>,
+    Caller(caller): Caller,
+    Path(host): Path<String>,
+) -> ApiResult<Response> {
+    Ok(Json(s.advice_for(&host, caller).await?).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -222,9 +250,10 @@ async fn delete_target(State(s): State<Service>, Path(host): Path<String>) -> Ap
 
 async fn report(
     State(s): State<Service>,
+    Caller(caller): Caller,
     ApiJson(r): ApiJson<TransferReport>,
 ) -> ApiResult<Response> {
-    let outcome = s.report(&r).await?;
+    let outcome = s.report_from(&r, caller).await?;
     Ok((StatusCode::CREATED, Json(outcome)).into_response())
 }
 

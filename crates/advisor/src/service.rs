@@ -8,6 +8,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -100,6 +101,17 @@ pub struct Service {
     caps: Arc<HostCaps>,
     opts: Arc<AdvisorOptions>,
     scheduler: Option<Scheduler>,
+    /// A daemon feeds this advisor its completed sessions.
+    beside_daemon: Arc<AtomicBool>,
+}
+
+/// Whether `host` names this machine: it resolves to an address a socket
+/// here can bind.
+pub async fn is_own(host: &str) -> bool {
+    let Some(ip) = resolve(host).await.and_then(|a| a.parse::<IpAddr>().ok()) else {
+        return false;
+    };
+    std::net::UdpSocket::bind(std::net::SocketAddr::new(ip, 0)).is_ok()
 }
 
 /// The address a host name stands for: itself when it is one, else the
@@ -128,6 +140,7 @@ impl Service {
             caps: Arc::new(caps),
             opts: Arc::new(opts),
             scheduler: None,
+            beside_daemon: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -141,10 +154,39 @@ impl Service {
         &self.opts
     }
 
+    /// Marks the service as fed by the daemon beside it, which records
+    /// every session itself.
+    pub fn fed_by_daemon(&self) {
+        self.beside_daemon.store(true, Ordering::Relaxed);
+    }
+
     fn changed(&self) {
         if let Some(s) = &self.scheduler {
             s.targets_changed();
         }
+    }
+
+    /// Advice for a host as a client at `caller` asks for it: when the
+    /// host is the advisor's own (a client asking the advisor beside the
+    /// daemon it talks to), the path in question is the one to the caller.
+    pub async fn advice_for(&self, host: &str, caller: Option<IpAddr>) -> Result<Advice, Error> {
+        validate_host(host)?;
+        if let Some(me) = self.caller_instead(host, caller).await {
+            let mut a = self.advice(&me).await?;
+            a.notes.push(format!(
+                "{host} is this advisor's own host: this is the advice for the path to you ({me})"
+            ));
+            return Ok(a);
+        }
+        self.advice(host).await
+    }
+
+    /// The caller's address, when `host` names this machine.
+    async fn caller_instead(&self, host: &str, caller: Option<IpAddr>) -> Option<String> {
+        let caller = caller?;
+        is_own(host)
+            .await
+            .then(|| caller.to_canonical().to_string())
     }
 
     /// Advice for a host (by name or address); from a subnet neighbour
@@ -255,7 +297,7 @@ impl Service {
         }
         let t = NewTarget {
             host: req.host.clone(),
-            port: req.port.unwrap_or(DEFAULT_PORT),
+            port: req.port,
             address: resolve(&req.host).await,
             source,
             interval_s: interval,
@@ -275,6 +317,36 @@ impl Service {
         Ok(())
     }
 
+    /// Records a report a client at `caller` sent. A report about this
+    /// machine is about the path to the caller: it is filed under the
+    /// caller's address, or left out when the daemon beside this advisor
+    /// records its sessions itself (the same transfer would count twice).
+    pub async fn report_from(
+        &self,
+        r: &TransferReport,
+        caller: Option<IpAddr>,
+    ) -> Result<ReportOutcome, Error> {
+        r.extract()?;
+        let Some(me) = self.caller_instead(&r.host, caller).await else {
+            return self.report(r).await;
+        };
+        if self.beside_daemon.load(Ordering::Relaxed) {
+            return Ok(ReportOutcome {
+                host: me,
+                stored: 0,
+                ignored: vec![
+                    "the daemon beside this advisor recorded this transfer itself".into(),
+                ],
+            });
+        }
+        let rekeyed = TransferReport {
+            host: me,
+            port: None,
+            ..r.clone()
+        };
+        self.report(&rekeyed).await
+    }
+
     /// Records what a finished transfer achieved; its far end becomes a
     /// discovered target if it was not one.
     pub async fn report(&self, r: &TransferReport) -> Result<ReportOutcome, Error> {
@@ -283,9 +355,7 @@ impl Service {
         let host = existing.as_ref().map_or(r.host.clone(), |t| t.host.clone());
         let discovered = NewTarget {
             host: host.clone(),
-            port: r
-                .port
-                .unwrap_or(existing.as_ref().map_or(DEFAULT_PORT, |t| t.port)),
+            port: r.port,
             address: match &existing {
                 Some(t) if t.address.is_some() => t.address.clone(),
                 _ => resolve(&r.host).await,
@@ -512,6 +582,7 @@ impl Advisor {
     /// becomes a discovered target and the session's rate and RTT passive
     /// measurements.
     pub fn session_hook(&self) -> tern_engine::server::SessionHook {
+        self.service.fed_by_daemon();
         let advisor = self.clone();
         tern_engine::server::SessionHook::new(move |done| {
             let direction = if done.sent { "send" } else { "receive" };
@@ -573,5 +644,15 @@ mod tests {
             let e = parse_targets(bad).unwrap_err();
             assert!(e.starts_with(why), "{bad}: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod own_tests {
+    #[tokio::test]
+    async fn own_addresses() {
+        assert!(super::is_own("127.0.0.1").await);
+        assert!(!super::is_own("192.0.2.1").await);
+        assert!(!super::is_own("no.such.host.invalid").await);
     }
 }

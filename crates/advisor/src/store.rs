@@ -21,7 +21,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 use crate::Error;
-use crate::model::{Kind, Measurement, Origin, Sample, Target, TargetSource};
+use crate::model::{DEFAULT_PORT, Kind, Measurement, Origin, Sample, Target, TargetSource};
 
 /// Which database is behind a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,9 +89,10 @@ fn upsert_target_sql() -> String {
     let stronger_or_same = format!("{new} <= {old}");
     format!(
         "INSERT INTO targets (host, port, address, source, interval_s, added_ms, last_used_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $6)
+         VALUES ($1, COALESCE($2, {DEFAULT_PORT}), $3, $4, $5, $6, $6)
          ON CONFLICT (host) DO UPDATE SET
-            port = CASE WHEN {stronger_or_same} THEN excluded.port ELSE targets.port END,
+            port = CASE WHEN {stronger_or_same} AND $2 IS NOT NULL
+                THEN excluded.port ELSE targets.port END,
             interval_s = CASE WHEN {stronger_or_same} THEN excluded.interval_s ELSE targets.interval_s END,
             source = CASE WHEN {stronger_or_same} THEN excluded.source ELSE targets.source END,
             address = COALESCE(excluded.address, targets.address),
@@ -108,8 +109,9 @@ const MEASUREMENT_COLUMNS: &str = "host, kind, value, unit, origin, producer, at
 pub struct NewTarget {
     /// Host name or address.
     pub host: String,
-    /// Port probes connect to.
-    pub port: u16,
+    /// Port probes connect to; `None` keeps what is known (or the
+    /// default, 4747, for a new target).
+    pub port: Option<u16>,
     /// A resolved address, if known.
     pub address: Option<String>,
     /// Where it comes from.
@@ -476,7 +478,7 @@ async fn upsert_in(
     crate::model::validate_host(&t.host)?;
     sqlx::query(&upsert_target_sql())
         .bind(&t.host)
-        .bind(i64::from(t.port))
+        .bind(t.port.map(i64::from))
         .bind(t.address.clone())
         .bind(t.source.name())
         .bind(t.interval_s.min(i64::MAX as u64) as i64)

@@ -37,7 +37,7 @@ impl Cli {
     /// Log filter for the verbosity asked for.
     pub fn log_level(&self) -> &'static str {
         match (self.verbose, &self.command) {
-            (0, Command::Serve(_)) => "info",
+            (0, Command::Serve(_) | Command::Advisor(_)) => "info",
             (0, _) => "warn",
             (1, _) => "info",
             _ => "debug",
@@ -60,6 +60,12 @@ pub enum Command {
     /// both ways, and (with --throughput) a short throughput test.
     #[command(after_help = PROBE_HELP)]
     Probe(ProbeArgs),
+    /// Tuning advice for the path to a host: buffer size, streams, expected rate.
+    #[command(after_help = ADVISE_HELP)]
+    Advise(AdviseArgs),
+    /// Run the advisor alone (without a daemon): HTTP API, probes, archive.
+    #[command(after_help = ADVISOR_HELP)]
+    Advisor(AdvisorCmdArgs),
 }
 
 const CP_HELP: &str = "\
@@ -114,6 +120,29 @@ See docs/PROBES.md.
 Examples:
   tern probe dtn.example.org
   tern probe tern://dtn.example.org:4747 --throughput --time 5 -P 4 --json";
+const ADVISE_HELP: &str = "\
+Asks an advisor (tern serve --http, or tern advisor) what the path from it to
+HOST needs: the TCP buffer per stream (RTT x bottleneck, split over streams
+where the host's caps hold one socket back), the stream count, the rate to
+expect, and the measurements behind it: how many, how old, passive (real
+transfers) or active (probes).
+
+Examples:
+  tern advise dtn.example.org
+  tern advise 198.51.100.7 --server http://dtn.example.org:4748 --json
+
+Exit codes: 0 ok, 2 bad host name, 3 the advisor does not know HOST or has
+no measurements of it yet, 7 the advisor cannot be reached.";
+
+const ADVISOR_HELP: &str = "\
+The advisor of tern serve --http, without a daemon: it keeps targets (from
+--targets, the API, and transfers that report to it), measures them within
+--probe-budget, and answers GET /api/v1/advice/HOST. The API is described at
+/api/v1/openapi.json; docs/ADVISOR.md explains how advice is computed.
+
+Examples:
+  tern advisor --http 4748
+  tern advisor --http 0.0.0.0:4748 --db postgres://advisor@db.example.org/tern";
 
 /// Data-channel protection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -156,9 +185,10 @@ pub struct TransferArgs {
     /// TCP buffer sizing: `auto` (kernel autotuning, and tern sizes buffers
     /// itself where the kernel's caps fall short), `kernel` (the kernel's
     /// autotuning alone), or a SIZE that locks the send and receive buffers
-    /// of every data socket on both ends (like iperf3 -w).
-    #[arg(long, default_value = "auto", value_name = "auto|kernel|SIZE", value_parser = parse_window)]
-    pub window: WindowArg,
+    /// of every data socket on both ends (like iperf3 -w) [default: auto,
+    /// or the advisor's window with --advisor].
+    #[arg(long, value_name = "auto|kernel|SIZE", value_parser = parse_window)]
+    pub window: Option<WindowArg>,
     /// Congestion control of the data sockets on both ends: `auto` (BBR
     /// where the kernel allows it, else the kernel's default) or a name
     /// such as cubic, reno, bbr.
@@ -198,6 +228,10 @@ pub struct TransferArgs {
     /// Give up on a peer that stays silent this many seconds (exit code 9).
     #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
     pub io_timeout: f64,
+    /// Start from the advice of the advisor at URL (streams, and the
+    /// window unless --window is given) and report what was achieved to it.
+    #[arg(long, value_name = "URL")]
+    pub advisor: Option<String>,
     /// Print one JSON object with the results on stdout.
     #[arg(long)]
     pub json: bool,
@@ -261,6 +295,12 @@ pub struct ServeArgs {
     /// Drop a client connection that stays silent this many seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
     pub io_timeout: f64,
+    /// Run the advisor beside the daemon, its HTTP API on ADDR:PORT (a bare
+    /// PORT means 127.0.0.1:PORT); completed sessions feed it. Off unless given.
+    #[arg(long, value_name = "ADDR:PORT|PORT")]
+    pub http: Option<String>,
+    #[command(flatten)]
+    pub advisor: AdvisorArgs,
     /// Print the startup line as JSON.
     #[arg(long)]
     pub json: bool,
@@ -268,6 +308,68 @@ pub struct ServeArgs {
     /// address and port.
     #[arg(long)]
     pub no_udp_probe: bool,
+}
+
+/// The advisor's settings, shared by `tern serve --http` and `tern advisor`.
+#[derive(Debug, Clone, Args)]
+pub struct AdvisorArgs {
+    /// The advisor's archive: a PostgreSQL URL (postgres://USER@HOST/DB), an
+    /// sqlite: URL or a file [default: advisor.db in the state directory].
+    #[arg(long, value_name = "URL|FILE")]
+    pub db: Option<String>,
+    /// Targets to measure, one `HOST[:PORT] [INTERVAL_SECS]` per line.
+    #[arg(long, value_name = "FILE")]
+    pub targets: Option<PathBuf>,
+    /// Seconds between active measurements of a target that does not say.
+    #[arg(long, default_value_t = 21_600, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=31_622_400))]
+    pub probe_interval: u64,
+    /// Bits/s all running probes together may put on the network, with
+    /// decimal suffixes (100M = 100 Mbit/s); never exceeded.
+    #[arg(long, default_value = "100M", value_name = "RATE", value_parser = crate::size::parse_rate)]
+    pub probe_budget: u64,
+    /// Probes running at once, at most.
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub probe_workers: u16,
+    /// A new target's first probe waits a random time up to this many seconds.
+    #[arg(long, default_value_t = 300.0, value_name = "SECS", value_parser = non_negative_secs)]
+    pub probe_jitter: f64,
+    /// Do not run active probes (advice from reported transfers only).
+    #[arg(long)]
+    pub no_probes: bool,
+    /// Forget targets (except --targets ones) unused for this many days.
+    #[arg(long, default_value_t = 30.0, value_name = "DAYS", value_parser = positive_days)]
+    pub target_max_age: f64,
+    /// Group targets by subnet (/24, /64): measure one, answer for all,
+    /// re-check each every 4 intervals.
+    #[arg(long, default_value = "subnet", value_name = "subnet|none", value_parser = ["subnet", "none"])]
+    pub aggregate: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AdvisorCmdArgs {
+    /// Address and port of the HTTP API (a bare PORT means 127.0.0.1:PORT).
+    #[arg(long, default_value = "127.0.0.1:4748", value_name = "ADDR:PORT|PORT")]
+    pub http: String,
+    /// Where the archive lives by default [default: $XDG_STATE_HOME/tern or ~/.local/state/tern].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub advisor: AdvisorArgs,
+    /// Print the startup line as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AdviseArgs {
+    /// The host at the far end of the path.
+    pub host: String,
+    /// The advisor's URL [default: $TERN_ADVISOR or http://127.0.0.1:4748].
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// Print the advisor's JSON answer unchanged.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `--streams`.
@@ -311,6 +413,22 @@ fn parse_window(s: &str) -> Result<WindowArg, String> {
             Ok(n) => Err(format!("a window of {n} bytes; 4K to 1G allowed")),
             Err(e) => Err(format!("'{s}' is not auto, kernel or a size: {e}")),
         },
+    }
+}
+
+fn non_negative_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a number of seconds between 0 and 86400"
+        )),
+    }
+}
+
+fn positive_days(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 36_500.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a number of days above 0")),
     }
 }
 
@@ -413,6 +531,19 @@ pub mod exit {
                 tern_probe::Error::Resolve { .. }
                 | tern_probe::Error::Connect { .. }
                 | tern_probe::Error::NoResponder { .. } => 7,
+            };
+        }
+        if let Some(advisor) = e.downcast_ref::<tern_advisor::Error>() {
+            return match advisor {
+                tern_advisor::Error::BadRequest(_) | tern_advisor::Error::Config(_) => USAGE,
+                tern_advisor::Error::NotFound(_) => 3,
+                tern_advisor::Error::Client { status, .. } => match status {
+                    None => 7,
+                    Some(400) => USAGE,
+                    Some(404) => 3,
+                    Some(_) => GENERAL,
+                },
+                _ => GENERAL,
             };
         }
         match e.downcast_ref::<tern_engine::Error>() {

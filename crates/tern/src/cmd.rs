@@ -17,6 +17,7 @@ use tern_engine::tuning::{AUTO_START_STREAMS, Tuning};
 use tern_engine::{StreamWrap, local};
 use tern_proto::{ChecksumAlg, Protect};
 
+use crate::advise::{self, Consulted};
 use crate::cli::exit::Usage;
 use crate::cli::{
     ChecksumArg, Cli, Command, CpArgs, PerfArgs, ProtectArg, ServeArgs, Streams, TransferArgs,
@@ -32,9 +33,18 @@ pub async fn run(cli: Cli, started: Instant) -> Result<()> {
         Command::Serve(args) => serve_cmd(args).await,
         Command::Perf(args) => perf(args, started).await,
         Command::Probe(args) => crate::probe::run(args).await,
+        Command::Advise(args) => advise::advise_cmd(args).await,
+        Command::Advisor(args) => {
+            let state_dir = match &args.state_dir {
+                Some(d) => d.clone(),
+                None => default_state_dir()?,
+            };
+            advise::advisor_cmd(args, &state_dir, stop_on_signal()).await
+        }
     }
 }
 
+/// A usage error (exit code 2).
 pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Usage(msg.into()))
 }
@@ -124,14 +134,36 @@ pub(crate) fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<
     })
 }
 
-/// The tuning asked for on the command line; a congestion control this
-/// process cannot use is a usage error, caught before connecting.
-fn tuning_of(t: &TransferArgs) -> Result<Tuning> {
-    let window = match t.window {
+fn window_mode(w: WindowArg) -> WindowMode {
+    match w {
         WindowArg::Auto => WindowMode::Auto,
         WindowArg::Kernel => WindowMode::Kernel,
         WindowArg::Fixed(n) => WindowMode::Fixed(n),
+    }
+}
+
+/// The options of a transfer with a daemon at `ep`: the command line's,
+/// started from the advisor's advice with `--advisor`.
+async fn remote_options(
+    t: &TransferArgs,
+    checksum: ChecksumAlg,
+    ep: &Endpoint,
+) -> Result<(ClientOptions, Option<Consulted>)> {
+    let mut opts = client_options(t, checksum)?;
+    let Some(url) = &t.advisor else {
+        return Ok((opts, None));
     };
+    let mut consulted = advise::consult(url, &ep.host, t.json).await;
+    if let Some(w) = consulted.apply(t, &mut opts, t.json) {
+        opts.tuning.window = window_mode(w);
+    }
+    Ok((opts, Some(consulted)))
+}
+
+/// The tuning asked for on the command line; a congestion control this
+/// process cannot use is a usage error, caught before connecting.
+fn tuning_of(t: &TransferArgs) -> Result<Tuning> {
+    let window = window_mode(t.window.unwrap_or(WindowArg::Auto));
     let congestion = if t.congestion == "auto" {
         String::new()
     } else {
@@ -233,30 +265,39 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
     let progress = Arc::new(Progress::default());
     let display = ProgressDisplay::start(&progress, progress_choice(t), t.json);
     let protect = protect_of(t.protect);
-    let result: Result<(client::Outcome, &'static str, Option<Endpoint>)> = async {
+    type Copied = (
+        client::Outcome,
+        &'static str,
+        Option<Endpoint>,
+        Option<Consulted>,
+    );
+    let result: Result<Copied> = async {
         let all_local = srcs.iter().all(|s| matches!(s, Location::Local(_)));
         match (&dst, all_local) {
             (Location::Remote { endpoint, path }, true) => {
                 let sources = local_paths(&srcs);
-                let opts = client_options(t, checksum)?;
+                let (opts, consulted) = remote_options(t, checksum, endpoint).await?;
                 let o = with_retries(t.retries, || {
                     client::push(endpoint, &opts, sources.clone(), args.recursive, path.clone(), progress.clone())
                 })
                 .await?;
-                Ok((o, "push", Some(endpoint.clone())))
+                Ok((o, "push", Some(endpoint.clone()), consulted))
             }
             (Location::Local(dest), false) => {
                 let (endpoint, paths) = same_remote(&srcs)?;
-                let opts = client_options(t, checksum)?;
+                let (opts, consulted) = remote_options(t, checksum, &endpoint).await?;
                 let o = with_retries(t.retries, || {
                     client::pull(&endpoint, &opts, paths.clone(), args.recursive, dest.clone(), progress.clone())
                 })
                 .await?;
-                Ok((o, "pull", Some(endpoint)))
+                Ok((o, "pull", Some(endpoint), consulted))
             }
             (Location::Local(dest), true) => {
+                if t.advisor.is_some() {
+                    eprintln!("tern: --advisor is for transfers with a daemon; ignored for a local copy");
+                }
                 let o = copy_local(&srcs, dest, &args, checksum, progress.clone()).await?;
-                Ok((o, "local", None))
+                Ok((o, "local", None, None))
             }
             (Location::Remote { .. }, false) => {
                 bail!(usage("copying from one daemon to another is not supported yet; copy through a local directory"))
@@ -265,10 +306,21 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
     }
     .await;
     display.finish();
-    let (outcome, direction, endpoint) = result?;
+    let (outcome, direction, endpoint, consulted) = result?;
     if let Some(ep) = &endpoint {
         tell_recorded(&outcome, ep);
     }
+    let advisor = match (consulted, &endpoint) {
+        (Some(c), Some(ep)) => {
+            let way = if direction == "push" {
+                "send"
+            } else {
+                "receive"
+            };
+            Some(c.report(ep, &outcome.stats, "tern cp", way, t.json).await)
+        }
+        _ => None,
+    };
     Report::new(ReportInput {
         command: "cp",
         direction,
@@ -283,6 +335,7 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
         checksum: Some(checksum),
         block_size: t.block_size,
         fingerprint: endpoint.map(|_| outcome.fingerprint.clone()),
+        advisor,
     })
     .emit(t.json);
     Ok(())
@@ -375,7 +428,7 @@ async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
         (None, Some(secs)) => return Err(usage(format!("--time must be positive, not {secs}"))),
         (None, None) => Some(Duration::from_secs(10)),
     };
-    let opts = client_options(t, ChecksumAlg::Xxh3)?;
+    let (opts, consulted) = remote_options(t, ChecksumAlg::Xxh3, &endpoint).await?;
     let progress = Arc::new(Progress::default());
     let display = ProgressDisplay::start(&progress, progress_choice(t), t.json);
     let result = client::perf(
@@ -390,9 +443,17 @@ async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
     display.finish();
     let outcome = result?;
     tell_recorded(&outcome, &endpoint);
+    let direction = if args.reverse { "receive" } else { "send" };
+    let advisor = match consulted {
+        Some(c) => Some(
+            c.report(&endpoint, &outcome.stats, "tern perf", direction, t.json)
+                .await,
+        ),
+        None => None,
+    };
     Report::new(ReportInput {
         command: "perf",
-        direction: if args.reverse { "receive" } else { "send" },
+        direction,
         stats: &outcome.stats,
         started,
         setup: outcome.setup,
@@ -400,6 +461,7 @@ async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
         checksum: None,
         block_size: t.block_size,
         fingerprint: Some(outcome.fingerprint.clone()),
+        advisor,
     })
     .emit(t.json);
     Ok(())
@@ -415,6 +477,9 @@ fn default_state_dir() -> Result<PathBuf> {
 }
 
 async fn serve_cmd(args: ServeArgs) -> Result<()> {
+    if let Some(http) = &args.http {
+        advise::http_addr(http).map_err(usage)?;
+    }
     let addr: SocketAddr = args.listen.parse().map_err(|_| {
         usage(format!(
             "--listen wants ADDR:PORT (e.g. 0.0.0.0:4747 or [::]:4747), not '{}'",
@@ -456,32 +521,21 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
         .await
         .map_err(|e| tern_engine::Error::io("listen", args.listen.clone(), e))?;
     let bound = listener.local_addr()?;
-    // The startup lines are best effort: a daemon whose stdout was closed
-    // must keep serving, not die of a broken pipe.
-    let site_rules = site.as_ref().map(|s| s.authz.len());
-    let banner = if args.json {
-        format!(
-            "{}\n",
-            serde_json::json!({"listen": bound.to_string(), "root": root, "fingerprint": identity.fingerprint, "authz_rules": site_rules})
-        )
-    } else {
-        let site_line = match site_rules {
-            Some(n) => format!(
-                "tern serve: site mode: client certificates required, {n} authorization rule(s)\n"
-            ),
-            None => String::new(),
-        };
-        format!(
-            "tern serve: listening on {bound}, root {}\ntern serve: certificate fingerprint {}\n{site_line}",
-            root.display(),
-            identity.fingerprint
-        )
+    let stop = stop_on_signal();
+    let advisor = match &args.http {
+        Some(http) => Some(advise::start(&args.advisor, http, &state_dir, stop.clone()).await?),
+        None => None,
     };
-    {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(banner.as_bytes()).and_then(|()| out.flush());
-    }
+    let site_rules = site.as_ref().map(|s| s.authz.len());
+    let banner = serve_banner(
+        args.json,
+        bound,
+        &root,
+        &identity.fingerprint,
+        site_rules,
+        advisor.as_ref(),
+    );
+    banner_line(&banner);
     let mut opts = ServerOptions::new(root);
     opts.max_sessions = args.max_sessions;
     opts.grace = Duration::from_secs(args.grace);
@@ -492,9 +546,64 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
     } else {
         crate::probe::start_responder(bound).await
     };
-    serve(listener, &identity, opts, shutdown_signal()).await?;
+    opts.on_session_done = advisor.as_ref().map(|a| a.advisor.session_hook());
+    serve(listener, &identity, opts, advise::stopped(stop)).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The daemon's startup lines: where it listens, its fingerprint, site
+/// mode, and the advisor when it runs one.
+fn serve_banner(
+    json: bool,
+    bound: SocketAddr,
+    root: &std::path::Path,
+    fingerprint: &str,
+    site_rules: Option<usize>,
+    advisor: Option<&advise::Running>,
+) -> String {
+    if json {
+        let mut line = serde_json::json!({"listen": bound.to_string(), "root": root, "fingerprint": fingerprint, "authz_rules": site_rules});
+        if let Some(a) = advisor {
+            line["http"] = a.addr.to_string().into();
+        }
+        return format!("{line}\n");
+    }
+    let mut text = format!(
+        "tern serve: listening on {bound}, root {}\ntern serve: certificate fingerprint {fingerprint}\n",
+        root.display()
+    );
+    if let Some(n) = site_rules {
+        text.push_str(&format!(
+            "tern serve: site mode: client certificates required, {n} authorization rule(s)\n"
+        ));
+    }
+    if let Some(a) = advisor {
+        text.push_str(&format!(
+            "tern serve: advisor on http://{} (archive {})\n",
+            a.addr,
+            a.advisor.service().store().location()
+        ));
+    }
+    text
+}
+
+/// Prints a server's startup lines, best effort: a daemon whose stdout was
+/// closed must keep serving, not die of a broken pipe.
+pub fn banner_line(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// A stop flag that turns true on SIGINT or SIGTERM.
+fn stop_on_signal() -> advise::Stop {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = tx.send(true);
+    });
+    rx
 }
 
 async fn shutdown_signal() {

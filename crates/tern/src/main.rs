@@ -3,6 +3,7 @@
 //! A thin main, like ripgrep's: set up logging, parse the command line,
 //! run the command, and turn the outcome into a documented exit code.
 
+mod advise;
 mod cli;
 mod cmd;
 mod location;

@@ -56,6 +56,9 @@ pub struct Report {
     /// What limited the streams (TCP_INFO), when measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tuning: Option<tern_drs::Diagnosis>,
+    /// The advice started from and the report sent back (`--advisor`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advisor: Option<crate::advise::AdvisorUse>,
 }
 
 fn bps(bytes: u64, d: Duration) -> f64 {
@@ -74,6 +77,7 @@ pub struct ReportInput<'a> {
     pub checksum: Option<ChecksumAlg>,
     pub block_size: u64,
     pub fingerprint: Option<String>,
+    pub advisor: Option<crate::advise::AdvisorUse>,
 }
 
 impl Report {
@@ -123,6 +127,7 @@ impl Report {
             block_size: i.block_size,
             server_fingerprint: i.fingerprint,
             tuning: i.stats.tuning.clone(),
+            advisor: i.advisor,
         }
     }
 

@@ -423,3 +423,50 @@ async fn a_locked_database_is_503_the_service_keeps_running_and_nothing_is_lost(
         "the refused report left nothing, the others are all there"
     );
 }
+
+#[tokio::test]
+async fn asked_about_its_own_host_the_advisor_answers_for_the_caller() {
+    use axum::extract::ConnectInfo;
+    let db = fixtures::sqlite();
+    let s = service(&db).await;
+    let caller: std::net::SocketAddr = "198.51.100.9:50000".parse().unwrap();
+    let send = |method: Method, uri: &str, body: Option<String>| {
+        let mut req = Request::builder().method(method).uri(uri);
+        if body.is_some() {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+        }
+        let mut req = req.body(Body::from(body.unwrap_or_default())).unwrap();
+        req.extensions_mut().insert(ConnectInfo(caller));
+        let s = s.clone();
+        async move {
+            let resp = router(s).oneshot(req).await.unwrap();
+            let status = resp.status();
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+        }
+    };
+    // A client reports a transfer with "the server" (this machine).
+    let report = json!({"host": "127.0.0.1", "port": 4747, "rtt_ms": 30.0, "throughput_bps": 2e8,
+                        "bytes": 500_000_000u64, "duration_s": 20.0, "limit": "network"});
+    let (status, out) = send(Method::POST, "/api/v1/report", Some(report.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED, "{out}");
+    assert_eq!(out["host"], "198.51.100.9", "filed under the caller: {out}");
+    assert_eq!(out["stored"], 2);
+    let (status, a) = send(Method::GET, "/api/v1/advice/127.0.0.1", None).await;
+    assert_eq!(status, StatusCode::OK, "{a}");
+    assert_eq!(a["host"], "198.51.100.9");
+    assert!(a["notes"].to_string().contains("own host"), "{a}");
+    // Asked by nobody in particular, 127.0.0.1 is just a host it does not know.
+    let (status, _) = call(&s, Method::GET, "/api/v1/advice/127.0.0.1", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Beside a daemon, the daemon records the transfer: no double count.
+    s.fed_by_daemon();
+    let (status, out) = send(Method::POST, "/api/v1/report", Some(report.to_string())).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(out["stored"], 0, "{out}");
+    assert!(
+        out["ignored"][0].as_str().unwrap().contains("daemon"),
+        "{out}"
+    );
+    assert_eq!(s.store().measurement_count().await.unwrap(), 2);
+}

@@ -90,7 +90,7 @@ async fn store_with_targets(hosts: &[(&str, &str, u64)]) -> (fixtures::TestDb, S
     for (host, addr, interval) in hosts {
         let t = NewTarget {
             host: host.to_string(),
-            port: 4747,
+            port: Some(4747),
             address: Some(addr.to_string()),
             source: TargetSource::Api,
             interval_s: *interval,
@@ -175,9 +175,18 @@ async fn exclusive_probes_run_alone_on_their_path_and_the_budget_holds() {
     assert_eq!(status.budget_bps, budget);
     assert_eq!(status.probes.len(), 4);
     assert_eq!(status.targets, 3);
-    let stored = store.history("a", Some(Kind::Rtt), 100).await.unwrap();
-    assert!(stored.len() >= 8, "samples stored: {}", stored.len());
-    assert!(stored.iter().all(|m| m.origin == Origin::Active));
+    for host in ["a", "b", "c"] {
+        let stored = store.history(host, Some(Kind::Rtt), 100).await.unwrap();
+        let mut producers: Vec<&str> = stored.iter().map(|m| m.producer.as_str()).collect();
+        producers.sort();
+        producers.dedup();
+        assert_eq!(
+            producers,
+            ["capacity", "rtt", "rtt2", "throughput"],
+            "{host}: every probe ran and stored"
+        );
+        assert!(stored.iter().all(|m| m.origin == Origin::Active));
+    }
 }
 
 #[tokio::test]
@@ -245,7 +254,7 @@ async fn the_rtt_probe_measures_a_real_listener() {
     let store = db.open(quick()).await;
     let t = NewTarget {
         host: "localhost-test".into(),
-        port,
+        port: Some(port),
         address: Some("127.0.0.1".into()),
         source: TargetSource::Config,
         interval_s: 3600,
@@ -291,7 +300,7 @@ async fn a_target_added_later_is_picked_up_when_told() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let t = NewTarget {
         host: "late".into(),
-        port: 1,
+        port: Some(1),
         address: Some("10.1.1.1".into()),
         source: TargetSource::Api,
         interval_s: 3600,

@@ -11,7 +11,7 @@ use crate::fixtures::{self, Relay, every_db, quick};
 fn target(host: &str, source: TargetSource, port: u16) -> NewTarget {
     NewTarget {
         host: host.into(),
-        port,
+        port: Some(port),
         address: None,
         source,
         interval_s: 3600,
@@ -253,7 +253,8 @@ async fn deleting_and_ageing_out_remove_measurements_too() {
 #[tokio::test]
 async fn concurrent_writers_all_land() {
     for db in every_db().await {
-        let s = db.open(fixtures::quick()).await;
+        // The default busy timeout: writers queue for SQLite's one lock.
+        let s = db.open(StoreOptions::default()).await;
         s.upsert_target(&target("h", TargetSource::Api, 1), 1)
             .await
             .unwrap();

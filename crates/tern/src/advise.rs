@@ -1,0 +1,413 @@
+//! The advisor in the binary: running it (`tern serve --http`, `tern
+//! advisor`), asking it (`tern advise`), and the advice `tern cp` and
+//! `tern perf --advisor` start from and report back to.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use tern_advisor::aggregate::AggregationPolicy;
+use tern_advisor::scheduler::SchedulerOptions;
+use tern_advisor::{Advice, Advisor, AdvisorClient, AdvisorOptions, TransferReport};
+use tern_engine::client::{ClientOptions, Endpoint};
+use tern_engine::transfer::TransferStats;
+use tokio::sync::watch;
+
+use crate::cli::{AdviseArgs, AdvisorArgs, AdvisorCmdArgs, Streams, TransferArgs, WindowArg};
+use crate::size::{human_bytes, human_rate};
+
+/// Becomes true once on shutdown; every part of a server watches it.
+pub type Stop = watch::Receiver<bool>;
+
+/// A future that completes when `stop` turns true.
+pub async fn stopped(mut stop: Stop) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// `--http`: `ADDR:PORT`, or a bare `PORT` on loopback.
+pub fn http_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| {
+        format!("--http wants ADDR:PORT or PORT (e.g. 4748, 127.0.0.1:4748, [::1]:4748), not '{s}'")
+    })
+}
+
+/// The advisor's options from the command line.
+pub fn options(args: &AdvisorArgs, state_dir: &Path) -> AdvisorOptions {
+    let db = args
+        .db
+        .clone()
+        .unwrap_or_else(|| state_dir.join("advisor.db").to_string_lossy().into_owned());
+    let mut o = AdvisorOptions::new(db);
+    o.targets_file = args.targets.clone();
+    o.default_interval = Duration::from_secs(args.probe_interval);
+    o.max_age = Duration::from_secs_f64(args.target_max_age * 86_400.0);
+    o.probes_enabled = !args.no_probes;
+    o.scheduler = SchedulerOptions {
+        workers: usize::from(args.probe_workers),
+        budget_bps: args.probe_budget,
+        start_jitter: Duration::from_secs_f64(args.probe_jitter),
+        aggregation: AggregationPolicy {
+            enabled: args.aggregate == "subnet",
+            ..AggregationPolicy::default()
+        },
+        ..SchedulerOptions::default()
+    };
+    o
+}
+
+/// An advisor serving its API.
+pub struct Running {
+    /// The advisor (for the daemon's session hook).
+    pub advisor: Advisor,
+    /// Where the API listens.
+    pub addr: SocketAddr,
+}
+
+/// Starts the advisor and its API on `http`; both stop with `stop`.
+pub async fn start(
+    args: &AdvisorArgs,
+    http: &str,
+    state_dir: &Path,
+    stop: Stop,
+) -> Result<Running> {
+    let want = http_addr(http).map_err(crate::cmd::usage)?;
+    std::fs::create_dir_all(state_dir)
+        .with_context(|| format!("create the state directory {}", state_dir.display()))?;
+    let listener = tokio::net::TcpListener::bind(want)
+        .await
+        .with_context(|| format!("advisor: cannot listen on {want}"))?;
+    let addr = listener.local_addr()?;
+    let advisor = Advisor::start(options(args, state_dir), stopped(stop.clone())).await?;
+    let service = advisor.service().clone();
+    tokio::spawn(async move {
+        if let Err(e) = tern_advisor::api::serve(listener, service, stopped(stop)).await {
+            tracing::error!("advisor API stopped: {e}");
+        }
+    });
+    Ok(Running { advisor, addr })
+}
+
+/// `tern advisor`: the advisor without a daemon.
+pub async fn advisor_cmd(args: AdvisorCmdArgs, state_dir: &Path, stop: Stop) -> Result<()> {
+    let running = start(&args.advisor, &args.http, state_dir, stop.clone()).await?;
+    let store = running.advisor.service().store().location().to_string();
+    crate::cmd::banner_line(&if args.json {
+        format!(
+            "{}\n",
+            serde_json::json!({"http": running.addr.to_string(), "db": store})
+        )
+    } else {
+        format!("tern advisor: http://{} (archive {store})\n", running.addr)
+    });
+    stopped(stop).await;
+    Ok(())
+}
+
+/// The advisor URL `tern advise` asks when not told.
+fn default_server() -> String {
+    std::env::var("TERN_ADVISOR")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| tern_advisor::client::DEFAULT_URL.to_string())
+}
+
+/// `tern advise HOST`.
+pub async fn advise_cmd(args: AdviseArgs) -> Result<()> {
+    tern_advisor::model::validate_host(&args.host)?;
+    let client = AdvisorClient::new(&args.server.unwrap_or_else(default_server))?;
+    let answer = client.advice_json(&args.host).await?;
+    if args.json {
+        println!("{answer}");
+        return Ok(());
+    }
+    let advice: Advice = serde_json::from_value(answer).context("the advisor's answer")?;
+    print!("{}", describe(&advice, client.url()));
+    Ok(())
+}
+
+fn age(secs: f64) -> String {
+    match secs {
+        s if s < 120.0 => format!("{s:.0} s"),
+        s if s < 7200.0 => format!("{:.0} min", s / 60.0),
+        s if s < 172_800.0 => format!("{:.1} h", s / 3600.0),
+        s => format!("{:.1} days", s / 86_400.0),
+    }
+}
+
+/// Milliseconds, with the precision a loopback RTT needs.
+fn ms(v: f64) -> String {
+    if v < 1.0 {
+        format!("{v:.3} ms")
+    } else {
+        format!("{v:.1} ms")
+    }
+}
+
+fn source(s: tern_advisor::advice::Source) -> &'static str {
+    match s {
+        tern_advisor::advice::Source::Passive => "passive",
+        tern_advisor::advice::Source::Active => "active",
+        tern_advisor::advice::Source::Mixed => "passive and active",
+    }
+}
+
+/// Advice for people.
+pub fn describe(a: &Advice, url: &str) -> String {
+    use std::fmt::Write;
+    use tern_advisor::advice::CapacityBasis;
+    let mut out = String::new();
+    let streams = match a.streams {
+        1 => "1 stream".to_string(),
+        n => format!("{n} streams"),
+    };
+    let _ = writeln!(out, "advice for {} from {url}", a.host);
+    let _ = writeln!(
+        out,
+        "  buffer     {} per stream, {streams}   (tern: --window {} -P {})",
+        human_bytes(a.buffer_bytes),
+        a.tern_window_bytes,
+        a.streams
+    );
+    let _ = writeln!(
+        out,
+        "  expected   {}",
+        human_rate(a.expected_throughput_bps)
+    );
+    let _ = writeln!(
+        out,
+        "  path       RTT {} x capacity {} = {} in flight",
+        ms(a.rtt_ms),
+        human_rate(a.capacity_bps),
+        human_bytes(a.bdp_bytes)
+    );
+    let capacity_from = match a.capacity_basis {
+        CapacityBasis::Capacity => "capacity probes",
+        CapacityBasis::Throughput => "transfers the network limited",
+        CapacityBasis::ThroughputLowerBound => "the best transfer (a lower bound)",
+    };
+    let _ = writeln!(
+        out,
+        "  evidence   {} samples ({}), the staler quantity {} old",
+        a.samples,
+        source(a.source),
+        age(a.age_s)
+    );
+    let evidence = |b: &tern_advisor::advice::Basis, ewma: String| {
+        format!(
+            "{} of {}, EWMA {ewma}, {}, newest {} old",
+            b.method.replace('_', " "),
+            b.samples,
+            source(b.source),
+            age(b.age_s)
+        )
+    };
+    let _ = writeln!(out, "    RTT        {}", evidence(&a.rtt, ms(a.rtt.ewma)));
+    let _ = writeln!(
+        out,
+        "    capacity   from {capacity_from}: {}",
+        evidence(&a.capacity, human_rate(a.capacity.ewma))
+    );
+    if a.host_limit.limited {
+        let _ = writeln!(
+            out,
+            "  host caps  one socket gets at most {} on the advisor's host; to let one stream carry the path:",
+            human_bytes(a.host_limit.socket_window_max_bytes)
+        );
+        for s in &a.host_limit.sysctls {
+            let _ = writeln!(out, "    {s}");
+        }
+    }
+    if let Some(from) = &a.aggregated_from {
+        let _ = writeln!(out, "  from       {from} (same subnet)");
+    }
+    for n in &a.notes {
+        let _ = writeln!(out, "  note: {n}");
+    }
+    out
+}
+
+/// What `--advisor` did, in the `--json` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdvisorUse {
+    /// The advisor asked.
+    pub url: String,
+    /// The streams the transfer started with on its advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub streams: Option<u16>,
+    /// The window it set on its advice, bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_bytes: Option<u64>,
+    /// The advice itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice: Option<Advice>,
+    /// Why there was no advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice_error: Option<String>,
+    /// The result was reported back.
+    pub reported: bool,
+    /// Why reporting failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report_error: Option<String>,
+}
+
+/// The advice a transfer starts from.
+pub struct Consulted {
+    client: Option<AdvisorClient>,
+    used: AdvisorUse,
+}
+
+/// How long a transfer waits for its advisor before going without.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Asks the advisor at `url` about `host`; a transfer never fails for
+/// want of advice (it says why and starts from the defaults).
+pub async fn consult(url: &str, host: &str, quiet: bool) -> Consulted {
+    let mut used = AdvisorUse {
+        url: url.to_string(),
+        streams: None,
+        window_bytes: None,
+        advice: None,
+        advice_error: None,
+        reported: false,
+        report_error: None,
+    };
+    let client = match AdvisorClient::new(url) {
+        Ok(c) => c.with_timeout(ASK_TIMEOUT),
+        Err(e) => {
+            used.advice_error = Some(e.to_string());
+            return Consulted { client: None, used };
+        }
+    };
+    match client.advice(host).await {
+        Ok(a) => used.advice = Some(a),
+        Err(e) => {
+            if !quiet {
+                eprintln!("tern: advisor: no advice for {host} ({e}); starting from the defaults");
+            }
+            used.advice_error = Some(e.to_string());
+        }
+    }
+    Consulted {
+        client: Some(client),
+        used,
+    }
+}
+
+impl Consulted {
+    /// Sets the transfer's starting point from the advice: the stream
+    /// count (when `--streams auto`) and the window (unless `--window`).
+    pub fn apply(
+        &mut self,
+        t: &TransferArgs,
+        opts: &mut ClientOptions,
+        quiet: bool,
+    ) -> Option<WindowArg> {
+        let a = self.used.advice.as_ref()?;
+        let advised = a.streams.clamp(1, tern_engine::server::MAX_STREAMS);
+        if t.streams == Streams::Auto {
+            opts.streams = advised;
+            opts.max_streams = opts.max_streams.max(advised);
+            self.used.streams = Some(advised);
+        }
+        let window = match t.window {
+            Some(w) => w,
+            None => {
+                let bytes = a.tern_window_bytes.clamp(4096, 1 << 30);
+                self.used.window_bytes = Some(bytes);
+                WindowArg::Fixed(bytes)
+            }
+        };
+        if !quiet {
+            eprintln!(
+                "tern: advisor: starting with {} streams, window {} (RTT {}, capacity {}; {} samples, {}, {} old)",
+                opts.streams,
+                match window {
+                    WindowArg::Fixed(n) => human_bytes(n),
+                    WindowArg::Auto => "auto".into(),
+                    WindowArg::Kernel => "kernel".into(),
+                },
+                ms(a.rtt_ms),
+                human_rate(a.capacity_bps),
+                a.samples,
+                source(a.source),
+                age(a.age_s)
+            );
+        }
+        Some(window)
+    }
+
+    /// Reports what the transfer achieved; returns what to put in the
+    /// `--json` report.
+    pub async fn report(
+        mut self,
+        ep: &Endpoint,
+        stats: &TransferStats,
+        command: &str,
+        direction: &str,
+        quiet: bool,
+    ) -> AdvisorUse {
+        let Some(client) = &self.client else {
+            return self.used;
+        };
+        let mut report = TransferReport::from_stats(&ep.host, stats, command, direction);
+        report.port = Some(ep.port);
+        match client.report(&report).await {
+            Ok(outcome) => {
+                self.used.reported = true;
+                if !quiet {
+                    let rate = report.throughput_bps.map_or("no rate".into(), human_rate);
+                    eprintln!(
+                        "tern: advisor: reported {rate} to {} ({} measurement(s) stored{})",
+                        client.url(),
+                        outcome.stored,
+                        if outcome.ignored.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; {}", outcome.ignored.join("; "))
+                        }
+                    );
+                }
+            }
+            Err(e) => {
+                if !quiet {
+                    eprintln!("tern: advisor: could not report to {}: {e}", client.url());
+                }
+                self.used.report_error = Some(e.to_string());
+            }
+        }
+        self.used
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_addresses() {
+        assert_eq!(
+            http_addr("4748").unwrap(),
+            "127.0.0.1:4748".parse().unwrap()
+        );
+        assert_eq!(
+            http_addr("0.0.0.0:80").unwrap(),
+            "0.0.0.0:80".parse().unwrap()
+        );
+        assert_eq!(http_addr("[::1]:9").unwrap(), "[::1]:9".parse().unwrap());
+        assert!(http_addr("localhost").is_err());
+        assert!(http_addr("99999").is_err());
+    }
+
+    #[test]
+    fn ages_read_well() {
+        assert_eq!(age(3.2), "3 s");
+        assert_eq!(age(600.0), "10 min");
+        assert_eq!(age(3.0 * 3600.0), "3.0 h");
+        assert_eq!(age(3.0 * 86_400.0), "3.0 days");
+    }
+}

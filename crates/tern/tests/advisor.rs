@@ -1,0 +1,519 @@
+//! The advisor as users meet it: `tern serve --http`, `tern advisor`,
+//! `tern advise`, `tern cp`/`tern perf --advisor`, and the Python client,
+//! on SQLite and (when `TERN_TEST_PG` is set) PostgreSQL.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn tern() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A server process (`tern serve` or `tern advisor`) that prints one JSON
+/// line on start.
+struct Proc {
+    child: Child,
+    banner: Value,
+    _dir: tempfile::TempDir,
+}
+
+impl Proc {
+    fn start(args: &[&str]) -> Proc {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("root")).unwrap();
+        let mut child = tern()
+            .args(args)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--json")
+            .current_dir(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        if line.is_empty() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("{args:?} did not start: {err}");
+        }
+        Proc {
+            child,
+            banner: serde_json::from_str(&line).unwrap(),
+            _dir: dir,
+        }
+    }
+
+    /// `tern serve --http` with the advisor beside the daemon.
+    fn serve(db: Option<&str>) -> Proc {
+        let mut args = vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--root",
+            "root",
+            "--probe-jitter",
+            "0",
+        ];
+        if let Some(db) = db {
+            args.extend(["--db", db]);
+        }
+        Proc::start(&args)
+    }
+
+    fn http(&self) -> String {
+        format!("http://{}", self.banner["http"].as_str().unwrap())
+    }
+
+    fn daemon(&self) -> String {
+        format!("tern://{}", self.banner["listen"].as_str().unwrap())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request; returns the status and the JSON body.
+fn http(method: &str, url: &str, body: Option<&Value>) -> (u16, Value) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, path) = rest.split_at(rest.find('/').unwrap());
+    let mut s = TcpStream::connect(authority).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let status = raw[9..12].parse().unwrap();
+    let payload = &raw[raw.find("\r\n\r\n").unwrap() + 4..];
+    (status, serde_json::from_str(payload).unwrap_or(Value::Null))
+}
+
+/// The measurements of a host, newest first.
+fn history(url: &str, host: &str) -> Vec<Value> {
+    let (status, h) = http("GET", &format!("{url}/api/v1/history/{host}"), None);
+    assert_eq!(status, 200, "{h}");
+    h["measurements"].as_array().unwrap().clone()
+}
+
+/// An address where nothing listens.
+fn closed_port() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+fn run(args: &[&str]) -> Output {
+    tern()
+        .args(args)
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("tern-advisor-tests-cfg"),
+        )
+        .output()
+        .unwrap()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Waits until `f` holds, or fails saying `what`.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A fresh database in the cluster `TERN_TEST_PG` names, or `None` (with
+/// a message) when it is not set.
+fn fresh_pg() -> Option<String> {
+    let base = std::env::var("TERN_TEST_PG").ok().filter(|v| !v.is_empty());
+    let Some(base) = base else {
+        eprintln!("SKIP (PostgreSQL half): TERN_TEST_PG is not set; ran on SQLite only");
+        return None;
+    };
+    let name = format!("tern_cli_{:016x}", rand_u64());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let mut c = sqlx::AnyConnection::connect(&base)
+            .await
+            .expect("connect to TERN_TEST_PG");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut c)
+            .await
+            .unwrap();
+    });
+    Some(format!("{}/{name}", &base[..base.rfind('/').unwrap()]))
+}
+
+fn rand_u64() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32)
+}
+
+/// Advice minus what changes between two asks a moment apart (ages).
+fn without_ages(mut v: Value) -> Value {
+    for key in ["rtt", "capacity"] {
+        v[key].as_object_mut().unwrap().remove("age_s");
+    }
+    v.as_object_mut().unwrap().remove("age_s");
+    v
+}
+
+fn python3() -> Option<Command> {
+    let ok = Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIP (Python half): no python3 (scripts/setup.sh installs it)");
+        return None;
+    }
+    let mut c = Command::new("python3");
+    c.env("PYTHONPATH", repo_root().join("python/src"));
+    Some(c)
+}
+
+fn agree_on(db: Option<&str>, label: &str) {
+    let serve = Proc::serve(db);
+    let url = serve.http();
+    // Real traffic: the daemon records the session (discovery, passive
+    // RTT and rate); the RTT probe then measures the new target.
+    let perf = run(&[
+        "perf",
+        &serve.daemon(),
+        "--time",
+        "1",
+        "--protect",
+        "clear",
+        "--advisor",
+        &url,
+        "--json",
+    ]);
+    let report = stdout_json(&perf);
+    assert_eq!(report["advisor"]["reported"], true, "{label}: {report}");
+    wait_until("the session recorded and the target probed once", || {
+        let (_, s) = http("GET", &format!("{url}/api/v1/schedule"), None);
+        let (_, h) = http("GET", &format!("{url}/api/v1/history/127.0.0.1"), None);
+        let kinds: Vec<&str> = h["measurements"].as_array().map_or(vec![], |m| {
+            m.iter().filter_map(|m| m["kind"].as_str()).collect()
+        });
+        s["completed"].as_u64() >= Some(1)
+            && s["running"].as_array().is_some_and(|r| r.is_empty())
+            && kinds.contains(&"throughput")
+    });
+    let (status, api) = http("GET", &format!("{url}/api/v1/advice/127.0.0.1"), None);
+    assert_eq!(status, 200, "{label}: {api}");
+    assert_eq!(
+        api["source"], "mixed",
+        "{label}: passive session and active probe: {api}"
+    );
+    let cli = stdout_json(&run(&["advise", "127.0.0.1", "--server", &url, "--json"]));
+    assert_eq!(
+        without_ages(cli),
+        without_ages(api.clone()),
+        "{label}: tern advise --json and the API"
+    );
+    if let Some(mut py) = python3() {
+        let out = py
+            .args(["-c", "import json, sys; from tern_advisor import Advisor; a = Advisor(sys.argv[1]); \
+                          print(json.dumps({'advice': a.advice('127.0.0.1'), 'buffer': a.buffer_size('127.0.0.1')}))"])
+            .arg(&url)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            without_ages(got["advice"].clone()),
+            without_ages(api.clone()),
+            "{label}: Python and the API"
+        );
+        assert_eq!(got["buffer"], api["buffer_bytes"], "{label}");
+    }
+    let human = run(&["advise", "127.0.0.1", "--server", &url]);
+    assert!(human.status.success());
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("advice for 127.0.0.1"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "--window {} -P {}",
+            api["tern_window_bytes"], api["streams"]
+        )),
+        "{label}: {text}"
+    );
+}
+
+#[test]
+fn the_api_the_python_client_and_tern_advise_agree_on_sqlite_and_postgres() {
+    agree_on(None, "sqlite");
+    if let Some(pg) = fresh_pg() {
+        agree_on(Some(&pg), "postgres");
+    }
+}
+
+#[test]
+fn tern_advise_exit_codes() {
+    let serve = Proc::serve(None);
+    let url = serve.http();
+    let out = run(&["advise", "unknown.example", "--server", &url]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown host"));
+    let out = run(&["advise", "not/a/host", "--server", &url]);
+    assert_eq!(out.status.code(), Some(2));
+    let closed = closed_port();
+    let out = run(&[
+        "advise",
+        "h.example",
+        "--server",
+        &format!("http://{closed}"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["advise", "h.example", "--server", "https://x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let state = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "serve",
+        "--root",
+        ".",
+        "--http",
+        "nonsense",
+        "--state-dir",
+        state.path().to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn cp_starts_from_the_advice_and_reports_back() {
+    // An advisor of its own (not beside the daemon), seeded with what an
+    // earlier transfer to this host achieved.
+    let advisor = Proc::start(&["advisor", "--http", "127.0.0.1:0", "--no-probes"]);
+    let url = advisor.http();
+    let seed = json!({"host": "127.0.0.1", "rtt_ms": 20.0, "throughput_bps": 4e8, "bytes": 500_000_000u64,
+                      "duration_s": 10.0, "limit": "network", "command": "seed"});
+    let (status, out) = http("POST", &format!("{url}/api/v1/report"), Some(&seed));
+    assert_eq!(status, 201, "{out}");
+    let (_, advice) = http("GET", &format!("{url}/api/v1/advice/127.0.0.1"), None);
+    let serve = Proc::start(&["serve", "--listen", "127.0.0.1:0", "--root", "root"]);
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("f");
+    std::fs::write(&src, vec![7u8; 3 << 20]).unwrap();
+    let dst = format!("{}/f", serve.daemon());
+    let cp = stdout_json(&run(&[
+        "cp",
+        "--advisor",
+        &url,
+        "--protect",
+        "clear",
+        "--json",
+        src.to_str().unwrap(),
+        &dst,
+    ]));
+    let used = &cp["advisor"];
+    assert_eq!(used["streams"], advice["streams"], "{cp}");
+    assert_eq!(used["window_bytes"], advice["tern_window_bytes"], "{cp}");
+    assert_eq!(
+        cp["tuning"]["window"],
+        advice["tern_window_bytes"].to_string(),
+        "the window was locked at the advice: {cp}"
+    );
+    assert!(
+        cp["streams"].as_u64().unwrap() >= advice["streams"].as_u64().unwrap(),
+        "{cp}"
+    );
+    assert_eq!(used["reported"], true, "{cp}");
+    let h = history(&url, "127.0.0.1");
+    assert!(h.iter().any(|m| m["producer"] == "tern cp"), "{h:?}");
+    // --window wins over the advice, and -P too.
+    let cp = stdout_json(&run(&[
+        "cp",
+        "--advisor",
+        &url,
+        "--window",
+        "kernel",
+        "-P",
+        "2",
+        "--protect",
+        "clear",
+        "--json",
+        src.to_str().unwrap(),
+        &dst,
+    ]));
+    assert_eq!(cp["advisor"]["window_bytes"], Value::Null, "{cp}");
+    assert_eq!(cp["advisor"]["streams"], Value::Null, "{cp}");
+    assert_eq!(cp["tuning"]["window"], "kernel", "{cp}");
+    // An advisor that is not there: the copy goes ahead from the defaults.
+    let closed = closed_port();
+    let out = run(&[
+        "cp",
+        "--advisor",
+        &format!("http://{closed}"),
+        "--protect",
+        "clear",
+        src.to_str().unwrap(),
+        &dst,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no advice") && err.contains("could not report"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_daemon_feeds_its_advisor_and_targets_come_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let targets = dir.path().join("targets");
+    std::fs::write(&targets, "# config\n192.0.2.77:4747 600\n").unwrap();
+    let serve = Proc::start(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--root",
+        "root",
+        "--http",
+        "127.0.0.1:0",
+        "--no-probes",
+        "--targets",
+        targets.to_str().unwrap(),
+    ]);
+    let url = serve.http();
+    let src = dir.path().join("f");
+    std::fs::write(&src, vec![1u8; 1 << 20]).unwrap();
+    let out = run(&[
+        "cp",
+        "--protect",
+        "clear",
+        src.to_str().unwrap(),
+        &format!("{}/f", serve.daemon()),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until("the session discovered", || {
+        let (_, t) = http("GET", &format!("{url}/api/v1/targets"), None);
+        t["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["host"] == "127.0.0.1")
+    });
+    let (_, t) = http("GET", &format!("{url}/api/v1/targets"), None);
+    let sources: Vec<(String, String)> = t["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["host"].as_str().unwrap().to_string(),
+                t["source"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            ("127.0.0.1".to_string(), "discovered".to_string()),
+            ("192.0.2.77".to_string(), "config".to_string())
+        ]
+    );
+    let h = history(&url, "127.0.0.1");
+    assert!(
+        h.iter()
+            .all(|m| m["producer"] == "tern serve" && m["origin"] == "passive"),
+        "{h:?}"
+    );
+    let (status, doc) = http("GET", &format!("{url}/api/v1/openapi.json"), None);
+    assert_eq!(status, 200);
+    assert!(doc["paths"].as_object().unwrap().len() >= 6);
+    // A bad targets file stops the daemon with a clear message.
+    std::fs::write(&targets, "host:notaport\n").unwrap();
+    let out = run(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--root",
+        ".",
+        "--http",
+        "0",
+        "--targets",
+        targets.to_str().unwrap(),
+        "--state-dir",
+        dir.path().join("s").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
