@@ -3,7 +3,9 @@
 # targets for a bounded time (TERN_FUZZ_SECS per target, default 30; 0
 # skips), unit, property, golden-vector, end-to-end and CLI tests (including
 # the 2 GiB transfer). Tests that need root (tmpfs mounts, netlab) skip with a
-# message when not root.
+# message when not root. The advisor's store and API tests run on SQLite and
+# on a throwaway PostgreSQL cluster started here (TERN_TEST_PG); the Python
+# client's tests run after cargo test, against a real `tern serve --http`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -21,10 +23,34 @@ if [ "$fuzz_secs" != 0 ]; then
     echo "== fuzz: every decoder target for ${fuzz_secs} s, seeded from the golden vectors"
     bash scripts/fuzz.sh "$fuzz_secs"
 fi
-echo "== cargo test"
+echo "== PostgreSQL for the advisor's tests"
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+TERN_PG_DIR=
+cleanup() {
+    rm -f "$log"
+    if [ -n "$TERN_PG_DIR" ]; then bash scripts/pg-test.sh stop "$TERN_PG_DIR"; fi
+}
+trap cleanup EXIT
+pg_env=$(bash scripts/pg-test.sh start)
+eval "$pg_env"
+echo "TERN_TEST_PG=$TERN_TEST_PG"
+echo "== cargo test"
 cargo test --release --workspace 2>&1 | tee "$log"
-# One closing line for the whole run, summed over every test binary.
+echo "== Python client: unit tests against tern serve --http (SQLite and PostgreSQL), pip install"
+TERN_BIN="$PWD/target/release/tern" python3 -m unittest discover -s python/tests -v 2>&1 | tee -a "$log"
+venv=$(mktemp -d)
+python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet ./python
+"$venv/bin/python" -c 'import tern_advisor; print("pip install ./python: tern_advisor", tern_advisor.DEFAULT_URL)'
+rm -rf "$venv" python/build python/src/*.egg-info
+# One closing line for the whole run, summed over every test binary and
+# the Python suite ("Ran N tests" then "OK (skipped=K)" or "FAILED (...)").
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i-1); if ($(i) ~ /^failed/) f += $(i-1); if ($(i) ~ /^ignored/) s += $(i-1) } }
+     /^Ran [0-9]+ tests? in/ { py = $2 }
+     /^(OK|FAILED)/ && py != "" { pf = 0; ps = 0
+         if (match($0, /failures=[0-9]+/)) pf += substr($0, RSTART + 9, RLENGTH - 9)
+         if (match($0, /errors=[0-9]+/)) pf += substr($0, RSTART + 7, RLENGTH - 7)
+         if (match($0, /skipped=[0-9]+/)) ps = substr($0, RSTART + 8, RLENGTH - 8)
+         p += py - pf - ps; f += pf; s += ps; py = "" }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, s; exit (f > 0) }' "$log"
+
