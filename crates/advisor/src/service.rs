@@ -199,7 +199,10 @@ impl Service {
             ))
         })?;
         let now = now_ms();
-        self.store.touch(&target.host, now).await?;
+        // Best effort: a store that is locked for writing can still answer.
+        if let Err(e) = self.store.touch(&target.host, now).await {
+            tracing::debug!("advisor: not marking {} as used: {e}", target.host);
+        }
         let own = self.advice_from(&target.host, host, now).await;
         let Err(Error::NotFound(missing)) = own else {
             return own;

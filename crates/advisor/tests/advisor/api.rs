@@ -403,9 +403,15 @@ async fn a_locked_database_is_503_the_service_keeps_running_and_nothing_is_lost(
         StatusCode::SERVICE_UNAVAILABLE,
         "store_unavailable",
     );
-    // Reads still work meanwhile, and the service answers other requests.
+    // Reads still work meanwhile, advice too, and the service answers.
     let (status, _) = call(&s, Method::GET, "/api/v1/history/h.example", None).await;
     assert_eq!(status, StatusCode::OK);
+    let (status, body) = call(&s, Method::GET, "/api/v1/advice/h.example", None).await;
+    assert_error(status, &body, StatusCode::NOT_FOUND, "not_found");
+    assert!(
+        body["message"].as_str().unwrap().contains("12.0 ms"),
+        "{body}"
+    );
     sqlx::query("COMMIT").execute(&mut other).await.unwrap();
     let again = json!({"host": "h.example", "rtt_ms": 14.0}).to_string();
     let (status, _) = call(&s, Method::POST, "/api/v1/report", Some(&again)).await;
