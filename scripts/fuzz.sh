@@ -63,6 +63,7 @@ done
 target_of() {
     case "$1" in
     hello_*) echo hello ;;
+    once_*) echo once_line ;;
     data_join | join_reply_*) echo data_join ;;
     block_repair | stream_end) echo data_frame ;;
     block_*) echo "" ;; # checks and keys, not frames

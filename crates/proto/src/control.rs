@@ -283,6 +283,14 @@ pub enum ControlMsg {
         /// `(offset, length)` pairs, block-aligned.
         ranges: Vec<(u64, u64)>,
     },
+    /// Client → server, right after the handshake and before `SessionOpen`:
+    /// the one-time token that `tern serve --once` printed on the ssh
+    /// channel, proving the client is the one ssh authenticated (needs
+    /// `TOKEN_AUTH`).
+    TokenAuth {
+        /// The token from the once line.
+        token: Token,
+    },
 }
 
 /// Encodes a message as a complete control frame (length prefix + body).

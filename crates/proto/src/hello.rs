@@ -43,6 +43,10 @@ impl Features {
     /// Resume: the receiver may tell the sender which ranges of a file it
     /// already holds (`FileHave`).
     pub const RESUME: Features = Features(1 << 5);
+    /// One-time tokens: the client may prove with `TokenAuth`, before
+    /// `SessionOpen`, that it holds the token a `tern serve --once` printed
+    /// on the ssh channel; such a server requires it.
+    pub const TOKEN_AUTH: Features = Features(1 << 6);
 
     /// Everything this build implements.
     pub const ALL: Features = Features(
@@ -51,7 +55,8 @@ impl Features {
             | Self::PROTECT_PRIVATE.0
             | Self::PERF.0
             | Self::TUNING.0
-            | Self::RESUME.0,
+            | Self::RESUME.0
+            | Self::TOKEN_AUTH.0,
     );
 
     /// True when every bit of `other` is set in `self`.

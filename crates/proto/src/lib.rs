@@ -2,7 +2,8 @@
 //!
 //! This crate owns every byte tern puts on the wire: the handshake
 //! ([`hello`]), the control messages exchanged on the TLS control connection
-//! ([`control`]), and the frames carried by data connections ([`data`]).
+//! ([`control`]), the frames carried by data connections ([`data`]), and
+//! the one line `tern serve --once` prints for its ssh client ([`once`]).
 //! It performs no I/O and keeps no state: callers hand it bytes and get typed
 //! frames back, or hand it frames and get bytes. That keeps it small enough to
 //! fuzz exhaustively (see `fuzz/`) and lets the engine's session state
@@ -14,6 +15,7 @@
 pub mod control;
 pub mod data;
 pub mod hello;
+pub mod once;
 
 pub use control::{
     ChecksumAlg, ControlMsg, ErrorCode, FileMeta, Protect, SessionAccept, SessionMode, SessionOpen,
@@ -21,6 +23,7 @@ pub use control::{
 };
 pub use data::{BlockFlags, BlockHeader, DataFrame, DataJoin, JoinReply};
 pub use hello::{Features, Hello};
+pub use once::OnceLine;
 
 /// Highest protocol version this build speaks. Peers use `min(ours, theirs)`.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -81,4 +84,7 @@ pub enum DecodeError {
     /// A control message body did not decode.
     #[error("malformed control message: {0}")]
     Control(String),
+    /// The line `tern serve --once` printed is not a once line.
+    #[error("malformed once line: {0}")]
+    OnceLine(String),
 }

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use tern_proto::control::control_body_len;
 use tern_proto::{
     BlockFlags, BlockHeader, ChecksumAlg, ControlMsg, DataFrame, DataJoin, ErrorCode, Features,
-    FileMeta, Hello, JoinReply, Protect, SessionAccept, SessionMode, SessionOpen, TuningRequest,
-    Window, decode_control, encode_control,
+    FileMeta, Hello, JoinReply, OnceLine, Protect, SessionAccept, SessionMode, SessionOpen,
+    TuningRequest, Window, decode_control, encode_control,
 };
 
 /// What a golden vector encodes.
@@ -28,6 +28,8 @@ enum Golden {
     Frame(DataFrame),
     /// A complete control frame: 4-byte length prefix and postcard body.
     Control(ControlMsg),
+    /// The line `tern serve --once` prints, as ASCII, without its newline.
+    Once(OnceLine),
     /// The clear/private block check's seed: XXH3-64 of the block's
     /// position (`file_id | offset | length`), as a big-endian `u64`.
     Xxh3Seed {
@@ -333,6 +335,20 @@ fn known() -> Vec<(&'static str, Golden)> {
                 ranges: vec![(0, 4 << 20), (8 << 20, 1000)],
             }),
         ),
+        (
+            "token_auth",
+            Golden::Control(ControlMsg::TokenAuth { token: TOKEN }),
+        ),
+        (
+            "once_line",
+            Golden::Once(OnceLine {
+                port: Some(40123),
+                addr: Some("192.0.2.7".parse().unwrap()),
+                token: TOKEN,
+                // SHA-256 of the empty string, as an example.
+                fingerprint: "SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU".into(),
+            }),
+        ),
     ]
 }
 
@@ -412,6 +428,11 @@ fn check(name: &str, golden: &Golden, bytes: &[u8]) {
             let len = control_body_len(bytes[..4].try_into().unwrap()).unwrap();
             assert_eq!(len, bytes.len() - 4, "{name}: length prefix");
             assert_eq!(&decode_control(&bytes[4..]).unwrap(), v, "{name}: decode");
+        }
+        Golden::Once(v) => {
+            assert_eq!(v.encode().as_bytes(), bytes, "{name}: encode");
+            let text = std::str::from_utf8(bytes).expect("ASCII");
+            assert_eq!(&OnceLine::decode(text).unwrap(), v, "{name}: decode");
         }
         Golden::Xxh3Seed { header } => {
             let seed = xxh3_seed(header.file_id, header.offset, header.length);

@@ -17,7 +17,7 @@ use tern_proto::data::{HEADER_LEN, JOIN_LEN, JOIN_REPLY_LEN};
 use tern_proto::hello::HELLO_LEN;
 use tern_proto::{
     BlockFlags, BlockHeader, ChecksumAlg, ControlMsg, DataFrame, DataJoin, DecodeError, ErrorCode,
-    Features, FileMeta, Hello, JoinReply, MAX_BLOCK_SIZE, MAX_CONTROL_FRAME, Protect,
+    Features, FileMeta, Hello, JoinReply, MAX_BLOCK_SIZE, MAX_CONTROL_FRAME, OnceLine, Protect,
     SessionAccept, SessionMode, SessionOpen, TuningRequest, Window, decode_control, encode_control,
 };
 
@@ -170,7 +170,8 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             | ControlMsg::Tuning(_)
             | ControlMsg::TuningAccept { .. }
             | ControlMsg::MoreStreams { .. }
-            | ControlMsg::FileHave { .. } => {}
+            | ControlMsg::FileHave { .. }
+            | ControlMsg::TokenAuth { .. } => {}
         }
     }
     prop_oneof![
@@ -249,6 +250,7 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
         any::<u16>().prop_map(|total| ControlMsg::MoreStreams { total }),
         (any::<u32>(), vec((any::<u64>(), any::<u64>()), 0..20))
             .prop_map(|(file_id, ranges)| ControlMsg::FileHave { file_id, ranges }),
+        any::<[u8; 16]>().prop_map(|token| ControlMsg::TokenAuth { token }),
     ]
 }
 
@@ -271,6 +273,21 @@ fn with_prefix(prefix: &'static [u8], len: usize) -> impl Strategy<Value = Vec<u
     })
 }
 
+fn once_line() -> impl Strategy<Value = OnceLine> {
+    (
+        any::<Option<u16>>().prop_map(|p| p.filter(|p| *p != 0)),
+        any::<Option<std::net::IpAddr>>(),
+        any::<[u8; 16]>(),
+        "[A-Za-z0-9+/]{1,60}",
+    )
+        .prop_map(|(port, addr, token, fp)| OnceLine {
+            port,
+            addr,
+            token,
+            fingerprint: format!("SHA256:{fp}"),
+        })
+}
+
 // ---------------------------------------------------------------- round trips
 
 proptest! {
@@ -287,6 +304,22 @@ proptest! {
     #[test]
     fn join_reply_round_trips(r in join_reply()) {
         prop_assert_eq!(JoinReply::decode(&r.encode()), Ok(r));
+    }
+
+    #[test]
+    fn once_line_round_trips(l in once_line()) {
+        prop_assert_eq!(OnceLine::decode(&l.encode()), Ok(l));
+    }
+
+    /// Whatever the once-line reader accepts re-encodes to a line that
+    /// reads the same.
+    #[test]
+    fn once_line_decode_never_panics(
+        text in prop_oneof![".{0,200}", "TERN-ONCE 1( [a-z]{1,12}=[ -~]{0,30}){0,6}"]
+    ) {
+        if let Ok(l) = OnceLine::decode(&text) {
+            prop_assert_eq!(OnceLine::decode(&l.encode()), Ok(l));
+        }
     }
 
     #[test]
@@ -344,7 +377,7 @@ proptest! {
 
     /// Start every body with a valid variant index so the fields get decoded.
     #[test]
-    fn decode_control_never_panics_past_the_variant(variant in 0u8..12, b in vec(any::<u8>(), 0..256)) {
+    fn decode_control_never_panics_past_the_variant(variant in 0u8..14, b in vec(any::<u8>(), 0..256)) {
         let mut body = vec![variant];
         body.extend(b);
         if let Ok(m) = decode_control(&body) {
