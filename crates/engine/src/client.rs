@@ -19,6 +19,7 @@ use tokio_rustls::TlsConnector;
 
 use crate::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root};
 use crate::integrity::BlockCheck;
+use crate::once::{Callback, Route, present_token};
 use crate::server::bind_token;
 use crate::tls::{BLOCK_MAC_LABEL, ClientCert, KnownHosts, PinVerifier, ServerTrust, server_name};
 use crate::transfer::{self, BoxStream, Control, Progress, TransferParams, TransferStats};
@@ -81,6 +82,12 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
     /// Fail a connection whose peer stays silent this long.
     pub io_timeout: Duration,
+    /// The one-time token of a `tern serve --once` started through ssh,
+    /// presented before the session opens.
+    pub once_token: Option<tern_proto::Token>,
+    /// Reverse mode: take the connections the server dials here instead of
+    /// dialling it.
+    pub callback: Option<Arc<Callback>>,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -121,7 +128,11 @@ struct Opened {
     setup: Duration,
 }
 
-async fn tcp_connect(ep: &Endpoint, timeout: Duration, io_timeout: Duration) -> Result<TcpStream> {
+pub(crate) async fn tcp_connect(
+    ep: &Endpoint,
+    timeout: Duration,
+    io_timeout: Duration,
+) -> Result<TcpStream> {
     let addr = ep.host_port();
     let fail = |source: std::io::Error| Error::Connect {
         addr: addr.clone(),
@@ -159,7 +170,9 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     };
     let verifier = PinVerifier::for_trust(&trust)?;
     let connector = TlsConnector::from(verifier.client_config(opts.client_cert.as_ref())?);
-    let tcp = tcp_connect(ep, opts.connect_timeout, opts.io_timeout).await?;
+    let route = Route::new(ep, opts.callback.as_ref());
+    let tcp = route.connect(opts.connect_timeout, opts.io_timeout).await?;
+    let route = route.for_data(&tcp);
     let _ = tcp.set_nodelay(true);
     let tls = connector
         .connect(server_name(&ep.host), tcp)
@@ -212,6 +225,9 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         .negotiate(&Hello::decode(&theirs)?)
         .map_err(|e| Error::Protocol(e.to_string()))?;
     let mut control = Control::new(stream);
+    if let Some(token) = &opts.once_token {
+        present_token(&mut control, token, negotiated.features).await?;
+    }
     control
         .send(&ControlMsg::SessionOpen(SessionOpen {
             mode,
@@ -260,6 +276,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
 
     let joiner = Arc::new(Joiner {
         ep: ep.clone(),
+        route,
         connect_timeout: opts.connect_timeout,
         io_timeout: opts.io_timeout,
         protect: opts.protect,
@@ -312,6 +329,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
 /// Opens data connections of one session.
 struct Joiner {
     ep: Endpoint,
+    route: Route,
     connect_timeout: Duration,
     io_timeout: Duration,
     protect: Protect,
@@ -334,7 +352,10 @@ impl Joiner {
                 self.max_streams
             )));
         }
-        let tcp = tcp_connect(&self.ep, self.connect_timeout, self.io_timeout).await?;
+        let tcp = self
+            .route
+            .connect(self.connect_timeout, self.io_timeout)
+            .await?;
         let probe = {
             use std::os::fd::AsFd;
             tcp.as_fd().try_clone_to_owned().ok()

@@ -49,6 +49,10 @@ pub enum Error {
     /// TLS setup or handshake failed.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The client did not prove it may use this server (a once server's
+    /// one-time token was missing or wrong).
+    #[error("not authorized: {0}")]
+    Unauthorized(String),
     /// The server's certificate is not the one recorded or pinned.
     #[error(
         "the certificate of {host} has changed: expected {expected}, got {actual}.\n\
@@ -170,7 +174,9 @@ impl Error {
             Error::Io { .. } => ErrorKind::Io,
             Error::BadRequest(_) => ErrorKind::Usage,
             Error::Connect { .. } => ErrorKind::Connect,
-            Error::Tls(_) | Error::FingerprintMismatch { .. } => ErrorKind::Security,
+            Error::Tls(_) | Error::FingerprintMismatch { .. } | Error::Unauthorized(_) => {
+                ErrorKind::Security
+            }
             Error::Decode(_) | Error::Protocol(_) => ErrorKind::Protocol,
             Error::PeerGone(_) => ErrorKind::Network,
             Error::DigestMismatch { .. } | Error::TooManyRetries { .. } => ErrorKind::Integrity,

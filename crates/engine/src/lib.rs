@@ -10,7 +10,8 @@
 //! - [`transfer`]: the async driver that runs a session over a control
 //!   channel and N data streams;
 //! - [`tuning`]: live tuning of data sockets and the stream count;
-//! - [`tls`], [`server`], [`client`]: connections, identity and the daemon.
+//! - [`tls`], [`server`], [`client`]: connections, identity and the daemon;
+//! - [`once`]: `tern serve --once`, the one-session server ssh starts.
 
 pub mod authz;
 pub mod client;
@@ -22,6 +23,7 @@ pub mod journal;
 pub mod local;
 pub mod net;
 pub mod observe;
+pub mod once;
 pub mod pace;
 pub mod server;
 pub mod session;

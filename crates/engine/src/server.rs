@@ -37,6 +37,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::authz::{Access, Authz, Grants, Subject};
 use crate::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root, Sink, Source, checked_relative};
 use crate::integrity::BlockCheck;
+use crate::once::Gate;
 use crate::tls::{BLOCK_MAC_LABEL, ServerIdentity};
 use crate::transfer::{self, BoxStream, Control, Progress, TransferParams};
 use crate::tuning::{Joined, StreamSupply, Tuning};
@@ -121,14 +122,55 @@ struct Joining {
     peer: SocketAddr,
 }
 
-struct Context {
+/// What every connection of a server shares.
+pub(crate) struct Context {
     root: Root,
     acceptor: TlsAcceptor,
-    opts: ServerOptions,
+    pub(crate) opts: ServerOptions,
     /// Sessions waiting for their data connections, by token.
     pending: Mutex<HashMap<Token, mpsc::Sender<Joining>>>,
     /// Caps concurrent sessions.
     sessions: Semaphore,
+    /// Set for `tern serve --once`: its one-time token and one session.
+    once: Option<Arc<Gate>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("root", &self.root)
+            .field("once", &self.once.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    pub(crate) fn new(
+        root: Root,
+        identity: &ServerIdentity,
+        opts: ServerOptions,
+        once: Option<Arc<Gate>>,
+    ) -> Result<Arc<Context>> {
+        Ok(Arc::new(Context {
+            root,
+            acceptor: TlsAcceptor::from(
+                identity.server_config(opts.site.as_ref().map(|s| s.client_roots.clone()))?,
+            ),
+            sessions: Semaphore::new(opts.max_sessions),
+            pending: Mutex::new(HashMap::new()),
+            opts,
+            once,
+        }))
+    }
+
+    /// A path the client named: under the root for the daemon; as with scp
+    /// (from the home directory, or absolute) for a once server.
+    fn place(&self, path: &str) -> Result<PathBuf> {
+        match &self.once {
+            Some(_) => Ok(crate::once::scp_path(&self.opts.root, path)),
+            None => checked_relative(path, true),
+        }
+    }
 }
 
 /// Serves until `shutdown` completes, then drains sessions.
@@ -138,16 +180,7 @@ pub async fn serve(
     opts: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
-    let root = Root::confined(&opts.root)?;
-    let ctx = Arc::new(Context {
-        root,
-        acceptor: TlsAcceptor::from(
-            identity.server_config(opts.site.as_ref().map(|s| s.client_roots.clone()))?,
-        ),
-        sessions: Semaphore::new(opts.max_sessions),
-        pending: Mutex::new(HashMap::new()),
-        opts,
-    });
+    let ctx = Context::new(Root::confined(&opts.root)?, identity, opts, None)?;
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -185,7 +218,8 @@ pub async fn serve(
     Ok(())
 }
 
-async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr) {
+/// Serves one connection of any kind (§2.1 of the protocol).
+pub(crate) async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr) {
     crate::net::prepare(&conn, ctx.opts.io_timeout);
     let probe = {
         use std::os::fd::AsFd;
@@ -369,7 +403,8 @@ async fn control_session(
     }
 }
 
-async fn refuse(control: &mut Control, e: Error) -> Result<()> {
+/// Tells the client why the session cannot go on; always `Err(e)`.
+pub(crate) async fn refuse(control: &mut Control, e: Error) -> Result<()> {
     let _ = control
         .send(&ControlMsg::Error {
             code: e.wire_code(),
@@ -406,6 +441,13 @@ async fn run_control(
         .negotiate(&theirs)
         .map_err(|e| Error::Protocol(e.to_string()))?;
     let mut control = Control::new(stream);
+    let claim = match &ctx.once {
+        Some(gate) => Some(
+            gate.admit(&mut control, negotiated.features, timeout)
+                .await?,
+        ),
+        None => None,
+    };
     let open = match tokio::time::timeout(timeout, control.recv()).await {
         Ok(Ok(ControlMsg::SessionOpen(open))) => open,
         Ok(Ok(other)) => {
@@ -532,6 +574,9 @@ async fn run_control(
     ctx.pending.lock().expect("pending").remove(&token);
     late_joins.abort();
     let stats = result?;
+    if let Some(claim) = claim {
+        claim.succeeded();
+    }
     tracing::info!(
         "{peer}: session done: {} bytes, {} files, {} streams, {:.2?}",
         stats.bytes,
@@ -607,7 +652,7 @@ fn prepare_role(ctx: &Context, open: &SessionOpen, authz: &Authorization) -> Res
     };
     Ok(match &open.mode {
         SessionMode::Push { dest, top_level } => {
-            let (root, dest) = place(checked_relative(dest, true)?, Access::Write)?;
+            let (root, dest) = place(ctx.place(dest)?, Access::Write)?;
             Role::Receive(Arc::new(FsSink::new(root, dest, *top_level)?))
         }
         SessionMode::Pull { sources, recursive } => {
@@ -618,7 +663,7 @@ fn prepare_role(ctx: &Context, open: &SessionOpen, authz: &Authorization) -> Res
             let mut grant_path: Option<PathBuf> = None;
             let mut paths = Vec::with_capacity(sources.len());
             for s in sources {
-                let path = checked_relative(s, true)?;
+                let path = ctx.place(s)?;
                 let Some(g) = grants else {
                     paths.push(path);
                     continue;

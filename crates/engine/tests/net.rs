@@ -72,6 +72,8 @@ fn opts(streams: u16, protect: Protect) -> ClientOptions {
         wrap: None,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(30),
+        once_token: None,
+        callback: None,
     }
 }
 

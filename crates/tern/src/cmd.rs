@@ -131,6 +131,8 @@ pub(crate) fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<
         wrap: fault_from_env(),
         connect_timeout: Duration::from_secs(15),
         io_timeout: Duration::from_secs_f64(t.io_timeout),
+        once_token: None,
+        callback: None,
     })
 }
 
