@@ -14,14 +14,16 @@ fi
 
 need=()
 # iperf3 and ping serve the netlab tests and the demo's untuned baseline;
-# python3 (with venv, for `pip install ./python`) the advisor's Python
-# client and its tests; postgresql the advisor's store tests on PostgreSQL
-# (scripts/pg-test.sh starts a throwaway cluster; runuser runs it as the
-# postgres user).
+# ssh, ssh-keygen and sshd the ssh bootstrap tests (a private sshd on
+# loopback); python3 (with venv, for `pip install ./python`) the advisor's
+# Python client and its tests; postgresql the advisor's store tests on
+# PostgreSQL (scripts/pg-test.sh starts a throwaway cluster; runuser runs it
+# as the postgres user).
 for tool in mount:util-linux kill:procps cmp:diffutils ip:iproute2 iperf3:iperf3 ping:iputils-ping gcc:gcc \
-    python3:python3 runuser:util-linux; do
+    ssh:openssh-client ssh-keygen:openssh-client python3:python3 runuser:util-linux; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then

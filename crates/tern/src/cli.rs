@@ -20,6 +20,7 @@ Exit codes:
   9   connection lost during the transfer (partial files are kept)
   10  integrity: digest mismatch, or blocks still bad after repairs
   11  protocol error: the peer sent something invalid
+  12  ssh: could not log in, or could not start tern on the remote host
   130 interrupted";
 
 /// Move large data sets over long, fast networks at the speed the path allows.
@@ -37,6 +38,8 @@ impl Cli {
     /// Log filter for the verbosity asked for.
     pub fn log_level(&self) -> &'static str {
         match (self.verbose, &self.command) {
+            // A once server's stderr goes back through ssh: warnings only.
+            (0, Command::Serve(args)) if args.once => "warn",
             (0, Command::Serve(_) | Command::Advisor(_)) => "info",
             (0, _) => "warn",
             (1, _) => "info",
@@ -69,15 +72,21 @@ pub enum Command {
 }
 
 const CP_HELP: &str = "\
-Locations are local paths or tern://HOST[:PORT]/PATH (PATH under the daemon's
-root; default port 4747; IPv6 as tern://[::1]/PATH). Like scp: with one source,
-DST may be a new name; with several, DST must be an existing directory.
+Locations are local paths, tern://HOST[:PORT]/PATH (PATH under the daemon's
+root; default port 4747; IPv6 as tern://[::1]/PATH), or [USER@]HOST:PATH as
+with scp: tern logs in with ssh, starts `tern serve --once` there and moves
+the data over its own connections (PATH relative to the remote home, or
+absolute; a colon after a slash, as in ./a:b, keeps a path local). Like scp:
+with one source, DST may be a new name; with several, DST must be an existing
+directory.
 
 Every block is checked on arrival and sent again if damaged; each file is
 written to .NAME.tern-partial and renamed into place only after its whole-file
 digest matched. A failed transfer leaves no file at the final name.
 
 Examples:
+  tern cp run42.root alice@dtn.example.org:incoming/
+  tern cp -r --ssh 'ssh -p 2222' dtn.example.org:/data/runs/2026 ./runs
   tern cp run42.root tern://dtn.example.org/incoming/
   tern cp -r -P 8 tern://dtn.example.org/runs/2026 ./runs
   tern cp --checksum adler32 --json big.h5 tern://[2001:db8::7]:4747/data/
@@ -85,9 +94,12 @@ Examples:
 The first connection to a daemon records its certificate fingerprint in
 ~/.config/tern/known_hosts (like ssh); a later change is refused.
 
+With -z (--reverse-connect), for when only this side may accept connections:
+this tern listens and the remote one connects to it.
+
 Exit codes: 0 ok, 2 usage, 3 source missing, 4 permission/outside root,
 5 disk full, 6 I/O, 7 cannot connect, 8 fingerprint/TLS, 9 connection lost,
-10 integrity, 11 protocol, 130 interrupted.";
+10 integrity, 11 protocol, 12 ssh login or remote tern failed, 130 interrupted.";
 
 const SERVE_HELP: &str = "\
 Everything uses one port: a TLS control connection per session plus its data
@@ -95,6 +107,13 @@ connections. Only paths beneath --root can be read or written. On first start
 a self-signed certificate is created in the state directory; its fingerprint
 is printed so clients can pin it (--fingerprint). SIGINT/SIGTERM stop
 accepting and let running sessions finish for --grace seconds.
+
+With --once, tern serves one session for a client that started it through
+ssh (tern cp FILE USER@HOST:PATH does): it prints one line (port, one-time
+token, certificate fingerprint) on stdout, serves the client that presents
+the token, and exits when that session ends, when stdin closes or when no
+client came within --once-timeout. Paths are relative to the home directory
+or absolute.
 
 Example:
   tern serve --listen 0.0.0.0:4747 --root /data/export";
@@ -106,6 +125,7 @@ iperf3. --reverse makes the daemon send.
 
 Examples:
   tern perf tern://dtn.example.org --time 10 -P 4
+  tern perf alice@dtn.example.org: --time 10
   tern perf tern://[::1] --size 4G --protect clear --json";
 
 const PROBE_HELP: &str = "\
@@ -243,6 +263,26 @@ pub struct TransferArgs {
     pub no_progress: bool,
 }
 
+/// How to reach a `[USER@]HOST:` location.
+#[derive(Debug, Clone, Args)]
+pub struct SshArgs {
+    /// The ssh command for [USER@]HOST: locations, with its options
+    /// (split like a shell would).
+    #[arg(long = "ssh", default_value = "ssh", value_name = "COMMAND")]
+    pub command: String,
+    /// The tern program on the remote host.
+    #[arg(long, default_value = "tern", value_name = "PATH")]
+    pub remote_tern: String,
+    /// For [USER@]HOST: locations: this side listens and the remote tern
+    /// connects to it (when only this side may accept connections).
+    #[arg(short = 'z', long)]
+    pub reverse_connect: bool,
+    /// Give up when the remote tern has not answered through ssh within
+    /// this many seconds (login included).
+    #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
+    pub ssh_timeout: f64,
+}
+
 #[derive(Debug, Args)]
 pub struct CpArgs {
     /// Sources, then the destination.
@@ -256,16 +296,41 @@ pub struct CpArgs {
     pub checksum: ChecksumArg,
     #[command(flatten)]
     pub transfer: TransferArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address and port to listen on.
-    #[arg(long, default_value = "[::]:4747", value_name = "ADDR:PORT")]
-    pub listen: String,
+    /// Address and port to listen on [default: [::]:4747; with --once the
+    /// address ssh came in on (SSH_CONNECTION), any port].
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
     /// Serve only what lies beneath this directory.
-    #[arg(long, value_name = "DIR")]
-    pub root: PathBuf,
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "once",
+        conflicts_with = "once"
+    )]
+    pub root: Option<PathBuf>,
+    /// Serve one session for a client that started this through ssh, then
+    /// exit (see below).
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: connect to the client at HOST:PORT instead of listening
+    /// (reverse mode); an empty HOST means the client's address in
+    /// SSH_CONNECTION.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        requires = "once",
+        conflicts_with = "listen"
+    )]
+    pub connect: Option<String>,
+    /// With --once: exit when no client came within this many seconds.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
+    pub once_timeout: f64,
     /// Where the certificate is kept [default: $XDG_STATE_HOME/tern or ~/.local/state/tern].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
@@ -278,7 +343,12 @@ pub struct ServeArgs {
     pub tls_key: Option<PathBuf>,
     /// Site mode: demand client certificates issued by these CAs (a PEM
     /// file, or a directory of them); needs --authz.
-    #[arg(long, value_name = "FILE|DIR", requires = "authz")]
+    #[arg(
+        long,
+        value_name = "FILE|DIR",
+        requires = "authz",
+        conflicts_with = "once"
+    )]
     pub client_ca: Option<PathBuf>,
     /// Site mode: which certificate subject may read or write which subtree
     /// of --root, one rule a line: SUBJECT PATH r|w|rw, e.g.
@@ -443,7 +513,7 @@ fn positive_secs(s: &str) -> Result<f64, String> {
 
 #[derive(Debug, Args)]
 pub struct PerfArgs {
-    /// The daemon: tern://HOST[:PORT].
+    /// The daemon, tern://HOST[:PORT], or [USER@]HOST: to start one over ssh.
     pub target: String,
     /// Send this much data.
     #[arg(long, value_parser = parse_size, conflicts_with = "time")]
@@ -456,6 +526,8 @@ pub struct PerfArgs {
     pub reverse: bool,
     #[command(flatten)]
     pub transfer: TransferArgs,
+    #[command(flatten)]
+    pub ssh: SshArgs,
 }
 
 #[derive(Debug, Args)]
@@ -505,6 +577,7 @@ pub mod exit {
 
     pub const GENERAL: u8 = 1;
     pub const USAGE: u8 = 2;
+    pub const SSH: u8 = 12;
 
     /// A usage error found by tern itself (not by clap).
     #[derive(Debug)]
@@ -522,6 +595,9 @@ pub mod exit {
     pub fn code_for(e: &anyhow::Error) -> u8 {
         if e.downcast_ref::<Usage>().is_some() {
             return USAGE;
+        }
+        if e.downcast_ref::<crate::ssh::SshFailure>().is_some() {
+            return SSH;
         }
         if let Some(probe) = e.downcast_ref::<tern_probe::Error>() {
             return match probe {

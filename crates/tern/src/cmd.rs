@@ -10,6 +10,7 @@ use tern_drs::WindowMode;
 use tern_engine::authz::Authz;
 use tern_engine::client::{self, ClientOptions, Endpoint};
 use tern_engine::fsio::{FsSink, FsSource, Root};
+use tern_engine::once::{Callback, OnceOptions, OnceServer};
 use tern_engine::server::{ServerOptions, SiteAuth, serve};
 use tern_engine::tls::{ClientCert, KnownHosts, ServerIdentity, load_roots};
 use tern_engine::transfer::{Progress, TransferParams};
@@ -20,11 +21,12 @@ use tern_proto::{ChecksumAlg, Protect};
 use crate::advise::{self, Consulted};
 use crate::cli::exit::Usage;
 use crate::cli::{
-    ChecksumArg, Cli, Command, CpArgs, PerfArgs, ProtectArg, ServeArgs, Streams, TransferArgs,
-    WindowArg,
+    ChecksumArg, Cli, Command, CpArgs, PerfArgs, ProtectArg, ServeArgs, SshArgs, Streams,
+    TransferArgs, WindowArg,
 };
-use crate::location::{self, Location};
+use crate::location::{self, Location, SshTarget};
 use crate::output::{ProgressDisplay, Report, ReportInput};
+use crate::ssh::{Remote, SshFailure, SshOptions};
 
 /// Runs the parsed command.
 pub async fn run(cli: Cli, started: Instant) -> Result<()> {
@@ -94,6 +96,14 @@ fn fault_from_env() -> Option<StreamWrap> {
             s
         }
     }))
+}
+
+/// Options for a transfer over ssh: the advisor is asked only about daemons.
+fn ssh_client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptions> {
+    if t.advisor.is_some() {
+        eprintln!("tern: --advisor is for transfers with a daemon; ignored over ssh");
+    }
+    client_options(t, checksum)
 }
 
 pub(crate) fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptions> {
@@ -210,37 +220,133 @@ fn progress_choice(t: &TransferArgs) -> Option<bool> {
 
 /// Runs a copy, and again up to `retries` times after a connection was
 /// lost (backing off 1 s, 2 s, 4 s, … up to 30 s); every run resumes the
-/// partial files of the one before. A daemon that cannot be reached on the
-/// first try is not retried (a wrong address stays wrong). When every run
-/// fails, the error that broke the first is the one reported.
-async fn with_retries<T, F, Fut>(retries: u32, mut run: F) -> tern_engine::Result<T>
+/// partial files of the one before. A peer that cannot be reached on the
+/// first try is not retried (a wrong address or login stays wrong). When
+/// every run fails, the error that broke the first is the one reported.
+async fn with_retries<T, F, Fut>(retries: u32, mut run: F) -> Result<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = tern_engine::Result<T>>,
+    Fut: std::future::Future<Output = Result<T>>,
 {
-    let mut first: Option<tern_engine::Error> = None;
+    let mut first: Option<anyhow::Error> = None;
     let mut attempt = 0u32;
     loop {
         let e = match run().await {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
-        let never_connected = first.is_none() && e.kind() == tern_engine::ErrorKind::Connect;
-        if attempt >= retries || !e.is_retryable() || never_connected {
+        let (retryable, reaching) = retry_class(&e);
+        let never_connected = first.is_none() && reaching;
+        if attempt >= retries || !retryable || never_connected {
             return Err(match first {
-                Some(f) if e.is_retryable() => f,
+                Some(f) if retryable => f,
                 _ => e,
             });
         }
         attempt += 1;
         let wait = Duration::from_secs((1u64 << (attempt - 1).min(5)).min(30));
         eprintln!(
-            "tern: {e}; trying again in {} s (retry {attempt} of {retries})",
+            "tern: {e:#}; trying again in {} s (retry {attempt} of {retries})",
             wait.as_secs()
         );
         first.get_or_insert(e);
         tokio::time::sleep(wait).await;
     }
+}
+
+/// Whether running again may help, and whether the failure was in reaching
+/// the peer at all.
+fn retry_class(e: &anyhow::Error) -> (bool, bool) {
+    if let Some(f) = e.downcast_ref::<SshFailure>() {
+        return (f.retryable, true);
+    }
+    match e.downcast_ref::<tern_engine::Error>() {
+        Some(e) => (
+            e.is_retryable(),
+            e.kind() == tern_engine::ErrorKind::Connect,
+        ),
+        None => (false, false),
+    }
+}
+
+/// Runs one session against a `tern serve --once` that ssh starts on
+/// `target`: pins the certificate and presents the token from its once
+/// line, and ends the ssh session afterwards. In reverse mode this side
+/// listens and the remote tern connects to it. ssh's time counts as setup.
+async fn over_ssh<F, Fut>(
+    target: &SshTarget,
+    ssh: &SshOptions,
+    reverse: bool,
+    base: &ClientOptions,
+    session: F,
+) -> Result<client::Outcome>
+where
+    F: FnOnce(Endpoint, ClientOptions) -> Fut,
+    Fut: std::future::Future<Output = tern_engine::Result<client::Outcome>>,
+{
+    let started = Instant::now();
+    let callback = match reverse {
+        true => Some(Arc::new(Callback::new(listen_any().await?))),
+        false => None,
+    };
+    let connect_back = match &callback {
+        Some(cb) => Some(cb.port()?),
+        None => None,
+    };
+    let remote = Remote::start(target, ssh, connect_back).await?;
+    if let Some(pinned) = base.pin.as_ref().filter(|p| **p != remote.line.fingerprint) {
+        let actual = remote.line.fingerprint.clone();
+        remote.finish().await;
+        return Err(tern_engine::Error::FingerprintMismatch {
+            host: target.host.clone(),
+            expected: pinned.clone(),
+            actual,
+            known_hosts: "--fingerprint".into(),
+        }
+        .into());
+    }
+    let mut opts = base.clone();
+    opts.pin = Some(remote.line.fingerprint.clone());
+    opts.known_hosts = None;
+    // ssh vouched for the fingerprint; a CA has nothing to add.
+    opts.ca = None;
+    opts.once_token = Some(remote.line.token);
+    opts.callback = callback;
+    let ep = remote.endpoint().await;
+    let ssh_time = started.elapsed();
+    let result = session(ep, opts).await;
+    let said = remote.finish().await;
+    match result {
+        Ok(mut outcome) => {
+            outcome.setup += ssh_time;
+            Ok(outcome)
+        }
+        // The peer's own error message says it all; otherwise what the
+        // remote logged may tell why the connection failed.
+        Err(e) if said.trim().is_empty() || matches!(e, tern_engine::Error::Peer { .. }) => {
+            Err(e.into())
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!(
+            "via ssh to {} (the remote tern said: {})",
+            target.host,
+            said.trim().replace('\n', " | ")
+        ))),
+    }
+}
+
+/// A listener for reverse mode, on every address (IPv6 and IPv4 where the
+/// host has both): the remote tern dials whichever its ssh came from.
+async fn listen_any() -> Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind("[::]:0").await {
+        Ok(l) => Ok(l),
+        Err(_) => tokio::net::TcpListener::bind("0.0.0.0:0")
+            .await
+            .map_err(|e| tern_engine::Error::io("listen", "0.0.0.0:0", e).into()),
+    }
+}
+
+fn ssh_options(args: &SshArgs) -> Result<SshOptions> {
+    SshOptions::from_args(args).map_err(usage)
 }
 
 fn tell_recorded(outcome: &client::Outcome, ep: &Endpoint) {
@@ -254,6 +360,60 @@ fn tell_recorded(outcome: &client::Outcome, ep: &Endpoint) {
     }
 }
 
+/// How a command reached its far end.
+#[derive(Debug, Clone)]
+enum Via {
+    /// Nowhere: a local copy.
+    Local,
+    /// A daemon.
+    Daemon(Endpoint),
+    /// A `tern serve --once` started over ssh.
+    Ssh { reverse: bool },
+}
+
+impl Via {
+    fn name(&self) -> &'static str {
+        match self {
+            Via::Local => "local",
+            Via::Daemon(_) => "daemon",
+            Via::Ssh { reverse: false } => "ssh",
+            Via::Ssh { reverse: true } => "ssh-reverse",
+        }
+    }
+}
+
+/// The sources of a copy: all local, or all at one place.
+enum Sources {
+    Local(Vec<PathBuf>),
+    Daemon(Endpoint, Vec<String>),
+    Ssh(SshTarget, Vec<String>),
+}
+
+fn sources_of(srcs: &[Location]) -> Result<Sources> {
+    let mut out = match &srcs[0] {
+        Location::Local(_) => Sources::Local(Vec::new()),
+        Location::Remote { endpoint, .. } => Sources::Daemon(endpoint.clone(), Vec::new()),
+        Location::Ssh { target, .. } => Sources::Ssh(target.clone(), Vec::new()),
+    };
+    for s in srcs {
+        match (&mut out, s) {
+            (Sources::Local(v), Location::Local(p)) => v.push(p.clone()),
+            (Sources::Daemon(ep, v), Location::Remote { endpoint, path }) if ep == endpoint => {
+                v.push(path.clone())
+            }
+            (Sources::Ssh(t, v), Location::Ssh { target, path }) if t == target => {
+                v.push(path.clone())
+            }
+            _ => {
+                return Err(usage(
+                    "sources must be all local, or all on one daemon or ssh host",
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
 async fn cp(args: CpArgs, started: Instant) -> Result<()> {
     let checksum = checksum_of(args.checksum);
     let t = &args.transfer;
@@ -264,56 +424,76 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
         .map(|s| location::parse(s))
         .collect::<Result<Vec<_>, _>>()
         .map_err(usage)?;
+    let sources = sources_of(&srcs)?;
     let progress = Arc::new(Progress::default());
     let display = ProgressDisplay::start(&progress, progress_choice(t), t.json);
     let protect = protect_of(t.protect);
-    type Copied = (
-        client::Outcome,
-        &'static str,
-        Option<Endpoint>,
-        Option<Consulted>,
-    );
+    let recursive = args.recursive;
+    let reverse = args.ssh.reverse_connect;
+    type Copied = (client::Outcome, &'static str, Via, Option<Consulted>);
     let result: Result<Copied> = async {
-        let all_local = srcs.iter().all(|s| matches!(s, Location::Local(_)));
-        match (&dst, all_local) {
-            (Location::Remote { endpoint, path }, true) => {
-                let sources = local_paths(&srcs);
+        match (&dst, sources) {
+            (Location::Remote { endpoint, path }, Sources::Local(sources)) => {
                 let (opts, consulted) = remote_options(t, checksum, endpoint).await?;
-                let o = with_retries(t.retries, || {
-                    client::push(endpoint, &opts, sources.clone(), args.recursive, path.clone(), progress.clone())
+                let o = with_retries(t.retries, || async {
+                    Ok(client::push(endpoint, &opts, sources.clone(), recursive, path.clone(), progress.clone()).await?)
                 })
                 .await?;
-                Ok((o, "push", Some(endpoint.clone()), consulted))
+                Ok((o, "push", Via::Daemon(endpoint.clone()), consulted))
             }
-            (Location::Local(dest), false) => {
-                let (endpoint, paths) = same_remote(&srcs)?;
+            (Location::Ssh { target, path }, Sources::Local(sources)) => {
+                let opts = ssh_client_options(t, checksum)?;
+                let ssh = ssh_options(&args.ssh)?;
+                let o = with_retries(t.retries, || {
+                    let (sources, path, progress) = (sources.clone(), path.clone(), progress.clone());
+                    over_ssh(target, &ssh, reverse, &opts, move |ep, o| async move {
+                        client::push(&ep, &o, sources, recursive, path, progress).await
+                    })
+                })
+                .await?;
+                Ok((o, "push", Via::Ssh { reverse }, None))
+            }
+            (Location::Local(dest), Sources::Daemon(endpoint, paths)) => {
                 let (opts, consulted) = remote_options(t, checksum, &endpoint).await?;
-                let o = with_retries(t.retries, || {
-                    client::pull(&endpoint, &opts, paths.clone(), args.recursive, dest.clone(), progress.clone())
+                let o = with_retries(t.retries, || async {
+                    Ok(client::pull(&endpoint, &opts, paths.clone(), recursive, dest.clone(), progress.clone()).await?)
                 })
                 .await?;
-                Ok((o, "pull", Some(endpoint), consulted))
+                Ok((o, "pull", Via::Daemon(endpoint), consulted))
             }
-            (Location::Local(dest), true) => {
+            (Location::Local(dest), Sources::Ssh(target, paths)) => {
+                let opts = ssh_client_options(t, checksum)?;
+                let ssh = ssh_options(&args.ssh)?;
+                let o = with_retries(t.retries, || {
+                    let (paths, dest, progress) = (paths.clone(), dest.clone(), progress.clone());
+                    over_ssh(&target, &ssh, reverse, &opts, move |ep, o| async move {
+                        client::pull(&ep, &o, paths, recursive, dest, progress).await
+                    })
+                })
+                .await?;
+                Ok((o, "pull", Via::Ssh { reverse }, None))
+            }
+            (Location::Local(dest), Sources::Local(sources)) => {
                 if t.advisor.is_some() {
                     eprintln!("tern: --advisor is for transfers with a daemon; ignored for a local copy");
                 }
-                let o = copy_local(&srcs, dest, &args, checksum, progress.clone()).await?;
-                Ok((o, "local", None, None))
+                let o = copy_local(&sources, dest, &args, checksum, progress.clone()).await?;
+                Ok((o, "local", Via::Local, None))
             }
-            (Location::Remote { .. }, false) => {
-                bail!(usage("copying from one daemon to another is not supported yet; copy through a local directory"))
+            _ => {
+                bail!(usage("copying from one remote place to another is not supported yet; copy through a local directory"))
             }
         }
     }
     .await;
     display.finish();
-    let (outcome, direction, endpoint, consulted) = result?;
-    if let Some(ep) = &endpoint {
+    let (outcome, direction, via, consulted) = result?;
+    if let Via::Daemon(ep) = &via {
         tell_recorded(&outcome, ep);
     }
-    let advisor = match (consulted, &endpoint) {
-        (Some(c), Some(ep)) => {
+    let remote = !matches!(via, Via::Local);
+    let advisor = match (consulted, &via) {
+        (Some(c), Via::Daemon(ep)) => {
             let way = if direction == "push" {
                 "send"
             } else {
@@ -326,57 +506,29 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
     Report::new(ReportInput {
         command: "cp",
         direction,
+        via: via.name(),
         stats: &outcome.stats,
         started,
         setup: outcome.setup,
-        protect: if endpoint.is_some() {
-            protect
-        } else {
-            Protect::Clear
-        },
+        protect: if remote { protect } else { Protect::Clear },
         checksum: Some(checksum),
         block_size: t.block_size,
-        fingerprint: endpoint.map(|_| outcome.fingerprint.clone()),
+        fingerprint: remote.then(|| outcome.fingerprint.clone()),
         advisor,
     })
     .emit(t.json);
     Ok(())
 }
 
-fn local_paths(srcs: &[Location]) -> Vec<PathBuf> {
-    srcs.iter()
-        .filter_map(|s| match s {
-            Location::Local(p) => Some(p.clone()),
-            Location::Remote { .. } => None,
-        })
-        .collect()
-}
-
-fn same_remote(srcs: &[Location]) -> Result<(Endpoint, Vec<String>)> {
-    let mut endpoint: Option<Endpoint> = None;
-    let mut paths = Vec::new();
-    for s in srcs {
-        let Location::Remote { endpoint: ep, path } = s else {
-            bail!(usage("sources must be all local or all on the same daemon"));
-        };
-        if endpoint.as_ref().is_some_and(|e| e != ep) {
-            bail!(usage("all remote sources must be on the same daemon"));
-        }
-        endpoint = Some(ep.clone());
-        paths.push(path.clone());
-    }
-    Ok((endpoint.expect("at least one source"), paths))
-}
-
 async fn copy_local(
-    srcs: &[Location],
+    sources: &[PathBuf],
     dest: &std::path::Path,
     args: &CpArgs,
     checksum: ChecksumAlg,
     progress: Arc<Progress>,
 ) -> Result<client::Outcome> {
     let t = &args.transfer;
-    let sources = local_paths(srcs);
+    let sources = sources.to_vec();
     for s in &sources {
         let meta = std::fs::metadata(s).map_err(|e| tern_engine::Error::io("stat", s, e))?;
         if meta.is_dir() && !args.recursive {
@@ -417,12 +569,19 @@ async fn copy_local(
 
 async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
     let t = &args.transfer;
-    let endpoint = match location::parse(&args.target).map_err(usage)? {
-        Location::Remote { endpoint, path } if path.is_empty() => endpoint,
-        Location::Remote { .. } => {
-            return Err(usage("tern perf takes tern://HOST[:PORT] without a path"));
+    let far = match location::parse(&args.target).map_err(usage)? {
+        Location::Remote { endpoint, path } if path.is_empty() => Ok(endpoint),
+        Location::Ssh { target, path } if path.is_empty() => Err(target),
+        Location::Remote { .. } | Location::Ssh { .. } => {
+            return Err(usage(
+                "tern perf takes tern://HOST[:PORT] or [USER@]HOST: without a path",
+            ));
         }
-        Location::Local(_) => return Err(usage("tern perf needs a daemon: tern://HOST[:PORT]")),
+        Location::Local(_) => {
+            return Err(usage(
+                "tern perf needs a daemon (tern://HOST[:PORT]) or an ssh host ([USER@]HOST:)",
+            ));
+        }
     };
     let duration = match (args.size, args.time) {
         (Some(_), _) => None,
@@ -430,32 +589,57 @@ async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
         (None, Some(secs)) => return Err(usage(format!("--time must be positive, not {secs}"))),
         (None, None) => Some(Duration::from_secs(10)),
     };
-    let (opts, consulted) = remote_options(t, ChecksumAlg::Xxh3, &endpoint).await?;
+    let (opts, consulted) = match &far {
+        Ok(endpoint) => remote_options(t, ChecksumAlg::Xxh3, endpoint).await?,
+        Err(_) => (ssh_client_options(t, ChecksumAlg::Xxh3)?, None),
+    };
     let progress = Arc::new(Progress::default());
     let display = ProgressDisplay::start(&progress, progress_choice(t), t.json);
-    let result = client::perf(
-        &endpoint,
-        &opts,
-        args.size,
-        duration,
-        args.reverse,
-        progress,
-    )
-    .await;
+    let (size, reverse) = (args.size, args.reverse);
+    let result = match &far {
+        Ok(endpoint) => client::perf(endpoint, &opts, size, duration, reverse, progress)
+            .await
+            .map_err(anyhow::Error::from),
+        Err(target) => {
+            let ssh = ssh_options(&args.ssh)?;
+            over_ssh(
+                target,
+                &ssh,
+                args.ssh.reverse_connect,
+                &opts,
+                move |ep, o| async move {
+                    client::perf(&ep, &o, size, duration, reverse, progress).await
+                },
+            )
+            .await
+        }
+    };
     display.finish();
     let outcome = result?;
-    tell_recorded(&outcome, &endpoint);
     let direction = if args.reverse { "receive" } else { "send" };
-    let advisor = match consulted {
-        Some(c) => Some(
-            c.report(&endpoint, &outcome.stats, "tern perf", direction, t.json)
-                .await,
+    let (via, advisor) = match far {
+        Ok(endpoint) => {
+            tell_recorded(&outcome, &endpoint);
+            let advisor = match consulted {
+                Some(c) => Some(
+                    c.report(&endpoint, &outcome.stats, "tern perf", direction, t.json)
+                        .await,
+                ),
+                None => None,
+            };
+            (Via::Daemon(endpoint), advisor)
+        }
+        Err(_) => (
+            Via::Ssh {
+                reverse: args.ssh.reverse_connect,
+            },
+            None,
         ),
-        None => None,
     };
     Report::new(ReportInput {
         command: "perf",
         direction,
+        via: via.name(),
         stats: &outcome.stats,
         started,
         setup: outcome.setup,
@@ -478,34 +662,41 @@ fn default_state_dir() -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/state/tern"))
 }
 
+fn listen_addr(listen: &str) -> Result<SocketAddr> {
+    listen.parse().map_err(|_| {
+        usage(format!(
+            "--listen wants ADDR:PORT (e.g. 0.0.0.0:4747 or [::]:4747), not '{listen}'"
+        ))
+    })
+}
+
 async fn serve_cmd(args: ServeArgs) -> Result<()> {
+    if args.once {
+        return serve_once(args).await;
+    }
     if let Some(http) = &args.http {
         advise::http_addr(http).map_err(usage)?;
     }
-    let addr: SocketAddr = args.listen.parse().map_err(|_| {
-        usage(format!(
-            "--listen wants ADDR:PORT (e.g. 0.0.0.0:4747 or [::]:4747), not '{}'",
-            args.listen
-        ))
-    })?;
-    let root = args
+    let state_dir = match &args.state_dir {
+        Some(d) => d.clone(),
+        None => default_state_dir()?,
+    };
+    let listen = args.listen.as_deref().unwrap_or("[::]:4747");
+    let addr = listen_addr(listen)?;
+    let given_root = args
         .root
+        .as_ref()
+        .expect("clap requires --root without --once");
+    let root = given_root
         .canonicalize()
-        .map_err(|e| tern_engine::Error::io("open root", &args.root, e))?;
+        .map_err(|e| tern_engine::Error::io("open root", given_root, e))?;
     if !root.is_dir() {
         return Err(usage(format!(
             "--root {} is not a directory",
             root.display()
         )));
     }
-    let state_dir = match args.state_dir {
-        Some(d) => d,
-        None => default_state_dir()?,
-    };
-    let identity = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => ServerIdentity::from_pem(cert, key)?,
-        _ => ServerIdentity::load_or_create(&state_dir)?,
-    };
+    let identity = identity_of(&args)?;
     let site = match (&args.client_ca, &args.authz) {
         (Some(ca), Some(authz)) => {
             let authz = Authz::load(authz)?;
@@ -521,7 +712,7 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
     };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| tern_engine::Error::io("listen", args.listen.clone(), e))?;
+        .map_err(|e| tern_engine::Error::io("listen", listen, e))?;
     let bound = listener.local_addr()?;
     let stop = stop_on_signal();
     let advisor = match &args.http {
@@ -606,6 +797,122 @@ fn stop_on_signal() -> advise::Stop {
         let _ = tx.send(true);
     });
     rx
+}
+
+fn identity_of(args: &ServeArgs) -> Result<ServerIdentity> {
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        return Ok(ServerIdentity::from_pem(cert, key)?);
+    }
+    let state_dir = match &args.state_dir {
+        Some(d) => d.clone(),
+        None => default_state_dir()?,
+    };
+    Ok(ServerIdentity::load_or_create(&state_dir)?)
+}
+
+/// `tern serve --once`: prints the once line on stdout for the ssh client
+/// that started it, serves its one session, and exits.
+async fn serve_once(args: ServeArgs) -> Result<()> {
+    let identity = identity_of(&args)?;
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .map_or_else(std::env::current_dir, Ok)
+        .context("no home directory (HOME) and no current directory")?;
+    let mut opts = OnceOptions::new(home);
+    opts.wait = Duration::from_secs_f64(args.once_timeout);
+    opts.server.io_timeout = Duration::from_secs_f64(args.io_timeout);
+    let ssh = std::env::var("SSH_CONNECTION").ok();
+    let server = match &args.connect {
+        Some(target) => {
+            let target = once_dial_target(target, ssh.as_deref())?;
+            OnceServer::dial(target, &identity, opts)?
+        }
+        None => once_listener(args.listen.as_deref(), ssh.as_deref(), &identity, opts).await?,
+    };
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", server.line().encode())
+            .and_then(|()| out.flush())
+            .context("printing the once line (is the client gone?)")?;
+    }
+    let client_gone = async {
+        tokio::select! {
+            () = stdin_closed() => tracing::info!("stdin closed: the client went away"),
+            () = shutdown_signal() => {}
+        }
+    };
+    server.run(client_gone).await?;
+    Ok(())
+}
+
+/// The address ssh came in on (`SSH_CONNECTION` = client ip, client port,
+/// server ip, server port), else every address; any port unless --listen.
+async fn once_listener(
+    listen: Option<&str>,
+    ssh_connection: Option<&str>,
+    identity: &ServerIdentity,
+    opts: OnceOptions,
+) -> Result<OnceServer> {
+    let candidates: Vec<SocketAddr> = match (listen, ssh_connection_ip(ssh_connection, 2)) {
+        (Some(l), _) => vec![listen_addr(l)?],
+        (None, Some(ip)) => vec![SocketAddr::new(ip, 0)],
+        (None, None) => vec![
+            SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+            SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
+        ],
+    };
+    let mut last = None;
+    for addr in candidates {
+        match OnceServer::listen(addr, identity, opts.clone()).await {
+            Ok(server) => return Ok(server),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("at least one candidate").into())
+}
+
+/// Field `index` of `SSH_CONNECTION`, as an address.
+fn ssh_connection_ip(ssh_connection: Option<&str>, index: usize) -> Option<std::net::IpAddr> {
+    ssh_connection?.split_whitespace().nth(index)?.parse().ok()
+}
+
+/// `--connect HOST:PORT`, where an empty HOST is the client's address from
+/// `SSH_CONNECTION`.
+fn once_dial_target(arg: &str, ssh_connection: Option<&str>) -> Result<Endpoint> {
+    match arg.strip_prefix(':') {
+        Some(port) => {
+            let port: u16 = port
+                .parse()
+                .map_err(|_| usage(format!("--connect {arg}: bad port")))?;
+            let ip = ssh_connection_ip(ssh_connection, 0).ok_or_else(|| {
+                usage(format!(
+                    "--connect {arg} takes the host from SSH_CONNECTION, which is not set; name the host"
+                ))
+            })?;
+            Ok(Endpoint {
+                host: ip.to_string(),
+                port,
+            })
+        }
+        None => location::parse_endpoint(arg).map_err(|e| usage(format!("--connect {arg}: {e}"))),
+    }
+}
+
+/// Completes when stdin reaches its end: ssh closed the channel. Read on a
+/// plain thread, which process exit ends, unlike the runtime's blocking
+/// pool, which would wait for the read.
+async fn stdin_closed() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut stdin = std::io::stdin();
+        let mut buf = [0u8; 512];
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        let _ = tx.send(());
+    });
+    let _ = rx.await;
 }
 
 async fn shutdown_signal() {

@@ -1,4 +1,10 @@
-//! Where a `tern cp` argument points: a local path or `tern://HOST[:PORT]/PATH`.
+//! Where a `tern cp` argument points: a local path, a daemon's
+//! `tern://HOST[:PORT]/PATH`, or scp's `[USER@]HOST:PATH` (reached by
+//! starting `tern serve --once` over ssh).
+//!
+//! The scp rule decides between a path and a host: a colon before the first
+//! slash means a host (`host:x`, `user@host:`, `[::1]:x`, `user@[::1]:x`);
+//! `./a:b`, `/x:y` and `:x` stay local paths.
 
 use std::path::PathBuf;
 
@@ -16,15 +22,49 @@ pub enum Location {
         /// Path relative to its root (`""` for the root itself).
         path: String,
     },
+    /// A path on a host reached through ssh.
+    Ssh {
+        /// Who and where to log in.
+        target: SshTarget,
+        /// Relative to the remote home (`""` for the home itself), or absolute.
+        path: String,
+    },
 }
 
-/// Parses a `tern://` URL or takes the argument as a local path.
+/// `[USER@]HOST` of an ssh location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshTarget {
+    /// Login name; ssh's default when absent.
+    pub user: Option<String>,
+    /// Host name or address (IPv6 without brackets).
+    pub host: String,
+}
+
+impl SshTarget {
+    /// The destination argument for ssh: `USER@HOST` or `HOST`.
+    pub fn destination(&self) -> String {
+        match &self.user {
+            Some(u) => format!("{u}@{}", self.host),
+            None => self.host.clone(),
+        }
+    }
+}
+
+/// Parses a `tern://` URL, an scp-style `[USER@]HOST:PATH`, or takes the
+/// argument as a local path.
 pub fn parse(arg: &str) -> Result<Location, String> {
     let Some(rest) = arg.strip_prefix("tern://") else {
         if arg.contains("://") {
             return Err(format!(
-                "'{arg}': only tern:// URLs and local paths are understood"
+                "'{arg}': only tern:// URLs, [USER@]HOST:PATH and local paths are understood"
             ));
+        }
+        if let Some(colon) = host_colon(arg) {
+            let target = parse_ssh_target(&arg[..colon]).map_err(|e| format!("'{arg}': {e}"))?;
+            return Ok(Location::Ssh {
+                target,
+                path: arg[colon + 1..].to_string(),
+            });
         }
         return Ok(Location::Local(PathBuf::from(arg)));
     };
@@ -35,6 +75,54 @@ pub fn parse(arg: &str) -> Result<Location, String> {
     Ok(Location::Remote {
         endpoint: parse_endpoint(authority).map_err(|e| format!("'{arg}': {e}"))?,
         path: path.to_string(),
+    })
+}
+
+/// Where the colon that ends `[USER@]HOST` is, if `arg` names a host (as
+/// scp decides: a colon before any slash, and brackets around IPv6).
+fn host_colon(arg: &str) -> Option<usize> {
+    if arg.starts_with(':') {
+        return None;
+    }
+    let mut bracketed = arg.starts_with('[');
+    let bytes = arg.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'@' if bytes.get(i + 1) == Some(&b'[') => bracketed = true,
+            b']' if bracketed && bytes.get(i + 1) == Some(&b':') => return Some(i + 1),
+            b':' if !bracketed => return Some(i),
+            b'/' => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Parses `[USER@]HOST` or `[USER@][V6]`.
+fn parse_ssh_target(text: &str) -> Result<SshTarget, String> {
+    let (user, host) = match text.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, text),
+    };
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6
+            .strip_suffix(']')
+            .ok_or("missing ']' after an IPv6 address")?,
+        None => host,
+    };
+    if host.is_empty() {
+        return Err("missing host".into());
+    }
+    // ssh would take these for options (or worse: -oProxyCommand=…).
+    if host.starts_with('-') || user.is_some_and(|u| u.starts_with('-')) {
+        return Err("a host or user may not start with '-'".into());
+    }
+    if user == Some("") {
+        return Err("empty user name before '@'".into());
+    }
+    Ok(SshTarget {
+        user: user.map(str::to_string),
+        host: host.to_string(),
     })
 }
 
@@ -102,5 +190,66 @@ mod tests {
         assert!(parse("tern://h:notaport/x").is_err());
         assert!(parse("tern://[::1/x").is_err());
         assert!(parse("tern:///x").is_err());
+    }
+
+    fn ssh(user: Option<&str>, host: &str, path: &str) -> Location {
+        Location::Ssh {
+            target: SshTarget {
+                user: user.map(str::to_string),
+                host: host.into(),
+            },
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn a_colon_before_any_slash_means_ssh_as_with_scp() {
+        assert_eq!(parse("h:data/x").unwrap(), ssh(None, "h", "data/x"));
+        assert_eq!(
+            parse("ada@h.example.org:").unwrap(),
+            ssh(Some("ada"), "h.example.org", "")
+        );
+        assert_eq!(parse("h:/abs/x:y").unwrap(), ssh(None, "h", "/abs/x:y"));
+        assert_eq!(parse("[::1]:x").unwrap(), ssh(None, "::1", "x"));
+        assert_eq!(
+            parse("ada@[fe80::1]:/d").unwrap(),
+            ssh(Some("ada"), "fe80::1", "/d")
+        );
+        assert_eq!(parse("a@b@h:x").unwrap(), ssh(Some("a@b"), "h", "x"));
+        assert_eq!(
+            SshTarget {
+                user: Some("ada".into()),
+                host: "h".into()
+            }
+            .destination(),
+            "ada@h"
+        );
+    }
+
+    #[test]
+    fn paths_with_a_slash_or_a_leading_colon_stay_local() {
+        for local in [
+            "./a:b", "/x:y", ":x", "dir/a:b", "plain", "a@b", "[::1]", "[::1:x",
+        ] {
+            assert_eq!(
+                parse(local).unwrap(),
+                Location::Local(local.into()),
+                "{local}"
+            );
+        }
+    }
+
+    #[test]
+    fn hosts_ssh_would_misread_are_refused() {
+        for bad in [
+            "-oProxyCommand=x:y",
+            "-h:x",
+            "@h:x",
+            "-u@h:x",
+            "ada@:x",
+            "ada@[]:x",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} accepted");
+        }
     }
 }

@@ -10,6 +10,7 @@ mod location;
 mod output;
 mod probe;
 mod size;
+mod ssh;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -24,6 +25,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

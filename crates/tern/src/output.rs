@@ -34,6 +34,8 @@ pub struct ChecksumReport {
 pub struct Report {
     pub command: &'static str,
     pub direction: &'static str,
+    /// How the far end was reached: local, daemon, ssh, ssh-reverse.
+    pub via: &'static str,
     pub bytes: u64,
     pub files: usize,
     pub elapsed_s: f64,
@@ -70,6 +72,7 @@ fn bps(bytes: u64, d: Duration) -> f64 {
 pub struct ReportInput<'a> {
     pub command: &'static str,
     pub direction: &'static str,
+    pub via: &'static str,
     pub stats: &'a TransferStats,
     pub started: Instant,
     pub setup: Duration,
@@ -88,6 +91,7 @@ impl Report {
         Report {
             command: i.command,
             direction: i.direction,
+            via: i.via,
             bytes: i.stats.bytes,
             files: i.stats.files.len(),
             elapsed_s: elapsed.as_secs_f64(),

@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+use common::random_file;
+
 fn tern() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tern"))
 }
@@ -118,19 +121,6 @@ impl Env {
         }
         c.output().unwrap()
     }
-}
-
-fn random_file(path: &Path, len: usize) -> Vec<u8> {
-    let mut data = vec![0u8; len];
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
-    for b in data.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
-    std::fs::write(path, &data).unwrap();
-    data
 }
 
 fn json(out: &Output) -> Value {

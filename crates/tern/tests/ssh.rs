@@ -1,0 +1,635 @@
+//! `tern cp` and `tern perf` to `[USER@]HOST:` locations through a real
+//! OpenSSH sshd on loopback, with no tern daemon running anywhere.
+//!
+//! Each test starts its own sshd (as root, in the foreground, with a host
+//! key and an authorized key made here, `StrictModes no`, `PidFile none`)
+//! whose sessions get a private HOME and state directory. The client's
+//! `--remote-tern` is a symlink to the built binary inside the test's
+//! directory, so every process of the test (ssh, the remote shell, the
+//! remote `tern serve --once`) carries that path in its command line and
+//! can be found afterwards: none may be left.
+//!
+//! The tests skip, saying why, when not root or when OpenSSH is missing
+//! (`scripts/setup.sh` installs it).
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::random_file;
+
+const SSHD: &str = "/usr/sbin/sshd";
+
+fn tern_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tern")
+}
+
+/// Why these tests cannot run here, if they cannot.
+fn unavailable() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root (sshd must run as root)".into());
+    }
+    if !Path::new(SSHD).exists() {
+        return Some(format!("{SSHD} missing (apt-get install openssh-server)"));
+    }
+    for tool in ["ssh", "ssh-keygen"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Some(format!("{tool} missing (apt-get install openssh-client)"));
+        }
+    }
+    None
+}
+
+/// A private sshd and everything the client needs to log in to it.
+struct Sshd {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+macro_rules! sshd_or_skip {
+    () => {
+        match Sshd::start() {
+            Some(s) => s,
+            None => return,
+        }
+    };
+}
+
+fn keygen(path: &Path) {
+    let ok = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(path)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ssh-keygen {}", path.display());
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+impl Sshd {
+    fn start() -> Option<Sshd> {
+        if let Some(why) = unavailable() {
+            eprintln!("SKIPPED: ssh tests need a real sshd: {why}");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = |rel: &str| dir.path().join(rel);
+        for d in ["home", "state", "bin", "local"] {
+            std::fs::create_dir(p(d)).unwrap();
+        }
+        keygen(&p("host_key"));
+        keygen(&p("client_key"));
+        keygen(&p("stranger_key"));
+        std::fs::copy(p("client_key.pub"), p("authorized_keys")).unwrap();
+        std::os::unix::fs::symlink(tern_bin(), p("bin/tern-remote")).unwrap();
+        // The privilege separation directory sshd insists on.
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let port = free_port();
+        let config = format!(
+            "Port {port}\n\
+             ListenAddress 127.0.0.1\n\
+             HostKey {host_key}\n\
+             AuthorizedKeysFile {keys}\n\
+             PidFile none\n\
+             StrictModes no\n\
+             UsePAM no\n\
+             PasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\n\
+             PubkeyAuthentication yes\n\
+             PermitRootLogin prohibit-password\n\
+             SetEnv HOME={home} XDG_STATE_HOME={state}\n",
+            host_key = p("host_key").display(),
+            keys = p("authorized_keys").display(),
+            home = p("home").display(),
+            state = p("state").display(),
+        );
+        std::fs::write(p("sshd_config"), config).unwrap();
+        let log = std::fs::File::create(p("sshd.log")).unwrap();
+        let child = Command::new(SSHD)
+            .args(["-D", "-e", "-f"])
+            .arg(p("sshd_config"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut sshd = Sshd { child, dir, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = sshd.child.try_wait() {
+                panic!("sshd exited ({status}): {}", sshd.log());
+            }
+            assert!(Instant::now() < deadline, "sshd not up: {}", sshd.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(sshd)
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.p("sshd.log")).unwrap_or_default()
+    }
+
+    /// The `--ssh` command logging in with `key`.
+    fn ssh_with(&self, key: &str) -> String {
+        format!(
+            "ssh -p {} -i {} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+             -o BatchMode=yes -o LogLevel=ERROR",
+            self.port,
+            self.p(key).display()
+        )
+    }
+
+    /// `tern` with `--ssh` and `--remote-tern` for this sshd after `args`.
+    fn tern(&self, args: &[&str]) -> Command {
+        self.tern_with(args, "client_key", &self.p("bin/tern-remote"))
+    }
+
+    fn tern_with(&self, args: &[&str], key: &str, remote: &Path) -> Command {
+        let mut c = Command::new(tern_bin());
+        c.args(args)
+            .arg("--ssh")
+            .arg(self.ssh_with(key))
+            .arg("--remote-tern")
+            .arg(remote)
+            .env("XDG_CONFIG_HOME", self.p("local/cfg"))
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.tern(args).output().unwrap()
+    }
+
+    /// Processes of this test still alive (not zombies), besides sshd.
+    fn leftovers(&self) -> Vec<String> {
+        let marker = self.dir.path().to_string_lossy().into_owned();
+        let me = std::process::id().to_string();
+        let sshd = self.child.id().to_string();
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let pid = entry.file_name().to_string_lossy().into_owned();
+            if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me || pid == sshd {
+                continue;
+            }
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let zombie = std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            });
+            if cmdline.contains(&marker) && !zombie && !cmdline.contains("sshd") {
+                found.push(format!("{pid}: {cmdline}"));
+            }
+        }
+        found
+    }
+
+    /// Waits until no process of this test is left.
+    fn assert_nothing_left(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = self.leftovers();
+            if left.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "left running: {left:#?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "tern failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn json(out: &Output) -> Value {
+    ok(out);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn failed(out: &Output, code: i32) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "stderr: {err}");
+    err
+}
+
+/// A small tree with distinct modes and mtimes, an empty directory, and a
+/// file larger than one block.
+fn make_tree(top: &Path) {
+    std::fs::create_dir_all(top.join("sub/deeper")).unwrap();
+    std::fs::create_dir_all(top.join("empty")).unwrap();
+    random_file(&top.join("big.bin"), 3 << 20);
+    random_file(&top.join("sub/a.txt"), 1000);
+    random_file(&top.join("sub/deeper/b.bin"), 70_000);
+    std::fs::write(top.join("zero"), b"").unwrap();
+    std::fs::set_permissions(
+        top.join("sub/a.txt"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    std::fs::set_permissions(top.join("big.bin"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(
+        top.join("sub/deeper"),
+        std::fs::Permissions::from_mode(0o750),
+    )
+    .unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    for f in ["big.bin", "sub/a.txt", "zero"] {
+        std::fs::File::options()
+            .write(true)
+            .open(top.join(f))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+}
+
+/// Files compare byte for byte, with the same permission bits and mtimes;
+/// directories the same entries and permission bits.
+fn assert_same_tree(a: &Path, b: &Path) {
+    let (ma, mb) = (std::fs::metadata(a).unwrap(), std::fs::metadata(b).unwrap());
+    assert_eq!(
+        ma.mode() & 0o777,
+        mb.mode() & 0o777,
+        "mode of {}",
+        b.display()
+    );
+    if ma.is_dir() {
+        assert!(mb.is_dir(), "{} is not a directory", b.display());
+        let names = |d: &Path| {
+            let mut v: Vec<_> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(a), names(b), "entries of {}", b.display());
+        for n in names(a) {
+            assert_same_tree(&a.join(&n), &b.join(&n));
+        }
+    } else {
+        assert_eq!(
+            std::fs::read(a).unwrap(),
+            std::fs::read(b).unwrap(),
+            "{}",
+            b.display()
+        );
+        assert_eq!(ma.mtime(), mb.mtime(), "mtime of {}", b.display());
+    }
+}
+
+#[test]
+fn a_file_goes_to_a_real_sshd_and_back_with_no_daemon_running() {
+    let s = sshd_or_skip!();
+    let src = s.p("local/run42.bin");
+    let data = random_file(&src, 5 << 20);
+    std::fs::create_dir(s.p("home/incoming")).unwrap();
+
+    // Relative to the remote home, as with scp.
+    let src_arg = src.to_str().unwrap();
+    let push = json(&s.run(&["cp", "--json", src_arg, "root@127.0.0.1:incoming/"]));
+    assert_eq!(push["direction"], "push");
+    assert_eq!(push["via"], "ssh");
+    assert_eq!(push["bytes"], 5 << 20);
+    assert_eq!(push["protect"], "private");
+    assert!(
+        push["server_fingerprint"]
+            .as_str()
+            .unwrap()
+            .starts_with("SHA256:")
+    );
+    assert_eq!(std::fs::read(s.p("home/incoming/run42.bin")).unwrap(), data);
+    assert!(
+        !s.p("local/cfg/tern/known_hosts").exists(),
+        "the fingerprint came through ssh: nothing to remember"
+    );
+    s.assert_nothing_left(Duration::from_secs(5));
+
+    // Back again from an absolute path, under a new name, with options.
+    let remote = format!("127.0.0.1:{}", s.p("home/incoming/run42.bin").display());
+    let back = s.p("local/back.bin");
+    let pull = json(&s.run(&[
+        "cp",
+        "--json",
+        "-P",
+        "3",
+        "--checksum",
+        "sha256",
+        "--protect",
+        "safe",
+        &remote,
+        back.to_str().unwrap(),
+    ]));
+    assert_eq!(pull["direction"], "pull");
+    assert_eq!(pull["streams"], 3);
+    assert_eq!(pull["protect"], "safe");
+    assert_eq!(pull["checksum"][0]["algorithm"], "sha256");
+    assert_eq!(std::fs::read(&back).unwrap(), data);
+    s.assert_nothing_left(Duration::from_secs(5));
+
+    // A missing remote file is the remote's "not found" (exit 3).
+    let err = failed(
+        &s.run(&["cp", "127.0.0.1:no/such", s.p("local").to_str().unwrap()]),
+        3,
+    );
+    assert!(err.contains("no/such"), "{err}");
+    s.assert_nothing_left(Duration::from_secs(5));
+}
+
+#[test]
+fn trees_go_both_ways_byte_identical_with_modes_and_mtimes() {
+    let s = sshd_or_skip!();
+    let tree = s.p("local/tree");
+    make_tree(&tree);
+    let up = s.run(&[
+        "cp",
+        "-r",
+        "--json",
+        tree.to_str().unwrap(),
+        &format!("127.0.0.1:{}", s.p("home").display()),
+    ]);
+    assert_eq!(json(&up)["files"], 4);
+    assert_same_tree(&tree, &s.p("home/tree"));
+
+    let down = s.p("local/down");
+    ok(&s.run(&[
+        "cp",
+        "-r",
+        "-P",
+        "2",
+        "127.0.0.1:tree",
+        down.to_str().unwrap(),
+    ]));
+    assert_same_tree(&tree, &down);
+
+    let err = failed(&s.run(&["cp", "127.0.0.1:tree", down.to_str().unwrap()]), 2);
+    assert!(err.contains("-r"), "a directory without -r: {err}");
+    s.assert_nothing_left(Duration::from_secs(5));
+}
+
+#[test]
+fn reverse_mode_has_the_remote_connect_back() {
+    let s = sshd_or_skip!();
+    let tree = s.p("local/tree");
+    make_tree(&tree);
+    // A remote tern behind a chatty login: lines before the once line are skipped.
+    let noisy = s.p("bin/noisy-tern");
+    std::fs::write(
+        &noisy,
+        format!(
+            "#!/bin/sh\necho 'Welcome to the cluster'\nexec {} \"$@\"\n",
+            tern_bin()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&noisy, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let up = s
+        .tern_with(
+            &[
+                "cp",
+                "-z",
+                "-r",
+                "--json",
+                tree.to_str().unwrap(),
+                "127.0.0.1:",
+            ],
+            "client_key",
+            &noisy,
+        )
+        .output()
+        .unwrap();
+    let up = json(&up);
+    assert_eq!(up["via"], "ssh-reverse");
+    assert_same_tree(&tree, &s.p("home/tree"));
+
+    let down = s.p("local/down");
+    let back = json(&s.run(&[
+        "cp",
+        "--reverse-connect",
+        "-r",
+        "-P",
+        "4",
+        "--protect",
+        "clear",
+        "--json",
+        "127.0.0.1:tree",
+        down.to_str().unwrap(),
+    ]));
+    assert_eq!(back["via"], "ssh-reverse");
+    assert_eq!(back["streams"], 4);
+    assert_same_tree(&tree, &down);
+
+    // tern perf takes the same form, both ways.
+    for extra in [&[][..], &["-z"][..]] {
+        let mut args = vec!["perf", "--time", "1", "--json", "127.0.0.1:"];
+        args.extend(extra);
+        let perf = json(&s.run(&args));
+        assert_eq!(perf["command"], "perf");
+        assert!(perf["bytes"].as_u64().unwrap() > 0);
+    }
+    s.assert_nothing_left(Duration::from_secs(5));
+}
+
+#[test]
+fn a_wrong_token_or_fingerprint_is_refused_and_nothing_is_written() {
+    let s = sshd_or_skip!();
+    // A remote tern whose once line reaches the client with another token.
+    let forger = s.p("bin/forging-tern");
+    std::fs::write(
+        &forger,
+        format!(
+            "#!/bin/sh\n{} \"$@\" | sed -u 's/token=[A-Za-z0-9+/]*/token=AAAAAAAAAAAAAAAAAAAAAA/'\n",
+            tern_bin()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&forger, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = s.p("local/f.bin");
+    random_file(&src, 1000);
+    let out = s
+        .tern_with(
+            &["cp", src.to_str().unwrap(), "127.0.0.1:f.bin"],
+            "client_key",
+            &forger,
+        )
+        .output()
+        .unwrap();
+    let err = failed(&out, 4);
+    assert!(err.contains("token"), "{err}");
+    assert!(!s.p("home/f.bin").exists());
+
+    // A fingerprint pinned by the user must match the one ssh brought.
+    let pinned = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let out = s.run(&[
+        "cp",
+        "--fingerprint",
+        pinned,
+        src.to_str().unwrap(),
+        "127.0.0.1:f.bin",
+    ]);
+    let err = failed(&out, 8);
+    assert!(err.contains(pinned), "{err}");
+    assert!(!s.p("home/f.bin").exists());
+    s.assert_nothing_left(Duration::from_secs(5));
+}
+
+#[test]
+fn a_missing_remote_tern_or_a_refused_login_is_a_clear_error() {
+    let s = sshd_or_skip!();
+    let src = s.p("local/f.bin");
+    random_file(&src, 100);
+    let src = src.to_str().unwrap();
+
+    let out = s
+        .tern_with(
+            &["cp", src, "127.0.0.1:f.bin"],
+            "client_key",
+            Path::new("/nonexistent/tern"),
+        )
+        .output()
+        .unwrap();
+    let err = failed(&out, 12);
+    assert!(err.contains("/nonexistent/tern"), "{err}");
+    assert!(err.contains("--remote-tern"), "{err}");
+
+    let out = s
+        .tern_with(
+            &["cp", src, "127.0.0.1:f.bin"],
+            "stranger_key",
+            &s.p("bin/tern-remote"),
+        )
+        .output()
+        .unwrap();
+    let err = failed(&out, 12);
+    assert!(err.contains("ssh to 127.0.0.1 failed"), "{err}");
+    assert!(
+        err.contains("Permission denied"),
+        "ssh's words are quoted: {err}"
+    );
+
+    let out = Command::new(tern_bin())
+        .args(["cp", "--ssh", "/nonexistent/ssh", src, "127.0.0.1:f.bin"])
+        .output()
+        .unwrap();
+    let err = failed(&out, 12);
+    assert!(err.contains("--ssh"), "{err}");
+    assert!(!s.p("home/f.bin").exists());
+    s.assert_nothing_left(Duration::from_secs(5));
+}
+
+/// Starts a push slow enough to interrupt, and waits until the remote tern
+/// is writing.
+fn slow_push(s: &Sshd) -> Child {
+    let src = s.p("local/slow.bin");
+    random_file(&src, 24 << 20);
+    // 24 MB at 16 Mbit/s: 12 s, long enough to interrupt in the middle.
+    let client = s
+        .tern(&[
+            "cp",
+            "--rate-limit",
+            "16M",
+            "--retries",
+            "0",
+            src.to_str().unwrap(),
+            "127.0.0.1:slow.bin",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(remote_tern(s).is_some() && s.p("home").read_dir().unwrap().next().is_some()) {
+        assert!(
+            Instant::now() < deadline,
+            "the remote tern never started: {:#?}",
+            s.leftovers()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    client
+}
+
+/// The remote `tern serve --once`, if running: `PID: COMMAND`.
+fn remote_tern(s: &Sshd) -> Option<String> {
+    s.leftovers()
+        .into_iter()
+        .find(|l| l.contains("serve --once") && !l.contains(" -p "))
+}
+
+#[test]
+fn the_remote_tern_ends_when_the_client_is_killed() {
+    let s = sshd_or_skip!();
+    let mut client = slow_push(&s);
+    assert!(
+        client.try_wait().unwrap().is_none(),
+        "the client ended early"
+    );
+    client.kill().unwrap();
+    client.wait().unwrap();
+    s.assert_nothing_left(Duration::from_secs(15));
+    assert!(!s.p("home/slow.bin").exists(), "no file at the final name");
+}
+
+#[test]
+fn the_remote_tern_ends_when_ssh_goes_away_and_the_client_says_so() {
+    let s = sshd_or_skip!();
+    let client = slow_push(&s);
+    // Only the ssh process dies; tern's own connections are still up, so
+    // the remote tern must notice through its stdin.
+    let ssh = s
+        .leftovers()
+        .into_iter()
+        .find(|l| {
+            l.split_once(": ")
+                .is_some_and(|(_, cmd)| cmd.starts_with("ssh "))
+        })
+        .expect("the ssh process");
+    let pid = ssh.split(':').next().unwrap();
+    let killed = Command::new("kill").args(["-KILL", pid]).status().unwrap();
+    assert!(killed.success());
+    let out = client.wait_with_output().unwrap();
+    let err = failed(&out, 9);
+    assert!(err.contains("lost"), "{err}");
+    s.assert_nothing_left(Duration::from_secs(15));
+    assert!(!s.p("home/slow.bin").exists(), "no file at the final name");
+}
