@@ -420,12 +420,23 @@ impl Dialler {
 #[derive(Debug)]
 pub struct Callback {
     listener: TcpListener,
+    /// Set when the far end is known to be gone: waiting stops.
+    closed: watch::Sender<bool>,
 }
 
 impl Callback {
     /// Takes connections from `listener`.
     pub fn new(listener: TcpListener) -> Callback {
-        Callback { listener }
+        Callback {
+            listener,
+            closed: watch::channel(false).0,
+        }
+    }
+
+    /// The far end is gone (its ssh ended): connections waited for now or
+    /// later fail at once instead of at their timeout.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
     }
 
     /// The port the far end is told to dial.
@@ -462,15 +473,25 @@ impl Callback {
                 }
             }
         };
-        let conn = tokio::time::timeout(timeout, waited)
-            .await
-            .map_err(|_| Error::Connect {
-                addr: format!("callback port {port}"),
-                source: std::io::Error::new(
+        let fail = |kind, why: String| Error::Connect {
+            addr: format!("callback port {port}"),
+            source: std::io::Error::new(kind, why),
+        };
+        let mut closed = self.closed.subscribe();
+        let conn = tokio::select! {
+            waited = tokio::time::timeout(timeout, waited) => waited.map_err(|_| {
+                fail(
                     std::io::ErrorKind::TimedOut,
                     format!("the far end did not connect back within {timeout:?}"),
-                ),
-            })??;
+                )
+            })??,
+            _ = closed.wait_for(|c| *c) => {
+                return Err(fail(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "the far end ended without connecting back".into(),
+                ));
+            }
+        };
         crate::net::prepare(&conn, io_timeout);
         Ok(conn)
     }
@@ -569,6 +590,11 @@ mod tests {
         assert_eq!(got.peer_addr().unwrap().ip(), local);
         let none = cb.accept(Some(local), Duration::from_millis(100), t).await;
         assert!(matches!(none, Err(Error::Connect { .. })), "{none:?}");
+        cb.close();
+        let started = std::time::Instant::now();
+        let closed = cb.accept(None, t, t).await;
+        assert!(matches!(closed, Err(Error::Connect { .. })), "{closed:?}");
+        assert!(started.elapsed() < t, "a closed callback fails at once");
     }
 
     #[test]

@@ -293,7 +293,7 @@ where
         Some(cb) => Some(cb.port()?),
         None => None,
     };
-    let remote = Remote::start(target, ssh, connect_back).await?;
+    let mut remote = Remote::start(target, ssh, connect_back).await?;
     if let Some(pinned) = base.pin.as_ref().filter(|p| **p != remote.line.fingerprint) {
         let actual = remote.line.fingerprint.clone();
         remote.finish().await;
@@ -311,10 +311,22 @@ where
     // ssh vouched for the fingerprint; a CA has nothing to add.
     opts.ca = None;
     opts.once_token = Some(remote.line.token);
-    opts.callback = callback;
+    opts.callback = callback.clone();
     let ep = remote.endpoint().await;
     let ssh_time = started.elapsed();
-    let result = session(ep, opts).await;
+    let session = session(ep, opts);
+    tokio::pin!(session);
+    let result = match &callback {
+        // A remote tern that ended cannot connect back: stop waiting for it.
+        Some(cb) => tokio::select! {
+            r = &mut session => r,
+            () = remote.ended() => {
+                cb.close();
+                session.await
+            }
+        },
+        None => session.await,
+    };
     let said = remote.finish().await;
     match result {
         Ok(mut outcome) => {

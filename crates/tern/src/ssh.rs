@@ -267,6 +267,11 @@ impl Remote {
         Endpoint { host, port }
     }
 
+    /// Completes when ssh has ended (the remote tern with it).
+    pub async fn ended(&mut self) {
+        let _ = self.child.wait().await;
+    }
+
     /// Closes the session: closes ssh's stdin (the remote tern exits if it
     /// has not yet), waits for ssh to end (killing it after a while), and
     /// returns what the remote said on stderr.

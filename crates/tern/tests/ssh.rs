@@ -459,6 +459,36 @@ fn reverse_mode_has_the_remote_connect_back() {
     assert_eq!(back["streams"], 4);
     assert_same_tree(&tree, &down);
 
+    // A remote tern that cannot connect back fails the copy at once, in
+    // its own words, and the client stops waiting for it.
+    let misdirected = s.p("bin/misdirected-tern");
+    std::fs::write(
+        &misdirected,
+        format!(
+            "#!/bin/bash\nargs=(\"$@\")\nfor i in \"${{!args[@]}}\"; do\n  \
+             [ \"${{args[$i]}}\" = --connect ] && args[$((i+1))]=127.0.0.1:1\ndone\n\
+             exec {} \"${{args[@]}}\"\n",
+            tern_bin()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&misdirected, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let started = Instant::now();
+    let zero = tree.join("zero");
+    let out = s
+        .tern_with(
+            &["cp", "-z", zero.to_str().unwrap(), "127.0.0.1:x"],
+            "client_key",
+            &misdirected,
+        )
+        .output()
+        .unwrap();
+    let err = failed(&out, 7);
+    assert!(err.contains("127.0.0.1:1"), "the remote's words: {err}");
+    assert!(err.contains("without connecting back"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "failed fast");
+    assert!(!s.p("home/x").exists());
+
     // tern perf takes the same form, both ways.
     for extra in [&[][..], &["-z"][..]] {
         let mut args = vec!["perf", "--time", "1", "--json", "127.0.0.1:"];
@@ -559,21 +589,16 @@ fn a_missing_remote_tern_or_a_refused_login_is_a_clear_error() {
 
 /// Starts a push slow enough to interrupt, and waits until the remote tern
 /// is writing.
-fn slow_push(s: &Sshd) -> Child {
+fn slow_push(s: &Sshd, extra: &[&str]) -> Child {
     let src = s.p("local/slow.bin");
-    random_file(&src, 24 << 20);
-    // 24 MB at 16 Mbit/s: 12 s, long enough to interrupt in the middle.
+    random_file(&src, 16 << 20);
+    // 16 MiB at 24 Mbit/s: 6 s, long enough to interrupt in the middle.
+    let mut args = vec!["cp", "--rate-limit", "24M"];
+    args.extend(extra);
+    args.extend([src.to_str().unwrap(), "127.0.0.1:slow.bin"]);
     let client = s
-        .tern(&[
-            "cp",
-            "--rate-limit",
-            "16M",
-            "--retries",
-            "0",
-            src.to_str().unwrap(),
-            "127.0.0.1:slow.bin",
-        ])
-        .stdout(Stdio::null())
+        .tern(&args)
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -597,9 +622,42 @@ fn remote_tern(s: &Sshd) -> Option<String> {
 }
 
 #[test]
+fn a_copy_whose_ssh_dies_is_run_again_and_resumes() {
+    let s = sshd_or_skip!();
+    let client = slow_push(&s, &["--retries", "2", "--json"]);
+    std::thread::sleep(Duration::from_secs(2));
+    kill_ssh(&s);
+    let out = client.wait_with_output().unwrap();
+    let report = json(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("trying again"), "{err}");
+    assert!(report["bytes_resumed"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(
+        std::fs::read(s.p("home/slow.bin")).unwrap(),
+        std::fs::read(s.p("local/slow.bin")).unwrap()
+    );
+    s.assert_nothing_left(Duration::from_secs(5));
+}
+
+/// Kills the test's ssh process (the client's child), by its pid.
+fn kill_ssh(s: &Sshd) {
+    let ssh = s
+        .leftovers()
+        .into_iter()
+        .find(|l| {
+            l.split_once(": ")
+                .is_some_and(|(_, cmd)| cmd.starts_with("ssh "))
+        })
+        .expect("the ssh process");
+    let pid = ssh.split(':').next().unwrap();
+    let killed = Command::new("kill").args(["-KILL", pid]).status().unwrap();
+    assert!(killed.success());
+}
+
+#[test]
 fn the_remote_tern_ends_when_the_client_is_killed() {
     let s = sshd_or_skip!();
-    let mut client = slow_push(&s);
+    let mut client = slow_push(&s, &["--retries", "0"]);
     assert!(
         client.try_wait().unwrap().is_none(),
         "the client ended early"
@@ -613,20 +671,10 @@ fn the_remote_tern_ends_when_the_client_is_killed() {
 #[test]
 fn the_remote_tern_ends_when_ssh_goes_away_and_the_client_says_so() {
     let s = sshd_or_skip!();
-    let client = slow_push(&s);
+    let client = slow_push(&s, &["--retries", "0"]);
     // Only the ssh process dies; tern's own connections are still up, so
     // the remote tern must notice through its stdin.
-    let ssh = s
-        .leftovers()
-        .into_iter()
-        .find(|l| {
-            l.split_once(": ")
-                .is_some_and(|(_, cmd)| cmd.starts_with("ssh "))
-        })
-        .expect("the ssh process");
-    let pid = ssh.split(':').next().unwrap();
-    let killed = Command::new("kill").args(["-KILL", pid]).status().unwrap();
-    assert!(killed.success());
+    kill_ssh(&s);
     let out = client.wait_with_output().unwrap();
     let err = failed(&out, 9);
     assert!(err.contains("lost"), "{err}");
