@@ -261,6 +261,8 @@ fn client_opts(streams: u16) -> ClientOptions {
         wrap: None,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(30),
+        once_token: None,
+        callback: None,
     }
 }
 
