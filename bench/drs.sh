@@ -22,28 +22,14 @@ set -euo pipefail
 
 usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 
-QUICK=0
-WRITE=0
-OUT=""
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --quick) QUICK=1 ;;
-        --write) WRITE=1 ;;
-        --out)
-            [ $# -ge 2 ] || { echo "drs.sh: --out needs a file" >&2; exit 2; }
-            OUT=$2
-            shift
-            ;;
-        -h | --help) usage; exit 0 ;;
-        *) echo "drs.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
-    esac
-    shift
-done
-
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TERN=${TERN:-$REPO/target/release/tern}
 NETLAB=${NETLAB:-$REPO/target/release/netlab}
 LIBDRS=${LIBDRS:-$REPO/target/release/libtern_drs.so}
+BENCH_NAME=drs.sh
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
+bench_args drs "$@"
 
 if [ "$QUICK" = 1 ]; then
     MODE=quick
@@ -86,17 +72,6 @@ DRS_SCENARIOS=${DRS_SCENARIOS:-g50 g100l m180 shift}
 IPERF_SCENARIOS=${IPERF_SCENARIOS:-g50 g100l m180}  # the iperf3 sweep (locked64k/autotune1 run everywhere)
 C_SCENARIOS=${C_SCENARIOS:-g50 m180}                # the libdrs C example
 
-SPLICE_ONLY=0
-if [ -z "$OUT" ]; then
-    if [ "$WRITE" = 1 ]; then
-        SPLICE_ONLY=1      # set below, once the temporary directory exists
-    elif [ "$QUICK" = 1 ]; then
-        OUT=$REPO/bench/drs-quick-results.md
-    else
-        OUT=$REPO/bench/drs-results.md
-    fi
-fi
-
 # The plot: with --write, docs/drs-experiment.svg, linked from BENCHMARKS.md (repository
 # root); otherwise beside the report, so a quick run never replaces the committed plot.
 if [ -n "${DRS_SVG:-}" ]; then
@@ -112,9 +87,6 @@ if [ "$WRITE" = 1 ]; then
 else
     SVG_LINK=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], os.path.dirname(os.path.abspath(sys.argv[2]))))' "$SVG" "$OUT")
 fi
-
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { printf 'drs.sh: %s\n' "$*" >&2; exit 1; }
 
 # ---------------------------------------------------------------- prerequisites
 [ "$(id -u)" = 0 ] || die "needs root (netlab creates network namespaces)"
@@ -135,44 +107,12 @@ fi
 [ -x "$NETLAB" ] || die "no netlab binary at $NETLAB"
 [ -r "$LIBDRS" ] || die "no libtern_drs.so at $LIBDRS"
 
-WORK_PARENT=${BENCH_TMPDIR:-${TMPDIR:-/tmp}}
-WORK=$(mktemp -d "$WORK_PARENT/tern-drs.XXXXXX")
-case "$WORK" in *[[:space:]]*) rm -rf "$WORK"; die "temporary directory path must not contain spaces: $WORK" ;; esac
-chmod 755 "$WORK"
-LOGS=$WORK/logs
-DST=$WORK/dst              # tern serve's root: every copy lands here
-mkdir -p "$LOGS" "$DST" "$WORK/xdg" "$WORK/state" "$WORK/bin" "$WORK/lib"
-if [ "$SPLICE_ONLY" = 1 ]; then OUT=$WORK/report.md; fi
-# Private copies of the binaries: a rebuild during the run must not change them.
-cp "$TERN" "$WORK/bin/tern"
-cp "$NETLAB" "$WORK/bin/netlab"
+bench_workdir drs          # dst/ is tern serve's root: every copy lands there
+mkdir -p "$WORK/lib"
 cp "$LIBDRS" "$WORK/lib/libtern_drs.so"
-TERN_ORIG=$TERN
-TERN=$WORK/bin/tern
-NETLAB=$WORK/bin/netlab
-export XDG_CONFIG_HOME=$WORK/xdg   # tern's known_hosts (first contact is recorded there)
 
-PIDS=()          # servers started here (the `timeout` wrapping each)
 BG=()            # samplers and path-shifters of the run in progress
 SAMP=()          # the samplers alone
-CHILD=""         # the measured command running now
-LAB_UP=0
-stop_pid() {  # SIGTERM (timeout passes it on to its command), up to 5 s, then SIGKILL
-    local pid=$1 _
-    kill "$pid" 2>/dev/null || return 0
-    for _ in $(seq 50); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    pkill -KILL -P "$pid" 2>/dev/null || true
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
-stop_servers() {
-    local pid
-    for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-    PIDS=()
-}
 stop_bg() {
     local pid
     for pid in "${BG[@]}"; do
@@ -187,32 +127,9 @@ forget_pid() {  # drop PID from PIDS (it has ended)
     for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
     PIDS=("${keep[@]}")
 }
-lab_down() {
-    if [ "$LAB_UP" = 1 ]; then
-        timeout 30 "$NETLAB" --lab "$LAB" down || log "netlab down failed for lab $LAB"
-        LAB_UP=0
-    fi
-}
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    if [ -n "$CHILD" ]; then
-        pkill -TERM -P "$CHILD" 2>/dev/null || true
-        stop_pid "$CHILD"
-    fi
-    stop_bg
-    stop_servers
-    lab_down
-    rm -rf "$WORK"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_cleanup_extra() { stop_bg; }
 
-avail_kib=$(df -Pk "$WORK" | awk 'NR == 2 { print $4 }')
-need_kib=$((DISK_MIB * 1024 * 3 + 512 * 1024))
-[ "$avail_kib" -ge "$need_kib" ] || die "need $((need_kib / 1024)) MiB free under $WORK_PARENT, have $((avail_kib / 1024)) MiB (set BENCH_TMPDIR)"
+bench_need_space $((DISK_MIB * 1024 * 3 + 512 * 1024))
 
 # results.tsv columns (drs_report.py reads them by position):
 #  1 scenario  2 kind (mem|disk|c)  3 tool (tern|iperf3|drs_xfer)  4 config
@@ -220,51 +137,12 @@ need_kib=$((DISK_MIB * 1024 * 3 + 512 * 1024))
 #  8 command  9 bit/s  10 bytes  11 wall s  12 cc  13 peak send buffer (sum of tb, bytes)
 #  14 peak queued (sum of w)  15 peak receive buffer in B (sum of rb)  16 data connections
 #  17 samples  18 streams reported  19 note
-RESULTS=$WORK/results.tsv
-META=$WORK/meta.tsv
+bench_tables
 SCEN=$WORK/scenarios.tsv    # id title up-args rate rtt bdp-bytes
-: >"$RESULTS"
-: >"$META"
 : >"$SCEN"
-: >"$WORK/events.txt"
-meta() { printf '%s\t%s\n' "$1" "${2//$'\n'/ }" >>"$META"; }
-result() {
-    local a=("$@") i
-    for i in "${!a[@]}"; do a[$i]=${a[$i]//$'\t'/ }; a[$i]=${a[$i]//$'\n'/ }; done
-    (IFS=$'\t'; printf '%s\n' "${a[*]}") >>"$RESULTS"
-}
-quote() {  # the command line, shell-quoted, as one string
-    local line="" a
-    for a in "$@"; do
-        if [[ $a =~ ^[A-Za-z0-9_./:=@+,%-]+$ ]]; then line+=" $a"; else line+=" '${a//\'/\'\\\'\'}'"; fi
-    done
-    printf '%s' "${line# }"
-}
-json_get() {  # EXPR on the JSON on stdin; prints DEFAULT ($2) if it fails
-    python3 -c 'import json, sys
-try:
-    d = json.load(sys.stdin)
-    v = eval(sys.argv[1], {"d": d})
-    print(sys.argv[2] if v is None else v)
-except Exception:
-    print(sys.argv[2])' "$1" "${2:-nan}"
-}
-now() { date +%s.%N; }
-first_line() { "$@" 2>&1 | sed -n '1{s/  */ /g;p}' || true; }
-mbit() { awk -v b="$1" 'BEGIN { if (b == "nan" || b == "") print "failed"; else printf "%.0f Mbit/s", b / 1e6 }'; }
 
 # ------------------------------------------------------------------ environment
-meta mode "$MODE"
-meta date "$(date -u '+%Y-%m-%d %H:%M UTC')"
-meta nproc "$(nproc)"
-meta cpu "$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-meta kernel "$(uname -sr)"
-meta memory "$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
-meta load_start "$(cut -d' ' -f1-3 /proc/loadavg)"
-meta tern_version "$(first_line "$TERN" --version)"
-meta netlab_version "$(first_line "$NETLAB" --version)"
-meta tern_commit "$(git -C "$REPO" describe --always --dirty 2>/dev/null || echo unknown)"
-meta tern_built "$(date -u -r "$TERN_ORIG" '+%Y-%m-%d %H:%M UTC')"
+bench_meta_machine "$MODE"
 meta iperf3_version "$(first_line iperf3 --version)"
 meta gcc_version "$(first_line gcc --version)"
 meta perf_time "$PERF_TIME"
@@ -334,51 +212,7 @@ iperf3_cmd() {  # ARGS... -> CMD
 }
 
 # ---------------------------------------------------------- servers (in host B)
-declare -A SPID=()
-wait_listen_b() {  # PORT TIMEOUT-PID: until something listens on B (at most 10 s)
-    local _
-    for _ in $(seq 100); do
-        kill -0 "$2" 2>/dev/null || return 1
-        if "$NETLAB" --lab "$LAB" exec B ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; then return 0; fi
-        sleep 0.1
-    done
-    return 1
-}
 SERVER_CMDS=$WORK/server-commands.txt
-: >"$SERVER_CMDS"
-start_server() {  # NAME PORT CMD...: run CMD in B under timeout; 1 if it does not listen
-    local name=$1 port=$2 tp
-    shift 2
-    if ! grep -qxF -- "$(quote "$@")" "$SERVER_CMDS"; then printf '%s\n' "$(quote "$@")" >>"$SERVER_CMDS"; fi
-    timeout "$SERVER_TIMEOUT" "$NETLAB" --lab "$LAB" exec B "$@" >>"$LOGS/$name.out" 2>>"$LOGS/$name.err" &
-    tp=$!
-    PIDS+=("$tp")
-    if ! wait_listen_b "$port" "$tp"; then
-        log "$name did not start in B; last lines of its output:"
-        tail -n 5 "$LOGS/$name.err" "$LOGS/$name.out" >&2 || true
-        SPID[$name]=""
-        return 1
-    fi
-    SPID[$name]=$(pgrep -P "$tp" | head -1)
-    return 0
-}
-stop_server_named() {  # stop one server (by its timeout pid) and forget it
-    local name=$1 pid keep=()
-    local spid=${SPID[$name]:-}
-    for pid in "${PIDS[@]}"; do
-        if [ -n "$spid" ] && pgrep -P "$pid" 2>/dev/null | grep -qx "$spid"; then stop_pid "$pid"; else keep+=("$pid"); fi
-    done
-    PIDS=("${keep[@]}")
-    SPID[$name]=""
-}
-start_tern() { start_server tern "$TPORT" "$TERN" serve --listen "$B0:$TPORT" --root "$DST" --state-dir "$WORK/state"; }
-ensure_tern() {  # SCEN ID: start tern serve again if it has gone
-    if [ -z "${SPID[tern]:-}" ] || ! kill -0 "${SPID[tern]}" 2>/dev/null; then
-        log "  tern serve is not running; starting it again"
-        echo "$1: tern serve was not running before $2; restarted" >>"$WORK/events.txt"
-        start_tern
-    fi
-}
 ensure_iperf3() {
     if [ -z "${SPID[iperf3]:-}" ] || ! kill -0 "${SPID[iperf3]}" 2>/dev/null; then
         stop_server_named iperf3
@@ -475,9 +309,6 @@ measure() {
     { echo "== $M_CMD"; cat "$LOGS/run.out"; } >>"$LOGS/all-runs.out"
     { echo "== $M_CMD"; cat "$LOGS/run.err"; } >>"$LOGS/all-runs.err"
 }
-fail_note() {  # why the last measured run failed
-    if [ "$M_RC" = 124 ]; then echo "timed out (killed)"; else echo "exit $M_RC: $(grep -v '^\s*$' "$LOGS/run.err" | tail -1 | cut -c1-200)"; fi
-}
 join_note() { local a=$1 b=$2; if [ -n "$a" ] && [ -n "$b" ]; then echo "$a; $b"; else echo "$a$b"; fi; }
 # The congestion control of a run: what ss saw on its data connections, else
 # what the tool reported, else the namespace default.
@@ -518,7 +349,7 @@ iperf3_run() {  # SCEN CONFIG ID STREAMS WINDOW ARGS...
 tern_perf_run() {  # SCEN CONFIG ID STREAMS WINDOW [N W]
     local sc=$1 cfg=$2 id=$3 st=$4 win=$5 bps bytes cc streams
     shift 5
-    ensure_tern "$sc" "$id" || { result "$sc" mem tern "$cfg" "$id" "$st" "$win" "tern perf" nan nan nan - nan nan nan 0 0 - "tern serve would not start"; return; }
+    ensure_tern "$sc, before $id" || { result "$sc" mem tern "$cfg" "$id" "$st" "$win" "tern perf" nan nan nan - nan nan nan 0 0 - "tern serve would not start"; return; }
     tern_perf_cmd "$cfg" "$@"
     measure "$sc" "$TPORT" $((PERF_TIME + 60)) "$(awk -v t="$PERF_TIME" 'BEGIN { printf "%.1f", t / 3 }')" "${CMD[@]}"
     bps=$(json_get 'd["throughput_bps"]' <"$LOGS/run.out")
@@ -565,7 +396,7 @@ tern_cp_run() {  # SCEN CONFIG ID STREAMS WINDOW EST-BPS [N W]: one verified cop
     expect=$(awk -v b="$est" -v n="$size" -v t="$DISK_SECS" 'BEGIN { if (b == "nan" || b <= 0) print t; else print n * 8 / b }')
     delay=$(awk -v e="$expect" 'BEGIN { printf "%.1f", e / 3 }')
     rm -rf "${DST:?}"/* "$DST"/.[!.]* 2>/dev/null || true
-    ensure_tern "$sc" "$id" || true
+    ensure_tern "$sc, before $id" || true
     drop_caches
     tern_cp_cmd "$file" copy.bin "$cfg" "$@"
     measure "$sc" "$TPORT" $((DISK_SECS * 4 + 90)) "$delay" "${CMD[@]}"
@@ -627,10 +458,7 @@ for entry in "${SCENARIOS[@]}"; do
     log "scenario $sc: $title"
     bdp=$(awk -v r="$rate" -v t="$rtt" 'BEGIN { printf "%.0f", r * 1e6 * t / 1e3 / 8 }')
     read -ra UPARGS <<<"$upargs"
-    "$NETLAB" --lab "$LAB" down >/dev/null 2>&1 || true
-    timeout 60 "$NETLAB" --lab "$LAB" up "${UPARGS[@]}" --mtu "$MTU" >"$LOGS/up-$sc.txt" 2>&1 ||
-        { cat "$LOGS/up-$sc.txt" >&2; die "netlab up failed for $sc"; }
-    LAB_UP=1
+    lab_up "$sc" "${UPARGS[@]}" --mtu "$MTU"
     timeout 20 "$NETLAB" --lab "$LAB" status --json >"$WORK/status-$sc-start.json"
     SCEN_CC=$(json_get 'd["sysctls"]["A"]["net.ipv4.tcp_congestion_control"]' bbr <"$WORK/status-$sc-start.json")
     for k in net.core.rmem_max net.core.wmem_max net.ipv4.tcp_rmem net.ipv4.tcp_wmem net.ipv4.tcp_congestion_control \

@@ -18,26 +18,10 @@ import os
 import re
 import sys
 
-START, END = "<!-- drs:start -->", "<!-- drs:end -->"
+from reportlib import command_cleaner, markers, num, read_tsv, splice
+
+START, END = markers("drs")
 MIB = 1048576.0
-
-# ------------------------------------------------------------------ splice
-
-
-def splice(section_path, target_path):
-    section = open(section_path).read().strip("\n")
-    try:
-        text = open(target_path).read()
-    except FileNotFoundError:
-        text = ""
-    a, b = text.find(START), text.find(END)
-    if a >= 0 and b > a:
-        text = text[:a] + section + text[b + len(END):]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + section + "\n"
-    with open(target_path, "w") as f:
-        f.write(text)
-
 
 # ------------------------------------------------------------ ss sampling
 
@@ -129,24 +113,6 @@ def mem_main(path_a, path_b, min_bytes):
 # ------------------------------------------------------------------ report
 
 
-def read_tsv(path):
-    out = []
-    try:
-        for line in open(path):
-            if line.strip():
-                out.append(line.rstrip("\n").split("\t"))
-    except OSError:
-        pass
-    return out
-
-
-def num(s):
-    try:
-        return float(s)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def ok(x):
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
@@ -160,20 +126,20 @@ CONFIGS = [("locked64k", "locked 64 KiB", "#8c8c8c"), ("autotune1", "kernel auto
 
 def load(work):
     meta = {}
-    for k, *v in read_tsv(os.path.join(work, "meta.tsv")):
+    for k, *v in read_tsv(os.path.join(work, "meta.tsv"), missing_ok=True):
         meta[k] = v[0] if v else ""
     rows = []
-    for r in read_tsv(os.path.join(work, "results.tsv")):
+    for r in read_tsv(os.path.join(work, "results.tsv"), missing_ok=True):
         r += [""] * (len(COLS) - len(r))
         d = dict(zip(COLS, r))
         for k in NUMS:
             d[k] = num(d[k])
         rows.append(d)
     scens = []
-    for s in read_tsv(os.path.join(work, "scenarios.tsv")):
+    for s in read_tsv(os.path.join(work, "scenarios.tsv"), missing_ok=True):
         scens.append(dict(id=s[0], title=s[1], up=s[2], rate=num(s[3]), rtt=num(s[4]), bdp=num(s[5])))
     sysctls = {}
-    for sc, host, k, *v in read_tsv(os.path.join(work, "sysctls.tsv")):
+    for sc, host, k, *v in read_tsv(os.path.join(work, "sysctls.tsv"), missing_ok=True):
         sysctls.setdefault(sc, {}).setdefault(host, {})[k] = v[0] if v else ""
     return meta, rows, scens, sysctls
 
@@ -243,12 +209,8 @@ def win_label(r):
 def main(work, out_path, svg_path, svg_link):
     meta, rows, scens, sysctls = load(work)
     v = View(rows)
-    work_dir, tern, netlab, repo = meta.get("work", "@@"), meta.get("tern", "@@"), meta.get("netlab", "@@"), meta.get("repo", "@@")
     quick = meta.get("mode") == "quick"
-
-    def clean(cmd):
-        cmd = cmd.replace(tern, "tern").replace(netlab, "netlab").replace(work_dir + "/bin/drs_xfer", "drs_xfer")
-        return cmd.replace(work_dir, "$WORK").replace(repo + "/", "")
+    clean = command_cleaner(meta, [(meta.get("work", "@@") + "/bin/drs_xfer", "drs_xfer")])
 
     L = [START, "", "## Dynamic right-sizing experiment (netlab)" + (" — QUICK RUN" if quick else ""), ""]
     if quick:
@@ -631,7 +593,7 @@ def write_svg(path, scens, v, quick, meta):
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--splice":
-        splice(sys.argv[2], sys.argv[3])
+        splice("drs", sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 5 and sys.argv[1] == "--mem":
         mem_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif len(sys.argv) == 5:

@@ -431,10 +431,12 @@ done
 meta load_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---------------------------------------------------------------------- report
-python3 - "$RESULTS" "$META" "$CMDS" "$OUT" "$SERVE_EVENTS" <<'PY'
+PYTHONPATH="$REPO/bench" python3 - "$RESULTS" "$META" "$CMDS" "$OUT" "$SERVE_EVENTS" <<'PY'
 import math
 import statistics
 import sys
+
+from reportlib import marked_sections
 
 results_path, meta_path, cmds_path, out_path, events_path = sys.argv[1:6]
 events = [line.strip() for line in open(events_path) if line.strip()]
@@ -598,12 +600,11 @@ try:
     md += "\n`$WORK/ssh/sshd_config`:\n\n```\n" + sshd_config + "```\n"
 except OSError:
     pass
-# Keep the WAN section bench/wan.sh --write put into the same file, if any.
+# Keep the sections other scripts put into the same file with --write (wan.sh,
+# drs.sh, files.sh: each between its <!-- NAME:start --> and <!-- NAME:end -->).
 try:
-    old = open(out_path).read()
-    a, b = old.find("<!-- wan:start -->"), old.find("<!-- wan:end -->")
-    if a >= 0 and b > a:
-        md += "\n" + old[a:b + len("<!-- wan:end -->")] + "\n"
+    for section in marked_sections(open(out_path).read()):
+        md += "\n" + section + "\n"
 except OSError:
     pass
 with open(out_path, "w") as f:

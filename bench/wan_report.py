@@ -11,37 +11,9 @@ import math
 import os
 import sys
 
-START, END = "<!-- wan:start -->", "<!-- wan:end -->"
+from reportlib import command_cleaner, markers, num, read_lines, read_tsv, splice
 
-
-def splice(section_path, target_path):
-    section = open(section_path).read().strip("\n")
-    try:
-        text = open(target_path).read()
-    except FileNotFoundError:
-        text = ""
-    a, b = text.find(START), text.find(END)
-    if a >= 0 and b > a:
-        text = text[:a] + section + text[b + len(END):]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + section + "\n"
-    with open(target_path, "w") as f:
-        f.write(text)
-
-
-def read_tsv(path):
-    out = []
-    for line in open(path):
-        if line.strip():
-            out.append(line.rstrip("\n").split("\t"))
-    return out
-
-
-def num(s):
-    try:
-        return float(s)
-    except ValueError:
-        return math.nan
+START, END = markers("wan")
 
 
 def main(work, out_path):
@@ -56,16 +28,9 @@ def main(work, out_path):
                          wall=num(wall), cpu_a=num(cpu_a), cpu_b=num(cpu_b), cc=cc, note=note))
     scens = [dict(id=s[0], title=s[1], up=s[2], cap=float(s[3]), cap0=float(s[4]))
              for s in read_tsv(os.path.join(work, "scenarios.tsv"))]
-    events = [l.strip() for l in open(os.path.join(work, "events.txt")) if l.strip()]
-    try:
-        server_cmds = [l.strip() for l in open(os.path.join(work, "server-commands.txt")) if l.strip()]
-    except OSError:
-        server_cmds = []
-    work_dir, tern, netlab, repo = meta["work"], meta["tern"], meta["netlab"], meta["repo"]
-
-    def clean(cmd):
-        cmd = cmd.replace(tern, "tern").replace(netlab, "netlab").replace(work_dir, "$WORK")
-        return cmd.replace(repo + "/", "")
+    events = read_lines(os.path.join(work, "events.txt"))
+    server_cmds = read_lines(os.path.join(work, "server-commands.txt"))
+    clean = command_cleaner(meta)
 
     def get(sc, rid):
         for r in rows:
@@ -302,7 +267,7 @@ def main(work, out_path):
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--splice":
-        splice(sys.argv[2], sys.argv[3])
+        splice("wan", sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 3:
         main(sys.argv[1], sys.argv[2])
     else:

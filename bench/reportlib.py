@@ -1,0 +1,89 @@
+"""What the bench/*_report.py generators share: reading the scripts' TSV files,
+and splicing a report section into BENCHMARKS.md between its markers.
+
+A section named NAME lies between `<!-- NAME:start -->` and `<!-- NAME:end -->`;
+each benchmark script owns one, and rewriting one keeps the rest of the file.
+"""
+import math
+import re
+
+
+def markers(name):
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def splice(name, section_path, target_path):
+    """Put SECTION (which has NAME's markers) into TARGET between those markers,
+    or append it if TARGET has none; the rest of TARGET is kept."""
+    start, end = markers(name)
+    section = open(section_path).read().strip("\n")
+    if start not in section or end not in section:
+        raise SystemExit(f"{section_path} lacks the {start} ... {end} markers")
+    try:
+        text = open(target_path).read()
+    except FileNotFoundError:
+        text = ""
+    a, b = text.find(start), text.find(end)
+    if a >= 0 and b > a:
+        text = text[:a] + section + text[b + len(end):]
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text else "") + section + "\n"
+    with open(target_path, "w") as f:
+        f.write(text)
+
+
+SECTION = re.compile(r"<!-- ([a-z0-9_-]+):start -->.*?<!-- \1:end -->", re.S)
+
+
+def marked_sections(text, skip=()):
+    """Every marked section of TEXT, whole (markers included), in order, except those named in SKIP."""
+    return [m.group(0) for m in SECTION.finditer(text) if m.group(1) not in skip]
+
+
+def read_tsv(path, missing_ok=False):
+    """The rows of a tab-separated file, as lists of fields; [] for a missing file if MISSING_OK."""
+    out = []
+    try:
+        for line in open(path):
+            if line.strip():
+                out.append(line.rstrip("\n").split("\t"))
+    except OSError:
+        if not missing_ok:
+            raise
+    return out
+
+
+def command_cleaner(meta, extra=()):
+    """A function that shortens a recorded command line for the report: the script's private
+    copies of the binaries become `tern` and `netlab` (and each (path, name) in EXTRA its name),
+    the temporary directory `$WORK`, and paths in the repository become relative."""
+    work, repo = meta.get("work") or "@@", meta.get("repo") or "@@"
+    names = [(meta.get("tern") or "@@", "tern"), (meta.get("netlab") or "@@", "netlab")] + list(extra)
+
+    def clean(cmd):
+        for path, name in names:
+            cmd = cmd.replace(path, name)
+        return cmd.replace(work, "$WORK").replace(repo + "/", "")
+    return clean
+
+
+def read_lines(path):
+    """The non-blank lines of a text file, stripped; [] if it is missing."""
+    try:
+        return [line.strip() for line in open(path) if line.strip()]
+    except OSError:
+        return []
+
+
+def read_meta(path):
+    meta = {}
+    for k, *v in read_tsv(path):
+        meta[k] = v[0] if v else ""
+    return meta
+
+
+def num(s):
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return math.nan
