@@ -6,7 +6,7 @@
 # digest of every file's path and contents, the directories); modes and mtimes
 # are compared too.
 #
-#   bash bench/files.sh              full run (about 35 minutes), writes bench/files-results.md
+#   bash bench/files.sh              full run (about 30 minutes), writes bench/files-results.md
 #   bash bench/files.sh --quick      smoke run (a few minutes), writes bench/files-quick-results.md
 #   bash bench/files.sh --write      write the report into BENCHMARKS.md instead, as the section
 #                                    between <!-- files:start --> and <!-- files:end --> (replaced
