@@ -16,6 +16,7 @@
 //! The engine never imports this crate: the binary asks the advisor for a
 //! starting point, hands it to the engine, and reports what it achieved.
 
+pub mod adapters;
 pub mod advice;
 pub mod aggregate;
 pub mod api;
@@ -29,6 +30,7 @@ pub mod scheduler;
 pub mod service;
 pub mod store;
 
+pub use adapters::{EngineThroughput, UdpTrainCapacity};
 pub use advice::Advice;
 pub use client::AdvisorClient;
 pub use error::Error;

@@ -16,6 +16,7 @@ use tern_drs::HostCaps;
 use tokio::sync::mpsc;
 
 use crate::Error;
+use crate::adapters::UdpTrainCapacity;
 use crate::advice::{Advice, AdviceConfig, Evidence, advise};
 use crate::model::{
     DEFAULT_PORT, Kind, Measurement, Origin, Target, TargetSource, now_ms, validate_host,
@@ -600,9 +601,15 @@ impl Advisor {
     }
 }
 
-/// The probes the advisor runs when not told otherwise.
+/// The probes the advisor runs when not told otherwise: RTT from TCP
+/// connects and bottleneck capacity from UDP packet trains, both light.
+/// The throughput test ([`crate::EngineThroughput`]) needs the binary's
+/// trust settings, so the binary appends it when asked.
 pub fn default_probes() -> Vec<Arc<dyn Probe>> {
-    vec![Arc::new(TcpConnectRtt::default())]
+    vec![
+        Arc::new(TcpConnectRtt::default()),
+        Arc::new(UdpTrainCapacity::default()),
+    ]
 }
 
 #[cfg(test)]

@@ -4,13 +4,16 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 use tern_advisor::aggregate::AggregationPolicy;
 use tern_advisor::scheduler::SchedulerOptions;
-use tern_advisor::{Advice, Advisor, AdvisorClient, AdvisorOptions, TransferReport};
+use tern_advisor::{
+    Advice, Advisor, AdvisorClient, AdvisorOptions, EngineThroughput, Probe, TransferReport,
+};
 use tern_engine::client::{ClientOptions, Endpoint};
 use tern_engine::transfer::TransferStats;
 use tokio::sync::watch;
@@ -60,6 +63,26 @@ pub fn options(args: &AdvisorArgs, state_dir: &Path) -> AdvisorOptions {
     o
 }
 
+/// The default probes, and the throughput test when asked: a `tern perf`
+/// with the defaults of `tern perf` (trust on first use, in the usual
+/// known_hosts).
+fn probes(args: &AdvisorArgs) -> Result<Vec<Arc<dyn Probe>>> {
+    let mut probes = tern_advisor::service::default_probes();
+    if args.probe_throughput > 0.0 {
+        #[derive(clap::Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            transfer: TransferArgs,
+        }
+        let defaults = <Defaults as clap::Parser>::try_parse_from(["tern"])?;
+        probes.push(Arc::new(EngineThroughput {
+            options: crate::cmd::client_options(&defaults.transfer, tern_proto::ChecksumAlg::Xxh3)?,
+            duration: Duration::from_secs_f64(args.probe_throughput),
+        }));
+    }
+    Ok(probes)
+}
+
 /// An advisor serving its API.
 pub struct Running {
     /// The advisor (for the daemon's session hook).
@@ -82,7 +105,12 @@ pub async fn start(
         .await
         .with_context(|| format!("advisor: cannot listen on {want}"))?;
     let addr = listener.local_addr()?;
-    let advisor = Advisor::start(options(args, state_dir), stopped(stop.clone())).await?;
+    let advisor = Advisor::start_with_probes(
+        options(args, state_dir),
+        probes(args)?,
+        stopped(stop.clone()),
+    )
+    .await?;
     let service = advisor.service().clone();
     tokio::spawn(async move {
         if let Err(e) = tern_advisor::api::serve(listener, service, stopped(stop)).await {

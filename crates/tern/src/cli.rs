@@ -406,6 +406,10 @@ pub struct AdvisorArgs {
     /// Do not run active probes (advice from reported transfers only).
     #[arg(long)]
     pub no_probes: bool,
+    /// Also run a throughput test (a `tern perf` through the engine) of this
+    /// many seconds against each target, paced to --probe-budget; 0: none.
+    #[arg(long, default_value_t = 0.0, value_name = "SECS", value_parser = non_negative_secs)]
+    pub probe_throughput: f64,
     /// Forget targets (except --targets ones) unused for this many days.
     #[arg(long, default_value_t = 30.0, value_name = "DAYS", value_parser = positive_days)]
     pub target_max_age: f64,
