@@ -16,83 +16,17 @@
 //! to 5× the configured rate); with it, 0.1–0.5 % error. The probe itself
 //! runs at normal priority, as it would on a real host.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{Daemon, Lab};
 use serde_json::Value;
 
 const LAB: &str = "probe1";
 const RTT_MS: f64 = 180.0;
 const RATE_MBIT: f64 = 500.0;
-
-fn netlab_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_netlab")
-}
-
-fn tern_bin() -> Option<PathBuf> {
-    let p = Path::new(netlab_bin()).with_file_name("tern");
-    p.exists().then_some(p)
-}
-
-/// `netlab --lab probe1 ARGS…`.
-fn netlab(args: &[&str]) -> Command {
-    let mut c = Command::new(netlab_bin());
-    c.args(["--lab", LAB]).args(args);
-    c
-}
-
-/// The lab, torn down when dropped (also after a failed assertion).
-struct Lab;
-
-impl Lab {
-    fn up(args: &[&str]) -> Lab {
-        let _ = netlab(&["down"]).status();
-        let out = netlab(&["up"]).args(args).output().unwrap();
-        let why = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "netlab up: {why}");
-        Lab
-    }
-
-    /// Gives the emulator's threads real-time priority; says so when it
-    /// cannot (no `chrt`), and the numbers may then suffer on a busy host.
-    fn prioritize_emulator(&self) {
-        let pid = std::fs::read_to_string(format!("/run/netlab/{LAB}/emulator.pid")).unwrap();
-        let ok = Command::new("chrt")
-            .args(["-a", "-f", "-p", "50", pid.trim()])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("note: could not give the emulator real-time priority (chrt)");
-        }
-    }
-
-    fn command(&self, host: &str, cmd: &[&str]) -> Command {
-        let mut c = netlab(&["exec", host]);
-        c.args(cmd);
-        c
-    }
-
-    fn status(&self) -> Value {
-        let out = netlab(&["status", "--json"]).output().unwrap();
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = netlab(&["down"]).status();
-    }
-}
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn probe_json(out: &Output) -> Value {
     assert!(
@@ -108,22 +42,15 @@ fn probe_json(out: &Output) -> Value {
 #[test]
 fn probe_measures_rtt_within_5_and_capacity_within_10_percent_on_500mbit_180ms() {
     let name = "probe_measures_rtt_within_5_and_capacity_within_10_percent_on_500mbit_180ms";
-    let root = netlab::sys::is_root();
-    let tun = Path::new("/dev/net/tun").exists();
-    if !(root && tun) {
-        eprintln!("SKIP {name}: needs root and /dev/net/tun (root={root}, tun={tun})");
-        return;
-    }
-    let Some(tern) = tern_bin() else {
-        eprintln!("SKIP {name}: build the tern binary first (cargo build --release -p tern)");
+    let Some(tern) = common::tern_or_skip(name) else {
         return;
     };
-    let tern = tern.to_str().unwrap();
+    let tern = tern.as_str();
     let work = tempfile::tempdir().unwrap();
     std::fs::create_dir(work.path().join("root")).unwrap();
     let dir = |d: &str| work.path().join(d).to_str().unwrap().to_string();
     let (rtt, rate) = (RTT_MS.to_string(), RATE_MBIT.to_string());
-    let lab = Lab::up(&["--rtt", &rtt, "--rate", &rate]);
+    let lab = Lab::up(LAB, &["--rtt", &rtt, "--rate", &rate]);
     lab.prioritize_emulator();
     let _daemon = Daemon(
         lab.command(

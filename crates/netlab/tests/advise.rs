@@ -1,0 +1,170 @@
+//! The advisor's must-show (issue 6), measured end to end: on a netlab
+//! path of 500 Mbit/s × 180 ms, after the advisor has measured the path
+//! with its default probes, `GET /api/v1/advice/{host}` gives an RTT
+//! within 5 % and a capacity within 10 % of the configured values, both
+//! from active probes. Needs root and the tern binary; skips otherwise.
+//!
+//! Deployment: a client-side advisor (`tern advisor` in A) measuring
+//! toward the data server (`tern serve` in B). The capacity probe needs a
+//! tern daemon at the far end to answer its UDP trains, and data servers
+//! run one while clients need not; the forward direction of the trains
+//! (A → B) is then the direction `tern cp`/`tern perf` from A push in, and
+//! the advice is asked for by the server's name, as `--advisor` does.
+//!
+//! Lab `wire1` (its own name, see `common`), emulator at real-time
+//! priority as in `tests/probe.rs`.
+
+mod common;
+
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Daemon, Lab};
+use serde_json::Value;
+
+const LAB: &str = "wire1";
+const RTT_MS: f64 = 180.0;
+const RATE_MBIT: f64 = 500.0;
+const SERVER: &str = "10.47.0.2";
+const ADVISOR: &str = "http://127.0.0.1:4748";
+
+fn spawn_quiet(mut c: std::process::Command) -> Daemon {
+    Daemon(
+        c.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn advice_after_the_advisor_measured_500mbit_180ms_is_within_5_and_10_percent() {
+    let name = "advice_after_the_advisor_measured_500mbit_180ms_is_within_5_and_10_percent";
+    let Some(tern) = common::tern_or_skip(name) else {
+        return;
+    };
+    let tern = tern.as_str();
+    let work = tempfile::tempdir().unwrap();
+    std::fs::create_dir(work.path().join("root")).unwrap();
+    let dir = |d: &str| work.path().join(d).to_str().unwrap().to_string();
+    std::fs::write(work.path().join("targets"), format!("{SERVER}:4747 3600\n")).unwrap();
+    let (rtt, rate) = (RTT_MS.to_string(), RATE_MBIT.to_string());
+    let lab = Lab::up(LAB, &["--rtt", &rtt, "--rate", &rate]);
+    lab.prioritize_emulator();
+    let server_state = dir("server-state");
+    let _daemon = spawn_quiet(lab.command(
+        "B",
+        &[
+            tern,
+            "serve",
+            "--listen",
+            &format!("{SERVER}:4747"),
+            "--root",
+            &dir("root"),
+            "--state-dir",
+            &server_state,
+        ],
+    ));
+    // The advisor probes at once, and a failed probe waits for the next
+    // interval: start it once the daemon listens.
+    let listening = || {
+        let out = lab
+            .command("B", &["ss", "-Hltn", "sport = :4747"])
+            .output()
+            .unwrap();
+        !out.stdout.is_empty()
+    };
+    let up_by = Instant::now() + Duration::from_secs(20);
+    while !listening() {
+        assert!(Instant::now() < up_by, "tern serve did not start in B");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let advisor_state = dir("advisor-state");
+    let targets = dir("targets");
+    let _advisor = spawn_quiet(lab.command(
+        "A",
+        &[
+            tern,
+            "advisor",
+            "--http",
+            "127.0.0.1:4748",
+            "--state-dir",
+            &advisor_state,
+            "--targets",
+            &targets,
+            "--probe-jitter",
+            "0",
+        ],
+    ));
+    // Asked before anything is measured: exit 3 (or 7 while it starts).
+    let advise = || {
+        lab.command(
+            "A",
+            &[tern, "advise", SERVER, "--server", ADVISOR, "--json"],
+        )
+        .output()
+        .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let advice: Value = loop {
+        let out = advise();
+        if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            if v["capacity"]["kind"] == "capacity" {
+                break v;
+            }
+        } else {
+            assert!(
+                matches!(out.status.code(), Some(3 | 7)),
+                "tern advise: {}",
+                text(&out)
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no advice with a measured capacity: {}",
+            text(&out)
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let rtt_ms = advice["rtt"]["value"].as_f64().unwrap();
+    let cap_mbit = advice["capacity"]["value"].as_f64().unwrap() / 1e6;
+    eprintln!(
+        "configured {RTT_MS} ms, {RATE_MBIT} Mbit/s; advice: rtt {rtt_ms:.2} ms ({:+.2} %), \
+         capacity {cap_mbit:.1} Mbit/s ({:+.1} %), {} streams of {} bytes, expected {:.1} Mbit/s",
+        (rtt_ms / RTT_MS - 1.0) * 100.0,
+        (cap_mbit / RATE_MBIT - 1.0) * 100.0,
+        advice["streams"],
+        advice["buffer_bytes"],
+        advice["expected_throughput_bps"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+            / 1e6,
+    );
+    assert!(
+        (rtt_ms - RTT_MS).abs() <= 0.05 * RTT_MS,
+        "rtt {rtt_ms} ms for {RTT_MS}: {advice}"
+    );
+    assert!(
+        (cap_mbit - RATE_MBIT).abs() <= 0.10 * RATE_MBIT,
+        "capacity {cap_mbit} Mbit/s for {RATE_MBIT}: {advice}"
+    );
+    assert_eq!(advice["source"], "active", "{advice}");
+    assert_eq!(advice["capacity"]["source"], "active", "{advice}");
+    // The advice covers the product: buffers × streams hold RTT × capacity.
+    let bdp = rtt_ms / 1e3 * cap_mbit * 1e6 / 8.0;
+    let held = advice["buffer_bytes"].as_f64().unwrap() * advice["streams"].as_f64().unwrap();
+    assert!(
+        held >= bdp * 0.99,
+        "{held} bytes in flight for a BDP of {bdp}: {advice}"
+    );
+}
