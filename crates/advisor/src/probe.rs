@@ -7,23 +7,9 @@
 //! which yields named [`Sample`]s (`rtt_ms`, `capacity_bps` with its
 //! dispersion, `throughput_bps` with streams and window, …). The
 //! scheduler stores them, so a probe neither sees the store nor the
-//! schedule; wrapping a measurement from another crate is a few lines:
-//!
-//! ```ignore
-//! struct Capacity(tern_probe::TrainOptions);
-//! impl Probe for Capacity {
-//!     fn name(&self) -> &'static str { "capacity_udp_train" }
-//!     fn class(&self) -> Concurrency { Concurrency::ExclusivePerPath }
-//!     fn load_bps(&self, _: &ProbeTarget, budget_bps: u64) -> u64 { budget_bps.min(50_000_000) }
-//!     fn run<'a>(&'a self, t: &'a ProbeTarget, grant: Grant) -> ProbeFuture<'a> {
-//!         Box::pin(async move {
-//!             let e = tern_probe::capacity(t.addr()?, &self.0, grant.load_bps).await
-//!                 .map_err(|e| ProbeError::Failed(e.to_string()))?;
-//!             Ok(vec![Sample::capacity_bps(e.bps, e.dispersion_bps)])
-//!         })
-//!     }
-//! }
-//! ```
+//! schedule; wrapping a measurement from another crate is a few lines
+//! ([`crate::adapters`] does it for `tern-probe`'s packet trains and
+//! throughput test).
 
 use std::future::Future;
 use std::net::SocketAddr;
