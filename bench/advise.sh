@@ -14,78 +14,75 @@
 #      advised configuration and the sweep's best each run once more for
 #      START_TIME seconds (slow start included), alternating.
 #
-# Results: a TSV and a Markdown section in the work directory; with --write
-# the section replaces the one between <!-- advise:start --> and
-# <!-- advise:end --> in BENCHMARKS.md. Needs root, target/release/{tern,
-# netlab} (built if missing), python3, chrt. Traffic stays in the lab.
+# Results: a Markdown section; with --write it replaces the one between
+# <!-- advise:start --> and <!-- advise:end --> in BENCHMARKS.md (bench/lib.sh,
+# bench/reportlib.py). Needs root, target/release/{tern,netlab} (or TERN=,
+# NETLAB=), python3, chrt. Traffic stays in the lab; everything started is
+# stopped and the lab taken down on exit. See bench/README.md.
 #
-#   bench/advise.sh [--write] [--quick]
+#   bench/advise.sh [--quick] [--write] [--out FILE]
 set -euo pipefail
 
-WRITE=0 QUICK=0
-for a in "$@"; do
-    case "$a" in
-        --write) WRITE=1 ;;
-        --quick) QUICK=1 ;;
-        *) echo "usage: bench/advise.sh [--write] [--quick]" >&2; exit 2 ;;
-    esac
-done
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TERN=${TERN:-$REPO/target/release/tern}
 NETLAB=${NETLAB:-$REPO/target/release/netlab}
+BENCH_NAME=advise.sh
+# shellcheck source=bench/lib.sh
+. "$REPO/bench/lib.sh"
+bench_args advise "$@"
+
 RATE=500 RTT=180 MTU=${MTU:-9000}
 PERF_TIME=15 START_TIME=5 SWEEP_STREAMS="1 2 4 8" SWEEP_FACTORS="1 2"
 [ "$QUICK" = 1 ] && { PERF_TIME=6; SWEEP_STREAMS="1 8"; }
 LAB=advise$$ B0=10.47.0.2 TPORT=4747 ADVISOR=http://127.0.0.1:4748
+SERVER_TIMEOUT=1800
 BDP=$((RATE * 1000000 * RTT / 1000 / 8))
-WORK=$(mktemp -d /tmp/tern-advise.XXXXXX)
-RESULTS=$WORK/results.tsv
 
-log() { printf '%s %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-die() { log "advise.sh: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (netlab creates network namespaces)"
 if [ ! -x "$TERN" ] || [ ! -x "$NETLAB" ]; then
     (cd "$REPO" && cargo build --release -q -p tern -p netlab) || die "build failed"
 fi
-lab() { "$NETLAB" --lab "$LAB" "$@"; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-cleanup() { jobs -p | xargs -r kill 2>/dev/null || true; lab down >/dev/null 2>&1 || true; }
-trap cleanup EXIT
+bench_workdir advise
+bench_tables
+json() { json_get "$1" "${3:-nan}" <"$2"; }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 log "lab $LAB: $RATE Mbit/s x $RTT ms, MTU $MTU, BDP $BDP bytes; work dir $WORK"
-lab up --rtt "$RTT" --rate "$RATE" --mtu "$MTU" >"$WORK/up.txt" || die "netlab up failed"
+lab_up advise --rtt "$RTT" --rate "$RATE" --mtu "$MTU"
 chrt -a -f -p 50 "$(cat "/run/netlab/$LAB/emulator.pid")" || log "no real-time priority for the emulator"
-lab exec B "$TERN" serve --listen "$B0:$TPORT" --root "$WORK" --state-dir "$WORK/server" >"$WORK/serve.log" 2>&1 &
-for _ in $(seq 100); do lab exec B ss -Hltn "sport = :$TPORT" | grep -q . && break; sleep 0.2; done
+start_tern || die "tern serve did not start in B"
 echo "$B0:$TPORT 86400" >"$WORK/targets"
-lab exec A "$TERN" advisor --http 127.0.0.1:4748 --state-dir "$WORK/advisor" --targets "$WORK/targets" \
-    --probe-jitter 0 >"$WORK/advisor.log" 2>&1 &
+"$NETLAB" --lab "$LAB" exec A "$TERN" advisor --http 127.0.0.1:4748 --state-dir "$WORK/advisor" \
+    --targets "$WORK/targets" --probe-jitter 0 >"$LOGS/advisor.out" 2>"$LOGS/advisor.err" &
+PIDS+=("$!")
 
 # 1. The advisor's measurement.
-t0=$(date +%s.%N)
+t0=$(now)
 for _ in $(seq 120); do
-    if lab exec A "$TERN" advise "$B0" --server "$ADVISOR" --json >"$WORK/advice.json" 2>/dev/null &&
-        [ "$(json 'd["capacity"]["kind"]' <"$WORK/advice.json")" = capacity ]; then break; fi
+    "$NETLAB" --lab "$LAB" exec A "$TERN" advise "$B0" --server "$ADVISOR" --json >"$WORK/advice.json" 2>/dev/null || true
+    [ "$(json 'd["capacity"]["kind"]' "$WORK/advice.json")" = capacity ] && break
     sleep 1
 done
-[ "$(json 'd["capacity"]["kind"]' <"$WORK/advice.json" 2>/dev/null)" = capacity ] || die "no advice with a measured capacity"
-MEASURE_S=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
-read -r A_RTT A_CAP A_N A_BUF A_WIN < <(json '"%.2f %.1f %d %d %d" % (d["rtt"]["value"], d["capacity"]["value"] / 1e6, d["streams"], d["buffer_bytes"], d["tern_window_bytes"])' <"$WORK/advice.json")
+[ "$(json 'd["capacity"]["kind"]' "$WORK/advice.json")" = capacity ] || die "no advice with a measured capacity"
+MEASURE_S=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+read -r A_RTT A_CAP A_N A_BUF A_WIN < <(json '"%.2f %.1f %d %d %d" % (d["rtt"]["value"], d["capacity"]["value"] / 1e6, d["streams"], d["buffer_bytes"], d["tern_window_bytes"])' "$WORK/advice.json")
 log "advice: rtt $A_RTT ms, capacity $A_CAP Mbit/s -> $A_N streams, tern window $A_WIN bytes (measured in $MEASURE_S s)"
 
 # perf LABEL SECONDS ARGS...: one memory-to-memory run A -> B, a row in RESULTS.
 perf() {
     local label=$1 secs=$2 out="$WORK/$1-$2s.json" bps streams
     shift 2
-    if lab exec A "$TERN" perf "tern://$B0:$TPORT" --time "$secs" --protect clear --json "$@" >"$out" 2>"$out.err"; then
-        bps=$(json 'd["throughput_bps"]' <"$out")
-        streams=$(json 'd.get("streams")' <"$out")
+    if timeout $((secs + 60)) "$NETLAB" --lab "$LAB" exec A "$TERN" perf "tern://$B0:$TPORT" --time "$secs" \
+        --protect clear --json "$@" >"$out" 2>"$out.err"; then
+        bps=$(json 'd["throughput_bps"]' "$out")
+        streams=$(json 'd.get("streams")' "$out" -)
     else
         bps=nan streams=-
     fi
-    printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$secs" "$streams" "$bps" "$*" >>"$RESULTS"
-    log "  $label (${secs} s): $(awk -v b="$bps" 'BEGIN { printf "%.0f", b / 1e6 }') Mbit/s"
+    result "$label" "$secs" "$streams" "$bps" "$*"
+    log "  $label (${secs} s): $(mbit "$bps")"
 }
 kib() { echo "$(($1 / 1024))K"; }
 
@@ -108,12 +105,12 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # The report.
 bps_of() { awk -F'\t' -v l="$1" -v s="$2" '$1 == l && $2 == s { print $4 }' "$RESULTS"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan" || b <= 0) print "nan"; else printf "%.2f", a / b }'; }
-mbit() { awk -v b="$1" 'BEGIN { if (b == "nan") print "failed"; else printf "%.0f", b / 1e6 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan" || b <= 0) print "nan"; else printf "%.3f", a / b }'; }
+mbits() { awk -v b="$1" 'BEGIN { if (b == "nan") print "failed"; else printf "%.0f", b / 1e6 }'; }
 ADV_FULL=$(bps_of advice "$PERF_TIME") BEST_FULL=$(bps_of "$BEST_LABEL" "$PERF_TIME")
 ADV_START=$(bps_of advice "$START_TIME") BEST_START=$(bps_of "best-$BEST_LABEL" "$START_TIME")
 R_FULL=$(ratio "$ADV_FULL" "$BEST_FULL") R_START=$(ratio "$ADV_START" "$BEST_START")
-met() { awk -v r="$1" 'BEGIN { print (r != "nan" && r >= 0.95) ? "met" : "**not met**" }'; }
+met() { awk -v r="$1" 'BEGIN { print (r != "nan" && r + 0 >= 0.95) ? "met" : "**not met**" }'; }  # on 3 decimals: 0.945 is not met
 {
     echo "<!-- advise:start -->"
     echo
@@ -124,8 +121,8 @@ met() { awk -v r="$1" 'BEGIN { print (r != "nan" && r >= 0.95) ? "met" : "**not 
     echo
     echo "| | Mbit/s over $PERF_TIME s | Mbit/s over the first $START_TIME s |"
     echo "| --- | ---: | ---: |"
-    echo "| tern from advice ($A_N streams, window $A_WIN) | $(mbit "$ADV_FULL") | $(mbit "$ADV_START") |"
-    echo "| hand-tuned best ($BEST_LABEL: ${BEST_ARGS[*]}) | $(mbit "$BEST_FULL") | $(mbit "$BEST_START") |"
+    echo "| tern from advice ($A_N streams, window $A_WIN) | $(mbits "$ADV_FULL") | $(mbits "$ADV_START") |"
+    echo "| hand-tuned best ($BEST_LABEL: ${BEST_ARGS[*]}) | $(mbits "$BEST_FULL") | $(mbits "$BEST_START") |"
     echo "| ratio (goal >= 0.95) | $R_FULL ($(met "$R_FULL")) | $R_START ($(met "$R_START")) |"
     echo
     echo "The advisor's measurement (client-side \`tern advisor\` in A, default probes, $MEASURE_S s from start to advice):"
@@ -146,16 +143,10 @@ met() { awk -v r="$1" 'BEGIN { print (r != "nan" && r >= 0.95) ? "met" : "**not 
     echo "runs of one configuration vary by several percent."
     echo
     echo "<!-- advise:end -->"
-} >"$WORK/section.md"
-cat "$WORK/section.md"
+} >"$OUT"
+cat "$OUT"
 if [ "$WRITE" = 1 ]; then
-    python3 - "$REPO/BENCHMARKS.md" "$WORK/section.md" <<'EOF'
-import re, sys
-path, section = sys.argv[1], open(sys.argv[2]).read().rstrip("\n")
-text = open(path).read()
-pat = re.compile(r"<!-- advise:start -->.*?<!-- advise:end -->", re.S)
-text = pat.sub(lambda _: section, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
-open(path, "w").write(text)
-EOF
+    PYTHONPATH="$REPO/bench" python3 -c 'import sys, reportlib; reportlib.splice("advise", sys.argv[1], sys.argv[2])' \
+        "$OUT" "$REPO/BENCHMARKS.md"
     log "BENCHMARKS.md updated"
 fi
