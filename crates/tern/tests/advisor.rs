@@ -578,6 +578,8 @@ fn perf_probe(duration: Duration) -> tern_advisor::EngineThroughput {
             wrap: None,
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
+            once_token: None,
+            callback: None,
         },
         duration,
     }
