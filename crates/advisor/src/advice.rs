@@ -295,6 +295,26 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
+/// Time slow start may take to reach the path's rate, seconds.
+const RAMP_BUDGET_S: f64 = 0.5;
+
+/// Initial window of a flow (10 segments of a 1500-byte-MTU path; larger
+/// MTUs only ramp faster), bytes.
+const INITIAL_WINDOW: u64 = 10 * 1448;
+
+/// Streams whose slow starts, doubling once per RTT from the initial
+/// window, together reach `bdp` within [`RAMP_BUDGET_S`]: short paths need
+/// one, long fat ones several (a 500 Mbit/s x 180 ms path eight), which is
+/// what a wizard's `-P 8` on such paths buys in the first seconds.
+fn ramp_streams(bdp: u64, rtt_s: f64) -> u64 {
+    if !(rtt_s > 0.0) {
+        return 1;
+    }
+    let doublings = (RAMP_BUDGET_S / rtt_s).floor().clamp(0.0, 40.0) as u32;
+    let reach = INITIAL_WINDOW.saturating_mul(1u64 << doublings);
+    bdp.div_ceil(reach.max(1)).max(1)
+}
+
 /// Advice for `host` from its evidence and this host's caps.
 pub fn advise(
     host: &str,
@@ -339,6 +359,23 @@ pub fn advise(
             )
         }
         _ => (1, round_up(bdp, 4096)),
+    };
+    // On long paths, more streams also reach the rate sooner: each flow's
+    // slow start has only BDP/N to cover.
+    let ramp = ramp_streams(bdp, rtt.value / 1e3).min(u64::from(max_streams)) as u16;
+    let (streams, buffer) = if ramp > streams {
+        notes.push(format!(
+            "{ramp} streams so that slow start reaches the rate within {} ms on this {:.0} ms path",
+            (RAMP_BUDGET_S * 1e3) as u64,
+            rtt.value
+        ));
+        let per_stream = round_up(bdp.div_ceil(u64::from(ramp)), 4096);
+        (
+            ramp,
+            window_max.map_or(per_stream, |max| per_stream.min(max)),
+        )
+    } else {
+        (streams, buffer)
     };
     let limited = window_max.is_some_and(|max| bdp > max);
     if window_max.is_none() {
@@ -481,7 +518,8 @@ mod tests {
         assert_eq!(a.bdp_bytes, 11_250_000);
         assert_eq!(a.host_limit.socket_window_max_bytes, 2 << 20);
         assert!(a.host_limit.limited);
-        assert_eq!(a.streams, 6);
+        // The caps need 6 streams; a quick ramp on 180 ms takes the cap of 8.
+        assert_eq!(a.streams, 8);
         assert!(a.buffer_bytes <= 2 << 20);
         assert!(u64::from(a.streams) * a.buffer_bytes >= a.bdp_bytes);
         assert!((a.expected_throughput_bps - 500e6).abs() < 1.0);
@@ -591,9 +629,23 @@ mod tests {
             throughput: &[],
         };
         let a = advise("h", &ev, &HostCaps::default(), &AdviceConfig::default(), 0).unwrap();
-        assert_eq!(a.streams, 1);
+        // One stream for the caps; the 100 ms path asks for more to ramp up.
+        assert_eq!(a.streams, 8);
+        assert!(a.notes.iter().any(|n| n.contains("slow start")));
         assert_eq!(a.host_limit.socket_window_max_bytes, 0);
         assert!(a.notes.iter().any(|n| n.contains("could not be read")));
+    }
+
+    #[test]
+    fn long_paths_get_streams_for_the_ramp_short_ones_do_not() {
+        // 1 Gbit/s x 50 ms: ten doublings from 14 KB pass 6 MB.
+        assert_eq!(ramp_streams(6_250_000, 0.050), 1);
+        // 500 Mbit/s x 180 ms: two doublings reach 58 KB; the cap decides.
+        assert!(ramp_streams(11_250_000, 0.180) > 8);
+        // 1 Gbit/s x 100 ms: five doublings reach 463 KB.
+        assert_eq!(ramp_streams(12_500_000, 0.100), 27);
+        assert_eq!(ramp_streams(1_000, 0.0), 1);
+        assert_eq!(ramp_streams(1_000, f64::NAN), 1);
     }
 
     proptest! {
