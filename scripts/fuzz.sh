@@ -65,7 +65,7 @@ target_of() {
     hello_*) echo hello ;;
     once_*) echo once_line ;;
     data_join | join_reply_*) echo data_join ;;
-    block_repair | stream_end) echo data_frame ;;
+    block_repair | block_lz4 | block_zstd | stream_end) echo data_frame ;;
     block_*) echo "" ;; # checks and keys, not frames
     *) echo control ;;
     esac

@@ -155,6 +155,87 @@ pub struct TuningRequest {
     pub congestion: String,
 }
 
+/// How the sending end compresses block payloads (needs `COMPRESS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Compression {
+    /// Never: every block is sent as it is.
+    None,
+    /// Where it pays: blocks that do not shrink, files that do not
+    /// compress, and a network faster than the compressor are sent raw.
+    Auto,
+    /// Every block with zstd, unless it does not shrink.
+    Zstd,
+    /// Every block with LZ4, unless it does not shrink.
+    Lz4,
+}
+
+impl Compression {
+    /// The lower-case name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Auto => "auto",
+            Compression::Zstd => "zstd",
+            Compression::Lz4 => "lz4",
+        }
+    }
+}
+
+/// When a file already at the destination counts as complete and is not
+/// sent (needs `SKIP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SkipExisting {
+    /// Never: every file is sent.
+    Never,
+    /// Same size.
+    Size,
+    /// Same size and the same modification time, to the nanosecond.
+    Mtime,
+    /// Same size and the same whole-file digest (both ends read their copy).
+    Digest,
+}
+
+impl SkipExisting {
+    /// The lower-case name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            SkipExisting::Never => "never",
+            SkipExisting::Size => "size",
+            SkipExisting::Mtime => "mtime",
+            SkipExisting::Digest => "digest",
+        }
+    }
+}
+
+/// The client's choices for the transfer, sent right after its session
+/// request (and `Tuning`) when both ends have [`crate::Features::OPTIONS`].
+/// Each end applies the ones that concern it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferOptions {
+    /// What the sending end does with block payloads (only with `COMPRESS`).
+    pub compression: Compression,
+    /// What the receiving end skips (only with `SKIP`).
+    pub skip_existing: SkipExisting,
+    /// A data stream whose I/O waits this long (milliseconds) is replaced;
+    /// 0: never.
+    pub stall_timeout_ms: u32,
+    /// Of `TuningAccept.max_streams`, this many indices (the highest) are
+    /// kept to replace streams that stalled or failed, never to grow.
+    pub spare_streams: u16,
+}
+
+/// What the receiver found at an announced file's final name (`FileCheck`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Existing {
+    /// Nothing that counts as complete: send the file.
+    Absent,
+    /// A complete copy that matches by the skip policy: the file is skipped.
+    Same,
+    /// A copy of the same size whose whole-file digest is this (policy
+    /// `Digest`): the sender compares it with its own.
+    Digest(Vec<u8>),
+}
+
 /// Metadata of a file the sender is about to send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileMeta {
@@ -290,6 +371,18 @@ pub enum ControlMsg {
     TokenAuth {
         /// The token from the once line.
         token: Token,
+    },
+    /// Client → server, right after `SessionOpen` (and `Tuning`): the
+    /// transfer's options (needs `OPTIONS`).
+    TransferOptions(TransferOptions),
+    /// Receiver → sender: what is at an announced file's final name; the
+    /// sender hands out no block of the file before it (needs `SKIP`, and
+    /// a skip policy other than `Never`).
+    FileCheck {
+        /// The file.
+        file_id: u32,
+        /// What was found.
+        existing: Existing,
     },
 }
 

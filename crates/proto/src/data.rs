@@ -11,6 +11,11 @@
 //! The header is fixed-size and hand-encoded (not postcard) because it is on
 //! the hot path: one per block, decoded without allocation.
 //!
+//! With the `COMPRESS` feature a block's flags may name a codec (`ZSTD` or
+//! `LZ4`); its payload is then a 4-byte big-endian uncompressed length
+//! ([`RawLen`]) followed by the compressed bytes, and `length` counts both.
+//! The block check still covers the uncompressed bytes at their offset.
+//!
 //! ```text
 //! DataJoin (24 bytes)          BlockHeader (36 bytes)
 //! 0..4    "TERD"               0      kind: 0xB1 block, 0xE0 stream end
@@ -119,12 +124,90 @@ pub struct BlockFlags(pub u8);
 impl BlockFlags {
     /// The block answers a `BlockRequest` (it was sent before).
     pub const REPAIR: BlockFlags = BlockFlags(1 << 0);
+    /// The payload is a [`RawLen`] and a zstd frame (needs `COMPRESS`).
+    pub const ZSTD: BlockFlags = BlockFlags(1 << 1);
+    /// The payload is a [`RawLen`] and an LZ4 block (needs `COMPRESS`).
+    pub const LZ4: BlockFlags = BlockFlags(1 << 2);
     /// Bits this version defines; others must be zero.
-    pub const KNOWN: u8 = Self::REPAIR.0;
+    pub const KNOWN: u8 = Self::REPAIR.0 | Self::ZSTD.0 | Self::LZ4.0;
 
     /// True when `flag` is set.
     pub fn contains(self, flag: BlockFlags) -> bool {
         self.0 & flag.0 == flag.0
+    }
+
+    /// The codec the payload is compressed with, if any.
+    pub fn codec(self) -> Option<Codec> {
+        if self.contains(Self::ZSTD) {
+            Some(Codec::Zstd)
+        } else if self.contains(Self::LZ4) {
+            Some(Codec::Lz4)
+        } else {
+            None
+        }
+    }
+
+    /// These flags with the codec bits set for `codec` (cleared for `None`).
+    pub fn with_codec(self, codec: Option<Codec>) -> BlockFlags {
+        let rest = self.0 & !(Self::ZSTD.0 | Self::LZ4.0);
+        BlockFlags(match codec {
+            None => rest,
+            Some(Codec::Zstd) => rest | Self::ZSTD.0,
+            Some(Codec::Lz4) => rest | Self::LZ4.0,
+        })
+    }
+}
+
+/// How a block's payload is compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Codec {
+    /// One zstd frame (RFC 8878).
+    Zstd,
+    /// One LZ4 block (the LZ4 block format, no frame).
+    Lz4,
+}
+
+impl Codec {
+    /// The lower-case name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Zstd => "zstd",
+            Codec::Lz4 => "lz4",
+        }
+    }
+}
+
+/// Size of the uncompressed-length prefix of a compressed payload.
+pub const RAW_LEN_LEN: usize = 4;
+
+/// The uncompressed length that opens a compressed block's payload: the
+/// length of the block in the file, which its check covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawLen(pub u32);
+
+impl RawLen {
+    /// Encodes as 4 big-endian bytes.
+    pub fn encode(self) -> [u8; RAW_LEN_LEN] {
+        self.0.to_be_bytes()
+    }
+
+    /// Decodes the prefix; a length of 0 or above `MAX_BLOCK_SIZE` is an
+    /// error (no block is empty or larger).
+    pub fn decode(buf: &[u8]) -> Result<RawLen, DecodeError> {
+        let Some(prefix) = buf.first_chunk::<RAW_LEN_LEN>() else {
+            return Err(DecodeError::Truncated {
+                need: RAW_LEN_LEN,
+                have: buf.len(),
+            });
+        };
+        let len = u32::from_be_bytes(*prefix);
+        if len == 0 || len > MAX_BLOCK_SIZE {
+            return Err(DecodeError::TooLong {
+                len: len.into(),
+                max: MAX_BLOCK_SIZE.into(),
+            });
+        }
+        Ok(RawLen(len))
     }
 }
 
@@ -189,9 +272,16 @@ impl DataFrame {
             }
             KIND_BLOCK => {
                 let flags = buf[1];
-                if flags & !BlockFlags::KNOWN != 0 || reserved != 0 {
+                let both_codecs = BlockFlags::ZSTD.0 | BlockFlags::LZ4.0;
+                let bad = (flags & !BlockFlags::KNOWN)
+                    | if flags & both_codecs == both_codecs {
+                        both_codecs
+                    } else {
+                        0
+                    };
+                if bad != 0 || reserved != 0 {
                     return Err(DecodeError::Reserved(
-                        u32::from(flags & !BlockFlags::KNOWN) << 16 | u32::from(reserved),
+                        u32::from(bad) << 16 | u32::from(reserved),
                     ));
                 }
                 let length = u32::from_be_bytes(buf[16..20].try_into().expect("4 bytes"));
@@ -199,6 +289,12 @@ impl DataFrame {
                     return Err(DecodeError::TooLong {
                         len: length.into(),
                         max: MAX_BLOCK_SIZE.into(),
+                    });
+                }
+                if flags & both_codecs != 0 && (length as usize) < RAW_LEN_LEN {
+                    return Err(DecodeError::Truncated {
+                        need: RAW_LEN_LEN,
+                        have: length as usize,
                     });
                 }
                 Ok(DataFrame::Block(BlockHeader {
@@ -244,6 +340,48 @@ mod tests {
             DataFrame::decode(&h),
             Err(DecodeError::Reserved(_))
         ));
+    }
+
+    #[test]
+    fn a_block_names_at_most_one_codec() {
+        let h = BlockHeader {
+            flags: BlockFlags::REPAIR.with_codec(Some(Codec::Lz4)),
+            file_id: 1,
+            offset: 0,
+            length: 9,
+            check: [0; 16],
+        };
+        let mut bytes = DataFrame::Block(h).encode();
+        assert_eq!(DataFrame::decode(&bytes), Ok(DataFrame::Block(h)));
+        assert_eq!(h.flags.codec(), Some(Codec::Lz4));
+        assert!(h.flags.contains(BlockFlags::REPAIR));
+        bytes[1] |= BlockFlags::ZSTD.0;
+        assert!(matches!(
+            DataFrame::decode(&bytes),
+            Err(DecodeError::Reserved(_))
+        ));
+    }
+
+    #[test]
+    fn a_compressed_block_holds_at_least_its_length_prefix() {
+        let mut bytes = DataFrame::Block(BlockHeader {
+            flags: BlockFlags::ZSTD,
+            file_id: 1,
+            offset: 0,
+            length: 3,
+            check: [0; 16],
+        })
+        .encode();
+        assert!(matches!(
+            DataFrame::decode(&bytes),
+            Err(DecodeError::Truncated { .. })
+        ));
+        bytes[1] = 0;
+        assert!(DataFrame::decode(&bytes).is_ok(), "3 raw bytes are fine");
+        assert_eq!(RawLen::decode(&RawLen(77).encode()), Ok(RawLen(77)));
+        assert!(RawLen::decode(&[0, 0, 0, 0]).is_err());
+        assert!(RawLen::decode(&(MAX_BLOCK_SIZE + 1).to_be_bytes()).is_err());
+        assert!(RawLen::decode(&[1, 2]).is_err());
     }
 
     #[test]

@@ -47,6 +47,15 @@ impl Features {
     /// `SessionOpen`, that it holds the token a `tern serve --once` printed
     /// on the ssh channel; such a server requires it.
     pub const TOKEN_AUTH: Features = Features(1 << 6);
+    /// Transfer options: the client sends `TransferOptions` right after its
+    /// session request (compression and skip policies, stall timeout, spare
+    /// stream indices for replacing stalled streams).
+    pub const OPTIONS: Features = Features(1 << 7);
+    /// Block payloads may be compressed (block flags `ZSTD`, `LZ4`).
+    pub const COMPRESS: Features = Features(1 << 8);
+    /// Files already at the destination may be skipped: the receiver
+    /// answers each announcement with `FileCheck`.
+    pub const SKIP: Features = Features(1 << 9);
 
     /// Everything this build implements.
     pub const ALL: Features = Features(
@@ -56,7 +65,10 @@ impl Features {
             | Self::PERF.0
             | Self::TUNING.0
             | Self::RESUME.0
-            | Self::TOKEN_AUTH.0,
+            | Self::TOKEN_AUTH.0
+            | Self::OPTIONS.0
+            | Self::COMPRESS.0
+            | Self::SKIP.0,
     );
 
     /// True when every bit of `other` is set in `self`.

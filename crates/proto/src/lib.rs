@@ -18,10 +18,11 @@ pub mod hello;
 pub mod once;
 
 pub use control::{
-    ChecksumAlg, ControlMsg, ErrorCode, FileMeta, Protect, SessionAccept, SessionMode, SessionOpen,
-    TuningRequest, Window, decode_control, encode_control,
+    ChecksumAlg, Compression, ControlMsg, ErrorCode, Existing, FileMeta, Protect, SessionAccept,
+    SessionMode, SessionOpen, SkipExisting, TransferOptions, TuningRequest, Window, decode_control,
+    encode_control,
 };
-pub use data::{BlockFlags, BlockHeader, DataFrame, DataJoin, JoinReply};
+pub use data::{BlockFlags, BlockHeader, Codec, DataFrame, DataJoin, JoinReply, RawLen};
 pub use hello::{Features, Hello};
 pub use once::OnceLine;
 

@@ -14,10 +14,12 @@
 use std::collections::BTreeMap;
 
 use tern_proto::control::control_body_len;
+use tern_proto::data::HEADER_LEN;
 use tern_proto::{
-    BlockFlags, BlockHeader, ChecksumAlg, ControlMsg, DataFrame, DataJoin, ErrorCode, Features,
-    FileMeta, Hello, JoinReply, OnceLine, Protect, SessionAccept, SessionMode, SessionOpen,
-    TuningRequest, Window, decode_control, encode_control,
+    BlockFlags, BlockHeader, ChecksumAlg, Codec, Compression, ControlMsg, DataFrame, DataJoin,
+    ErrorCode, Existing, Features, FileMeta, Hello, JoinReply, OnceLine, Protect, RawLen,
+    SessionAccept, SessionMode, SessionOpen, SkipExisting, TransferOptions, TuningRequest, Window,
+    decode_control, encode_control,
 };
 
 /// What a golden vector encodes.
@@ -30,6 +32,13 @@ enum Golden {
     Control(ControlMsg),
     /// The line `tern serve --once` prints, as ASCII, without its newline.
     Once(OnceLine),
+    /// A compressed block: header, raw length prefix and compressed bytes
+    /// that decompress to `raw` (the compressed bytes themselves depend on
+    /// the compressor, so only the header and prefix are re-encoded).
+    Compressed {
+        header: BlockHeader,
+        raw: Vec<u8>,
+    },
     /// The clear/private block check's seed: XXH3-64 of the block's
     /// position (`file_id | offset | length`), as a big-endian `u64`.
     Xxh3Seed {
@@ -115,6 +124,21 @@ fn repair_block() -> BlockHeader {
     }
 }
 
+/// The example compressed block: `"tern"` 16 times of file 7 at 8 MiB,
+/// with the check of those raw bytes; `wire` is its payload length.
+fn compressed_block(codec: Codec, wire: u32) -> (BlockHeader, Vec<u8>) {
+    let raw = PAYLOAD.repeat(16);
+    let (file_id, offset) = (7, 8 << 20);
+    let header = BlockHeader {
+        flags: BlockFlags::default().with_codec(Some(codec)),
+        file_id,
+        offset,
+        length: wire,
+        check: xxh3_check(file_id, offset, &raw),
+    };
+    (header, raw)
+}
+
 /// Every vector the document must contain.
 fn known() -> Vec<(&'static str, Golden)> {
     vec![
@@ -142,6 +166,14 @@ fn known() -> Vec<(&'static str, Golden)> {
             Golden::Frame(DataFrame::Block(repair_block())),
         ),
         ("stream_end", Golden::Frame(DataFrame::StreamEnd)),
+        ("block_lz4", {
+            let (header, raw) = compressed_block(Codec::Lz4, 4 + 15);
+            Golden::Compressed { header, raw }
+        }),
+        ("block_zstd", {
+            let (header, raw) = compressed_block(Codec::Zstd, 4 + 19);
+            Golden::Compressed { header, raw }
+        }),
         (
             "block_check_xxh3_seed",
             Golden::Xxh3Seed {
@@ -349,6 +381,36 @@ fn known() -> Vec<(&'static str, Golden)> {
                 fingerprint: "SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU".into(),
             }),
         ),
+        (
+            "transfer_options",
+            Golden::Control(ControlMsg::TransferOptions(TransferOptions {
+                compression: Compression::Auto,
+                skip_existing: SkipExisting::Mtime,
+                stall_timeout_ms: 20_000,
+                spare_streams: 4,
+            })),
+        ),
+        (
+            "file_check_absent",
+            Golden::Control(ControlMsg::FileCheck {
+                file_id: 3,
+                existing: Existing::Absent,
+            }),
+        ),
+        (
+            "file_check_same",
+            Golden::Control(ControlMsg::FileCheck {
+                file_id: 3,
+                existing: Existing::Same,
+            }),
+        ),
+        (
+            "file_check_digest",
+            Golden::Control(ControlMsg::FileCheck {
+                file_id: 3,
+                existing: Existing::Digest(DIGEST.to_vec()),
+            }),
+        ),
     ]
 }
 
@@ -433,6 +495,30 @@ fn check(name: &str, golden: &Golden, bytes: &[u8]) {
             assert_eq!(v.encode().as_bytes(), bytes, "{name}: encode");
             let text = std::str::from_utf8(bytes).expect("ASCII");
             assert_eq!(&OnceLine::decode(text).unwrap(), v, "{name}: decode");
+        }
+        Golden::Compressed { header, raw } => {
+            let frame = DataFrame::Block(*header);
+            assert_eq!(
+                frame.encode().as_slice(),
+                &bytes[..HEADER_LEN],
+                "{name}: header"
+            );
+            assert_eq!(DataFrame::decode(bytes).unwrap(), frame, "{name}: decode");
+            assert_eq!(
+                header.length as usize,
+                bytes.len() - HEADER_LEN,
+                "{name}: length"
+            );
+            let payload = &bytes[HEADER_LEN..];
+            let raw_len = RawLen::decode(payload).unwrap();
+            assert_eq!(raw_len.0 as usize, raw.len(), "{name}: raw length");
+            assert_eq!(raw_len.encode(), payload[..4], "{name}: raw length prefix");
+            let mut out = vec![0u8; raw.len()];
+            let n = match header.flags.codec().expect("a codec flag") {
+                Codec::Zstd => zstd::bulk::decompress_to_buffer(&payload[4..], &mut out).unwrap(),
+                Codec::Lz4 => lz4_flex::block::decompress_into(&payload[4..], &mut out).unwrap(),
+            };
+            assert_eq!(&out[..n], &raw[..], "{name}: decompresses to the raw bytes");
         }
         Golden::Xxh3Seed { header } => {
             let seed = xxh3_seed(header.file_id, header.offset, header.length);

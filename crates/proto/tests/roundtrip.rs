@@ -16,9 +16,10 @@ use tern_proto::control::control_body_len;
 use tern_proto::data::{HEADER_LEN, JOIN_LEN, JOIN_REPLY_LEN};
 use tern_proto::hello::HELLO_LEN;
 use tern_proto::{
-    BlockFlags, BlockHeader, ChecksumAlg, ControlMsg, DataFrame, DataJoin, DecodeError, ErrorCode,
-    Features, FileMeta, Hello, JoinReply, MAX_BLOCK_SIZE, MAX_CONTROL_FRAME, OnceLine, Protect,
-    SessionAccept, SessionMode, SessionOpen, TuningRequest, Window, decode_control, encode_control,
+    BlockFlags, BlockHeader, ChecksumAlg, Codec, Compression, ControlMsg, DataFrame, DataJoin,
+    DecodeError, ErrorCode, Existing, Features, FileMeta, Hello, JoinReply, MAX_BLOCK_SIZE,
+    MAX_CONTROL_FRAME, OnceLine, Protect, RawLen, SessionAccept, SessionMode, SessionOpen,
+    SkipExisting, TransferOptions, TuningRequest, Window, decode_control, encode_control,
 };
 
 // ---------------------------------------------------------------- strategies
@@ -46,11 +47,19 @@ fn join_reply() -> impl Strategy<Value = JoinReply> {
 fn block_header() -> impl Strategy<Value = BlockHeader> {
     (
         prop_oneof![Just(BlockFlags::default()), Just(BlockFlags::REPAIR)],
-        any::<u32>(),
-        any::<u64>(),
-        0..=MAX_BLOCK_SIZE,
-        any::<[u8; 16]>(),
+        prop_oneof![Just(None), Just(Some(Codec::Zstd)), Just(Some(Codec::Lz4))],
     )
+        .prop_flat_map(|(flags, codec)| {
+            // A compressed payload holds at least its raw length prefix.
+            let min_len = if codec.is_some() { 4 } else { 0 };
+            (
+                Just(flags.with_codec(codec)),
+                any::<u32>(),
+                any::<u64>(),
+                min_len..=MAX_BLOCK_SIZE,
+                any::<[u8; 16]>(),
+            )
+        })
         .prop_map(|(flags, file_id, offset, length, check)| BlockHeader {
             flags,
             file_id,
@@ -171,7 +180,9 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             | ControlMsg::TuningAccept { .. }
             | ControlMsg::MoreStreams { .. }
             | ControlMsg::FileHave { .. }
-            | ControlMsg::TokenAuth { .. } => {}
+            | ControlMsg::TokenAuth { .. }
+            | ControlMsg::TransferOptions(_)
+            | ControlMsg::FileCheck { .. } => {}
         }
     }
     prop_oneof![
@@ -251,6 +262,41 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
         (any::<u32>(), vec((any::<u64>(), any::<u64>()), 0..20))
             .prop_map(|(file_id, ranges)| ControlMsg::FileHave { file_id, ranges }),
         any::<[u8; 16]>().prop_map(|token| ControlMsg::TokenAuth { token }),
+        (
+            proptest::sample::select(vec![
+                Compression::None,
+                Compression::Auto,
+                Compression::Zstd,
+                Compression::Lz4
+            ]),
+            proptest::sample::select(vec![
+                SkipExisting::Never,
+                SkipExisting::Size,
+                SkipExisting::Mtime,
+                SkipExisting::Digest
+            ]),
+            any::<u32>(),
+            any::<u16>()
+        )
+            .prop_map(
+                |(compression, skip_existing, stall_timeout_ms, spare_streams)| {
+                    ControlMsg::TransferOptions(TransferOptions {
+                        compression,
+                        skip_existing,
+                        stall_timeout_ms,
+                        spare_streams,
+                    })
+                }
+            ),
+        (
+            any::<u32>(),
+            prop_oneof![
+                Just(Existing::Absent),
+                Just(Existing::Same),
+                vec(any::<u8>(), 0..33).prop_map(Existing::Digest)
+            ]
+        )
+            .prop_map(|(file_id, existing)| ControlMsg::FileCheck { file_id, existing }),
     ]
 }
 
@@ -346,6 +392,11 @@ proptest! {
     }
 
     #[test]
+    fn raw_lengths_round_trip(len in 1..=MAX_BLOCK_SIZE) {
+        prop_assert_eq!(RawLen::decode(&RawLen(len).encode()), Ok(RawLen(len)));
+    }
+
+    #[test]
     fn fixed_layouts_ignore_what_follows(h in hello(), j in data_join(), f in data_frame(), tail in vec(any::<u8>(), 0..16)) {
         let mut b = h.encode().to_vec();
         b.extend(&tail);
@@ -377,7 +428,7 @@ proptest! {
 
     /// Start every body with a valid variant index so the fields get decoded.
     #[test]
-    fn decode_control_never_panics_past_the_variant(variant in 0u8..14, b in vec(any::<u8>(), 0..256)) {
+    fn decode_control_never_panics_past_the_variant(variant in 0u8..16, b in vec(any::<u8>(), 0..256)) {
         let mut body = vec![variant];
         body.extend(b);
         if let Ok(m) = decode_control(&body) {
@@ -429,13 +480,31 @@ proptest! {
         bytes(),
         with_prefix(&[0xB1], 40),
         with_prefix(&[0xB1, 0x01, 0, 0], 40),
+        with_prefix(&[0xB1, 0x02, 0, 0], 40),
+        with_prefix(&[0xB1, 0x05, 0, 0], 40),
         with_prefix(&[0xE0], 40),
     ]) {
         if let Ok(f) = DataFrame::decode(&b) {
             prop_assert_eq!(&f.encode()[..], &b[..HEADER_LEN]);
             if let DataFrame::Block(h) = f {
                 prop_assert!(h.length <= MAX_BLOCK_SIZE);
+                if h.flags.codec().is_some() {
+                    prop_assert!(h.length >= 4, "a compressed payload holds its raw length");
+                }
             }
+        }
+    }
+
+    #[test]
+    fn raw_length_decode_never_panics(b in vec(any::<u8>(), 0..8)) {
+        match RawLen::decode(&b) {
+            Ok(r) => {
+                prop_assert!(r.0 >= 1 && r.0 <= MAX_BLOCK_SIZE);
+                prop_assert_eq!(&r.encode()[..], &b[..4]);
+            }
+            Err(_) => prop_assert!(
+                b.len() < 4 || !(1..=MAX_BLOCK_SIZE).contains(&u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            ),
         }
     }
 
