@@ -20,6 +20,7 @@ use tokio_rustls::TlsConnector;
 use crate::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root};
 use crate::integrity::BlockCheck;
 use crate::once::{Callback, Route, present_token};
+use crate::options::{Agreed, Choices, SPARE_STREAMS};
 use crate::server::bind_token;
 use crate::tls::{BLOCK_MAC_LABEL, ClientCert, KnownHosts, PinVerifier, ServerTrust, server_name};
 use crate::transfer::{self, BoxStream, Control, Progress, TransferParams, TransferStats};
@@ -88,6 +89,8 @@ pub struct ClientOptions {
     /// Reverse mode: take the connections the server dials here instead of
     /// dialling it.
     pub callback: Option<Arc<Callback>>,
+    /// Compression, skipping files the destination has, stall timeout.
+    pub choices: Choices,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -99,6 +102,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("block_size", &self.block_size)
             .field("checksum", &self.checksum)
             .field("protect", &self.protect)
+            .field("choices", &self.choices)
             .finish_non_exhaustive()
     }
 }
@@ -224,6 +228,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     let negotiated = ours
         .negotiate(&Hello::decode(&theirs)?)
         .map_err(|e| Error::Protocol(e.to_string()))?;
+    let choices = session_choices(&opts.choices, &mode);
     let mut control = Control::new(stream);
     if let Some(token) = &opts.once_token {
         present_token(&mut control, token, negotiated.features).await?;
@@ -238,10 +243,19 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         }))
         .await?;
     let tuned = negotiated.features.contains(Features::TUNING);
+    let optioned = negotiated.features.contains(Features::OPTIONS);
+    let max_asked = opts.max_streams.max(opts.streams);
+    // Spare indices replace stalled streams; only a session that can grow
+    // while it runs can take them.
+    let spares = if optioned && tuned && choices.stall_timeout.is_some() {
+        SPARE_STREAMS.min(crate::server::MAX_STREAMS.saturating_sub(max_asked))
+    } else {
+        0
+    };
     if tuned {
         control
             .send(&ControlMsg::Tuning(TuningRequest {
-                max_streams: opts.max_streams.max(opts.streams),
+                max_streams: max_asked + spares,
                 window: match opts.tuning.window {
                     WindowMode::Auto => Window::Auto,
                     WindowMode::Kernel => Window::Kernel,
@@ -250,6 +264,10 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
                 congestion: opts.tuning.congestion.clone(),
             }))
             .await?;
+    }
+    let sent_options = optioned.then(|| choices.message(spares));
+    if let Some(msg) = &sent_options {
+        control.send(msg).await?;
     }
     let accept: SessionAccept = match control.recv().await? {
         ControlMsg::SessionAccept(a) => a,
@@ -310,6 +328,17 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     let mut params = TransferParams::new(accept.streams, accept.block_size, opts.checksum);
     params.max_streams = max_streams;
     params.tuning = opts.tuning.clone();
+    let sent = match sent_options {
+        Some(ControlMsg::TransferOptions(o)) => Some(o),
+        _ => None,
+    };
+    Agreed::new(
+        sent.as_ref(),
+        negotiated.features,
+        accept.streams,
+        max_streams,
+    )?
+    .apply(&mut params);
     params.block_check = block_check;
     params.resume = negotiated.features.contains(Features::RESUME);
     params.pace = opts
@@ -324,6 +353,22 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         recorded,
         setup: started.elapsed(),
     })
+}
+
+/// The choices that make sense for a session: a perf test measures the
+/// path, so it neither skips nor (unless asked by name) compresses.
+fn session_choices(choices: &Choices, mode: &SessionMode) -> Choices {
+    match mode {
+        SessionMode::Perf { .. } => Choices {
+            compression: match choices.compression {
+                tern_proto::Compression::Auto => tern_proto::Compression::None,
+                c => c,
+            },
+            skip_existing: tern_proto::SkipExisting::Never,
+            stall_timeout: choices.stall_timeout,
+        },
+        _ => *choices,
+    }
 }
 
 /// Opens data connections of one session.

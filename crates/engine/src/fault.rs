@@ -1,8 +1,9 @@
 //! Fault injection by wrapping a transport, never by global switches.
 //!
 //! Tests (and `tern`'s hidden test hooks) wrap a data stream in one of
-//! these to flip a byte in flight or to break the connection after some
-//! bytes, then check that the engine detects, repairs and reports it.
+//! these to flip a byte in flight, break the connection after some bytes,
+//! slow it down or stall it for good, then check that the engine detects,
+//! repairs (or replaces the stream) and reports it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -208,5 +209,77 @@ impl<S: AsyncRead + Unpin> AsyncRead for Throttle<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+/// Stalls a stream for good, as a black-holed path does: after `bytes`
+/// bytes written (and, separately, `bytes` bytes read) every further write,
+/// flush or read waits forever, and the connection stays open, so the peer
+/// sees no end either. Only giving the stream up (dropping it) ends it.
+#[derive(Debug)]
+pub struct StallAfter<S> {
+    inner: S,
+    write_left: u64,
+    read_left: u64,
+}
+
+impl<S> StallAfter<S> {
+    /// Lets `bytes` through each way, then stalls.
+    pub fn new(inner: S, bytes: u64) -> StallAfter<S> {
+        StallAfter {
+            inner,
+            write_left: bytes,
+            read_left: bytes,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for StallAfter<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        if this.write_left == 0 {
+            // Never woken: the writer waits until someone gives it up.
+            return Poll::Pending;
+        }
+        let allowed = buf.len().min(this.write_left as usize);
+        let n = ready!(Pin::new(&mut this.inner).poll_write(cx, &buf[..allowed]))?;
+        this.write_left -= n as u64;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.write_left == 0 {
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for StallAfter<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.read_left == 0 {
+            return Poll::Pending;
+        }
+        let want = buf.remaining().min(this.read_left as usize).min(64 << 10);
+        let mut tmp = vec![0u8; want];
+        let mut limited = ReadBuf::new(&mut tmp);
+        ready!(Pin::new(&mut this.inner).poll_read(cx, &mut limited))?;
+        let got = limited.filled().len();
+        buf.put_slice(&tmp[..got]);
+        this.read_left -= got as u64;
+        Poll::Ready(Ok(()))
     }
 }

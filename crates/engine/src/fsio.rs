@@ -53,6 +53,11 @@ pub trait BlockWrite: Send + Sync {
     /// Flushes to stable storage, applies mode and mtime, and renames the
     /// file into place.
     fn commit(&self) -> Result<()>;
+    /// Drops the temporary file (and its journal): the copy already at the
+    /// final name stays.
+    fn discard(&self) -> Result<()> {
+        Ok(())
+    }
     /// Where the file will be, for messages.
     fn final_path(&self) -> String;
 }
@@ -80,6 +85,24 @@ pub trait Source: Send + Sync {
 /// copy already holds (empty for a fresh file).
 pub type Created = (Arc<dyn BlockWrite>, Vec<(u64, u64)>);
 
+/// A regular file found at a received file's final name.
+pub struct Found {
+    /// Its size.
+    pub size: u64,
+    /// Its modification time, seconds since the epoch.
+    pub mtime_s: i64,
+    /// … and nanoseconds.
+    pub mtime_ns: u32,
+    /// To read it (for a digest).
+    pub file: Arc<dyn BlockRead>,
+}
+
+impl std::fmt::Debug for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Found({} bytes)", self.size)
+    }
+}
+
 /// Something to receive into.
 pub trait Sink: Send + Sync {
     /// Creates a directory announced by the sender.
@@ -91,6 +114,11 @@ pub trait Sink: Send + Sync {
     fn create_file(&self, meta: &FileMeta, block_size: u32, resume: bool) -> Result<Created>;
     /// Whether whole-file digests are computed (not for the discard sink).
     fn digests(&self) -> bool;
+    /// The regular file already at the final name of the file announced as
+    /// `path`, if there is one.
+    fn existing(&self, _path: &str) -> Result<Option<Found>> {
+        Ok(None)
+    }
 }
 
 /// The file system a side may touch.
@@ -570,6 +598,33 @@ impl Sink for FsSink {
     fn digests(&self) -> bool {
         true
     }
+
+    fn existing(&self, path: &str) -> Result<Option<Found>> {
+        let target = self.target(path)?;
+        if self.root.is_dir(&target) {
+            return Ok(None);
+        }
+        // What cannot be looked at (missing, or a link out of the root)
+        // is no copy: the file is sent and replaces it.
+        let file = match self.root.open(&target) {
+            Ok(f) => f,
+            Err(Error::NotFound(_) | Error::PermissionDenied { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let meta = file
+            .metadata()
+            .map_err(|e| self.root.err("stat", &target, e))?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        let (mtime_s, mtime_ns) = mtime_of(&meta);
+        Ok(Some(Found {
+            size: meta.len(),
+            mtime_s,
+            mtime_ns,
+            file: Arc::new(FileReader { file }),
+        }))
+    }
 }
 
 struct FileWriter {
@@ -611,6 +666,12 @@ impl BlockWrite for FileWriter {
             self.root.remove(&self.journal_path)?;
         }
         Ok(())
+    }
+
+    fn discard(&self) -> Result<()> {
+        self.journal.lock().expect("journal").take();
+        self.root.remove(&self.temp)?;
+        self.root.remove(&self.journal_path)
     }
 
     fn final_path(&self) -> String {

@@ -26,7 +26,7 @@ use tern_proto::data::{JOIN_LEN, JOIN_MAGIC};
 use tern_proto::hello::{HELLO_LEN, HELLO_MAGIC};
 use tern_proto::{
     ControlMsg, DataJoin, FileMeta, Hello, JoinReply, MAX_BLOCK_SIZE, Protect, SessionAccept,
-    SessionMode, SessionOpen, Token,
+    SessionMode, SessionOpen, Token, TransferOptions,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -38,6 +38,7 @@ use crate::authz::{Access, Authz, Grants, Subject};
 use crate::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root, Sink, Source, checked_relative};
 use crate::integrity::BlockCheck;
 use crate::once::Gate;
+use crate::options::Agreed;
 use crate::tls::{BLOCK_MAC_LABEL, ServerIdentity};
 use crate::transfer::{self, BoxStream, Control, Progress, TransferParams};
 use crate::tuning::{Joined, StreamSupply, Tuning};
@@ -476,11 +477,25 @@ async fn run_control(
     } else {
         None
     };
+    let options = if negotiated.features.contains(tern_proto::Features::OPTIONS) {
+        Some(recv_options(&mut control, timeout).await?)
+    } else {
+        None
+    };
     if let Err(e) = validate(&open, negotiated.features) {
         return refuse(&mut control, e).await;
     }
     let (max_streams, tuning) = match agree_tuning(&open, requested.as_ref()) {
         Ok(t) => t,
+        Err(e) => return refuse(&mut control, e).await,
+    };
+    let options = match Agreed::new(
+        options.as_ref(),
+        negotiated.features,
+        open.streams,
+        max_streams,
+    ) {
+        Ok(o) => o,
         Err(e) => return refuse(&mut control, e).await,
     };
     let role = match prepare_role(ctx, &open, authorization) {
@@ -558,6 +573,7 @@ async fn run_control(
     params.tuning = tuning;
     params.block_check = block_check;
     params.resume = negotiated.features.contains(tern_proto::Features::RESUME);
+    options.apply(&mut params);
     let progress = Arc::new(Progress::default());
     let started = Instant::now();
     let sent = matches!(role, Role::Send(..));
@@ -592,6 +608,21 @@ async fn run_control(
         });
     }
     Ok(())
+}
+
+/// Reads the client's `TransferOptions`, which follows its session request.
+async fn recv_options(control: &mut Control, timeout: Duration) -> Result<TransferOptions> {
+    match tokio::time::timeout(timeout, control.recv()).await {
+        Ok(Ok(ControlMsg::TransferOptions(o))) => Ok(o),
+        Ok(Ok(other)) => {
+            let e = Error::Protocol(format!("expected TransferOptions, got {other:?}"));
+            Err(refuse(control, e)
+                .await
+                .expect_err("refusing fails the session"))
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Error::PeerGone("no transfer options".into())),
+    }
 }
 
 fn validate(open: &SessionOpen, features: tern_proto::Features) -> Result<()> {

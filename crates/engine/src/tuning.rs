@@ -312,24 +312,27 @@ pub(crate) struct Sampler {
 }
 
 impl Sampler {
-    /// Starts sampling. The sending side passes `changes` to run the
-    /// stream-count controller (when `tuning.auto_streams`).
+    /// Starts sampling streams `0..indices`, of which the first `cap` are
+    /// the session's own (the others replace streams given up). The
+    /// sending side passes `changes` to run the stream-count controller
+    /// (when `tuning.auto_streams`), which grows to at most `cap`.
     pub(crate) fn start(
         tasks: &Tasks,
         tuning: &Tuning,
         direction: Direction,
         initial: u16,
-        max_streams: u16,
+        cap: u16,
+        indices: u16,
         changes: Option<mpsc::UnboundedSender<StreamChange>>,
     ) -> Sampler {
-        let max = max_streams.max(initial).max(1);
+        let max = cap.max(initial).max(1);
         let controller = (tuning.auto_streams && changes.is_some() && max > initial)
             .then(|| StreamController::new(initial, max));
         let state = Arc::new(Mutex::new(Tuners {
             tuning: tuning.clone(),
             direction,
             per_stream: tern_drs::host::session_budget() / u64::from(max),
-            slots: (0..max).map(|_| None).collect(),
+            slots: (0..indices.max(max)).map(|_| None).collect(),
             controller,
             changes,
             congestion_seen: None,

@@ -10,6 +10,7 @@ use rand::{RngCore, SeedableRng};
 use tern_drs::StreamChange;
 use tern_engine::client::{self, ClientOptions, Endpoint};
 use tern_engine::fault::CorruptAt;
+use tern_engine::options::{Choices, SPARE_STREAMS};
 use tern_engine::server::{ServerOptions, serve};
 use tern_engine::tls::{KnownHosts, ServerIdentity};
 use tern_engine::transfer::{BoxStream, Progress};
@@ -74,6 +75,7 @@ fn opts(streams: u16, protect: Protect) -> ClientOptions {
         io_timeout: Duration::from_secs(30),
         once_token: None,
         callback: None,
+        choices: Choices::default(),
     }
 }
 
@@ -161,7 +163,12 @@ async fn a_big_random_file_round_trips_through_a_daemon_with_8_streams_despite_c
         "the corrupted block was re-sent once"
     );
     assert_eq!(up.stats.bytes, size);
-    assert_eq!(up.stats.per_stream_bytes.len(), 8);
+    assert_eq!(
+        up.stats.per_stream_bytes.len(),
+        8 + usize::from(SPARE_STREAMS),
+        "8 streams and the spare indices that replace stalled ones"
+    );
+    assert_eq!(up.stats.per_stream_bytes[8..], [0; 4], "nothing stalled");
 
     let back = work.path().join("back.bin");
     let down = client::pull(
@@ -557,7 +564,7 @@ async fn streams_join_and_retire_while_a_session_runs_both_ways() {
         .unwrap();
         assert_eq!(out.streams, 3, "{protect:?}");
         let per = &out.stats.per_stream_bytes;
-        assert_eq!(per.len(), 4);
+        assert_eq!(per.len(), 4 + usize::from(SPARE_STREAMS));
         assert!(
             per[1] > 0 && per[2] > 0,
             "late streams carried data: {per:?}"

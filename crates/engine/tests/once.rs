@@ -101,6 +101,7 @@ fn client_options(streams: u16) -> ClientOptions {
         callback: None,
         ca: None,
         client_cert: None,
+        choices: tern_engine::options::Choices::default(),
     }
 }
 

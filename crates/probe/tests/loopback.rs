@@ -263,6 +263,7 @@ fn client_opts(streams: u16) -> ClientOptions {
         io_timeout: Duration::from_secs(30),
         once_token: None,
         callback: None,
+        choices: tern_engine::options::Choices::default(),
     }
 }
 

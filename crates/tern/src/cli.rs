@@ -192,6 +192,32 @@ pub enum ChecksumArg {
     Sha256,
 }
 
+/// `--compress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompressArg {
+    /// Compress where it pays.
+    Auto,
+    /// zstd on every block that shrinks.
+    Zstd,
+    /// LZ4 on every block that shrinks.
+    Lz4,
+    /// Never compress.
+    None,
+}
+
+/// `--skip-existing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SkipArg {
+    /// Same size.
+    Size,
+    /// Same size and modification time (to the nanosecond).
+    Mtime,
+    /// Same size and whole-file digest.
+    Digest,
+    /// Send every file.
+    Never,
+}
+
 /// Options shared by commands that move data.
 #[derive(Debug, Clone, Args)]
 pub struct TransferArgs {
@@ -252,6 +278,16 @@ pub struct TransferArgs {
     /// window unless --window is given) and report what was achieved to it.
     #[arg(long, value_name = "URL")]
     pub advisor: Option<String>,
+    /// Compress blocks on the wire: `auto` where it pays (blocks that do
+    /// not shrink, and any block while the network outruns the
+    /// compressor, go raw), `zstd` or `lz4` for every block that shrinks,
+    /// or `none`.
+    #[arg(long, value_enum, default_value_t = CompressArg::Auto)]
+    pub compress: CompressArg,
+    /// Replace a data stream that makes no progress for this many seconds
+    /// while others do; 0 never does.
+    #[arg(long, default_value_t = 20.0, value_name = "SECS", value_parser = stall_secs)]
+    pub stall_timeout: f64,
     /// Print one JSON object with the results on stdout.
     #[arg(long)]
     pub json: bool,
@@ -294,6 +330,12 @@ pub struct CpArgs {
     /// Whole-file digest, verified end to end.
     #[arg(long, value_enum, default_value_t = ChecksumArg::Xxh3)]
     pub checksum: ChecksumArg,
+    /// Do not send a file already complete at the destination: one of the
+    /// same `size`, of the same size and modification time (`mtime`), or
+    /// of the same size and --checksum digest (`digest`, reads both
+    /// copies); `never` sends everything.
+    #[arg(long, value_enum, default_value_t = SkipArg::Mtime)]
+    pub skip_existing: SkipArg,
     #[command(flatten)]
     pub transfer: TransferArgs,
     #[command(flatten)]
@@ -495,6 +537,15 @@ fn non_negative_secs(s: &str) -> Result<f64, String> {
         Ok(v) if (0.0..=86_400.0).contains(&v) => Ok(v),
         _ => Err(format!(
             "'{s}' is not a number of seconds between 0 and 86400"
+        )),
+    }
+}
+
+fn stall_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v == 0.0 || (0.1..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not 0 (never) or a number of seconds between 0.1 and 86400"
         )),
     }
 }

@@ -11,18 +11,19 @@ use tern_engine::authz::Authz;
 use tern_engine::client::{self, ClientOptions, Endpoint};
 use tern_engine::fsio::{FsSink, FsSource, Root};
 use tern_engine::once::{Callback, OnceOptions, OnceServer};
+use tern_engine::options::Choices;
 use tern_engine::server::{ServerOptions, SiteAuth, serve};
 use tern_engine::tls::{ClientCert, KnownHosts, ServerIdentity, load_roots};
 use tern_engine::transfer::{Progress, TransferParams};
 use tern_engine::tuning::{AUTO_START_STREAMS, Tuning};
 use tern_engine::{StreamWrap, local};
-use tern_proto::{ChecksumAlg, Protect};
+use tern_proto::{ChecksumAlg, Compression, Protect, SkipExisting};
 
 use crate::advise::{self, Consulted};
 use crate::cli::exit::Usage;
 use crate::cli::{
-    ChecksumArg, Cli, Command, CpArgs, PerfArgs, ProtectArg, ServeArgs, SshArgs, Streams,
-    TransferArgs, WindowArg,
+    ChecksumArg, Cli, Command, CompressArg, CpArgs, PerfArgs, ProtectArg, ServeArgs, SkipArg,
+    SshArgs, Streams, TransferArgs, WindowArg,
 };
 use crate::location::{self, Location, SshTarget};
 use crate::output::{ProgressDisplay, Report, ReportInput};
@@ -70,6 +71,31 @@ fn checksum_of(c: ChecksumArg) -> ChecksumAlg {
     }
 }
 
+/// What the user chose about compression and stalls; skipping files is
+/// for `cp` to add ([`skip_of`]): `perf` has no destination.
+fn choices_of(t: &TransferArgs) -> Choices {
+    Choices {
+        compression: match t.compress {
+            CompressArg::Auto => Compression::Auto,
+            CompressArg::Zstd => Compression::Zstd,
+            CompressArg::Lz4 => Compression::Lz4,
+            CompressArg::None => Compression::None,
+        },
+        skip_existing: SkipExisting::Never,
+        stall_timeout: (t.stall_timeout > 0.0).then(|| Duration::from_secs_f64(t.stall_timeout)),
+    }
+}
+
+/// `--skip-existing`.
+fn skip_of(skip: SkipArg) -> SkipExisting {
+    match skip {
+        SkipArg::Size => SkipExisting::Size,
+        SkipArg::Mtime => SkipExisting::Mtime,
+        SkipArg::Digest => SkipExisting::Digest,
+        SkipArg::Never => SkipExisting::Never,
+    }
+}
+
 fn block_size(t: &TransferArgs) -> Result<u32> {
     let bs = t.block_size;
     if !(u64::from(tern_engine::server::MIN_BLOCK_SIZE)..=u64::from(tern_proto::MAX_BLOCK_SIZE))
@@ -82,12 +108,27 @@ fn block_size(t: &TransferArgs) -> Result<u32> {
     Ok(bs as u32)
 }
 
-/// Test hook: `TERN_FAULT_CORRUPT=STREAM:BYTE` flips the byte at that
-/// position of that data stream, to show repair end to end. Not for users.
+/// Test hooks, not for users: `TERN_FAULT_CORRUPT=STREAM:BYTE` flips the
+/// byte at that position of that data stream, to show repair end to end;
+/// `TERN_FAULT_STALL=STREAM:BYTE` lets that stream carry that many bytes
+/// each way and then stalls it forever, to show it being replaced.
 fn fault_from_env() -> Option<StreamWrap> {
-    let spec = std::env::var("TERN_FAULT_CORRUPT").ok()?;
-    let (stream, byte) = spec.split_once(':')?;
-    let (stream, byte): (usize, u64) = (stream.parse().ok()?, byte.parse().ok()?);
+    let hook = |var: &str| -> Option<(usize, u64)> {
+        let spec = std::env::var(var).ok()?;
+        let (stream, byte) = spec.split_once(':')?;
+        Some((stream.parse().ok()?, byte.parse().ok()?))
+    };
+    if let Some((stream, byte)) = hook("TERN_FAULT_STALL") {
+        tracing::warn!("test hook: stalling data stream {stream} after {byte} bytes");
+        return Some(Arc::new(move |k, s| {
+            if k == stream {
+                Box::new(tern_engine::fault::StallAfter::new(s, byte))
+            } else {
+                s
+            }
+        }));
+    }
+    let (stream, byte) = hook("TERN_FAULT_CORRUPT")?;
     tracing::warn!("test hook: corrupting byte {byte} of data stream {stream}");
     Some(Arc::new(move |k, s| {
         if k == stream {
@@ -143,6 +184,7 @@ pub(crate) fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<
         io_timeout: Duration::from_secs_f64(t.io_timeout),
         once_token: None,
         callback: None,
+        choices: choices_of(t),
     })
 }
 
@@ -446,7 +488,8 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
     let result: Result<Copied> = async {
         match (&dst, sources) {
             (Location::Remote { endpoint, path }, Sources::Local(sources)) => {
-                let (opts, consulted) = remote_options(t, checksum, endpoint).await?;
+                let (mut opts, consulted) = remote_options(t, checksum, endpoint).await?;
+                opts.choices.skip_existing = skip_of(args.skip_existing);
                 let o = with_retries(t.retries, || async {
                     Ok(client::push(endpoint, &opts, sources.clone(), recursive, path.clone(), progress.clone()).await?)
                 })
@@ -454,7 +497,8 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                 Ok((o, "push", Via::Daemon(endpoint.clone()), consulted))
             }
             (Location::Ssh { target, path }, Sources::Local(sources)) => {
-                let opts = ssh_client_options(t, checksum)?;
+                let mut opts = ssh_client_options(t, checksum)?;
+                opts.choices.skip_existing = skip_of(args.skip_existing);
                 let ssh = ssh_options(&args.ssh)?;
                 let o = with_retries(t.retries, || {
                     let (sources, path, progress) = (sources.clone(), path.clone(), progress.clone());
@@ -466,7 +510,8 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                 Ok((o, "push", Via::Ssh { reverse }, None))
             }
             (Location::Local(dest), Sources::Daemon(endpoint, paths)) => {
-                let (opts, consulted) = remote_options(t, checksum, &endpoint).await?;
+                let (mut opts, consulted) = remote_options(t, checksum, &endpoint).await?;
+                opts.choices.skip_existing = skip_of(args.skip_existing);
                 let o = with_retries(t.retries, || async {
                     Ok(client::pull(&endpoint, &opts, paths.clone(), recursive, dest.clone(), progress.clone()).await?)
                 })
@@ -474,7 +519,8 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                 Ok((o, "pull", Via::Daemon(endpoint), consulted))
             }
             (Location::Local(dest), Sources::Ssh(target, paths)) => {
-                let opts = ssh_client_options(t, checksum)?;
+                let mut opts = ssh_client_options(t, checksum)?;
+                opts.choices.skip_existing = skip_of(args.skip_existing);
                 let ssh = ssh_options(&args.ssh)?;
                 let o = with_retries(t.retries, || {
                     let (paths, dest, progress) = (paths.clone(), dest.clone(), progress.clone());
@@ -562,14 +608,19 @@ async fn copy_local(
         Streams::Fixed(n) => n,
     };
     let mut params = TransferParams::new(streams, block_size(t)?, checksum);
+    let mut choices = choices_of(t);
+    choices.skip_existing = skip_of(args.skip_existing);
+    choices.apply_local(&mut params);
     params.pace = t.rate_limit.map(|bps| {
         Arc::new(tern_engine::pace::Pace::new(
             bps,
             block_size(t).unwrap_or(1 << 20).into(),
         ))
     });
-    let (_, received) =
+    let (sent, mut received) =
         local::copy(source, sink, params, progress, fault_from_env().as_ref()).await?;
+    // The sender knows what compression did (blocks compressed in vain).
+    received.compression = sent.compression;
     Ok(client::Outcome {
         streams: received.streams_used,
         stats: received,

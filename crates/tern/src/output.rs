@@ -21,6 +21,46 @@ pub struct StreamReport {
     pub throughput_bps: f64,
 }
 
+/// What compression did.
+#[derive(Debug, Serialize)]
+pub struct CompressionReport {
+    /// What was asked for: auto, zstd, lz4 or none.
+    pub mode: &'static str,
+    /// The codec(s) blocks went with: zstd, lz4, zstd+lz4 or none.
+    pub codec: &'static str,
+    /// Block payload bytes before compression.
+    pub bytes_raw: u64,
+    /// Block payload bytes on the wire.
+    pub bytes_wire: u64,
+    /// bytes_wire / bytes_raw (1 when nothing was compressed).
+    pub ratio: f64,
+    pub blocks_compressed: u64,
+    /// Blocks sent uncompressed: not worth trying, or did not shrink.
+    pub blocks_raw: u64,
+    /// Of those, blocks that were compressed and sent raw because they did
+    /// not shrink enough (known to the sending end only).
+    pub blocks_not_shrunk: u64,
+}
+
+impl CompressionReport {
+    fn new(c: &tern_engine::compress::CompressionStats) -> CompressionReport {
+        CompressionReport {
+            mode: c.mode.name(),
+            codec: c.codec(),
+            bytes_raw: c.bytes_raw,
+            bytes_wire: c.bytes_wire,
+            ratio: if c.bytes_raw > 0 {
+                c.bytes_wire as f64 / c.bytes_raw as f64
+            } else {
+                1.0
+            },
+            blocks_compressed: c.blocks_zstd + c.blocks_lz4,
+            blocks_raw: c.blocks_raw,
+            blocks_not_shrunk: c.blocks_not_shrunk,
+        }
+    }
+}
+
 /// One file's end-to-end digest.
 #[derive(Debug, Serialize)]
 pub struct ChecksumReport {
@@ -51,6 +91,19 @@ pub struct Report {
     pub blocks_corrupt: u64,
     /// Bytes already at the destination from an earlier, interrupted run.
     pub bytes_resumed: u64,
+    /// Files not sent because the destination already had them complete.
+    pub files_skipped: usize,
+    /// Their bytes.
+    pub bytes_skipped: u64,
+    /// What compression did, as this end counted it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<CompressionReport>,
+    /// Data streams this end gave up because they stalled.
+    pub streams_stalled: u16,
+    /// Data streams that ended without their end marker (or were given up).
+    pub streams_lost: u16,
+    /// Data streams that joined to replace one given up.
+    pub streams_replaced: u16,
     pub protect: &'static str,
     pub block_size: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -101,12 +154,14 @@ impl Report {
             throughput_bps: bps(moved, elapsed),
             network_throughput_bps: bps(moved, net),
             streams: usize::from(i.stats.streams_used),
+            // Streams that never joined are left out; a replacement on a
+            // spare index is not.
             per_stream: i
                 .stats
                 .per_stream_bytes
                 .iter()
-                .take(usize::from(i.stats.streams_used).max(1))
                 .enumerate()
+                .filter(|&(k, &bytes)| k < usize::from(i.stats.streams_used).max(1) || bytes > 0)
                 .map(|(stream, &bytes)| StreamReport {
                     stream,
                     bytes,
@@ -127,6 +182,12 @@ impl Report {
             blocks_retransmitted: i.stats.blocks_retransmitted,
             blocks_corrupt: i.stats.blocks_corrupt,
             bytes_resumed: i.stats.bytes_resumed,
+            files_skipped: i.stats.skipped.len(),
+            bytes_skipped: i.stats.skipped.iter().map(|f| f.size).sum(),
+            compression: i.stats.compression.as_ref().map(CompressionReport::new),
+            streams_stalled: i.stats.streams_stalled,
+            streams_lost: i.stats.streams_lost,
+            streams_replaced: i.stats.streams_replaced,
             protect: i.protect.name(),
             block_size: i.block_size,
             server_fingerprint: i.fingerprint,
@@ -163,6 +224,34 @@ impl Report {
             eprintln!(
                 "  resumed: {} were already at the destination from an interrupted run",
                 human_bytes(self.bytes_resumed)
+            );
+        }
+        if self.files_skipped > 0 {
+            eprintln!(
+                "  skipped: {} files ({}) already complete at the destination",
+                self.files_skipped,
+                human_bytes(self.bytes_skipped)
+            );
+        }
+        if let Some(c) = self
+            .compression
+            .as_ref()
+            .filter(|c| c.blocks_compressed > 0)
+        {
+            eprintln!(
+                "  compression: {} ({}), {} → {} on the wire ({:.0}%), {} blocks sent raw",
+                c.codec,
+                c.mode,
+                human_bytes(c.bytes_raw),
+                human_bytes(c.bytes_wire),
+                c.ratio * 100.0,
+                c.blocks_raw
+            );
+        }
+        if self.streams_lost > 0 || self.streams_replaced > 0 {
+            eprintln!(
+                "  streams: {} lost ({} stalled), {} replaced",
+                self.streams_lost, self.streams_stalled, self.streams_replaced
             );
         }
         if self.streams > 1 {

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use tern_proto::{BlockHeader, ControlMsg, FileMeta};
+use tern_proto::{BlockHeader, ControlMsg, Existing, FileMeta};
 
 use super::{BlockSet, FileOutcome};
 use crate::{Error, Result};
@@ -40,6 +40,13 @@ pub enum RecvAction {
         /// The file.
         file_id: u32,
     },
+    /// The sender's digest equals that of the copy already at the final
+    /// name: keep that copy, drop the temporary file, then call
+    /// [`ReceiverSession::discarded`].
+    KeepExisting {
+        /// The file.
+        file_id: u32,
+    },
 }
 
 /// What to do with a block that arrived.
@@ -73,6 +80,8 @@ struct InFile {
     finalizing: bool,
     digest: Option<Vec<u8>>,
     rounds: u32,
+    /// The digest of the copy at the final name (skip policy `Digest`).
+    existing: Option<Vec<u8>>,
 }
 
 /// The receiver's state machine. See the module docs of [`crate::session`].
@@ -89,6 +98,7 @@ pub struct ReceiverSession {
     blocks_corrupt: u64,
     blocks_duplicate: u64,
     finished: Vec<FileOutcome>,
+    skipped: Vec<FileOutcome>,
     highest_file_id: u32,
     bytes_resumed: u64,
 }
@@ -112,6 +122,7 @@ impl ReceiverSession {
             blocks_corrupt: 0,
             blocks_duplicate: 0,
             finished: Vec::new(),
+            skipped: Vec::new(),
             highest_file_id: 0,
             bytes_resumed: 0,
         }
@@ -144,6 +155,7 @@ impl ReceiverSession {
                         finalizing: false,
                         digest: None,
                         rounds: 0,
+                        existing: None,
                     },
                 );
                 Ok(())
@@ -168,11 +180,19 @@ impl ReceiverSession {
                     ));
                 }
                 file.meta.size = size;
+                let keep_existing = file.existing.as_ref() == Some(&digest);
                 file.sent = Some(SentInfo {
                     size,
                     digest,
                     marks: stream_marks,
                 });
+                if keep_existing && !file.finalizing {
+                    // The sender compared digests and found ours equal:
+                    // nothing was sent, our copy stays.
+                    file.finalizing = true;
+                    self.actions.push_back(RecvAction::KeepExisting { file_id });
+                    return Ok(());
+                }
                 self.judge(file_id)
             }
             ControlMsg::Close { .. } => {
@@ -310,6 +330,93 @@ impl ReceiverSession {
     /// Bytes found at the destination from an earlier session.
     pub fn bytes_resumed(&self) -> u64 {
         self.bytes_resumed
+    }
+
+    /// The announced file is already complete at its final name (skip
+    /// policy `Size` or `Mtime`): it is done, and the sender is told.
+    /// The driver opened nothing for it.
+    pub fn skip_existing(&mut self, file_id: u32) -> Result<()> {
+        let file = self
+            .files
+            .remove(&file_id)
+            .ok_or_else(|| Error::Protocol(format!("skip of unknown file {file_id}")))?;
+        self.actions
+            .push_back(RecvAction::Send(ControlMsg::FileCheck {
+                file_id,
+                existing: Existing::Same,
+            }));
+        self.skipped.push(FileOutcome {
+            path: file.meta.path,
+            size: file.meta.size,
+            digest: Vec::new(),
+        });
+        self.maybe_close();
+        Ok(())
+    }
+
+    /// Tells the sender what is at the final name of a file that was
+    /// opened (after any `FileHave`): nothing that counts, or a copy of
+    /// the same size with this digest.
+    pub fn checked(&mut self, file_id: u32, existing: Existing) -> Result<()> {
+        let file = self.file_mut(file_id)?;
+        if let Existing::Digest(d) = &existing {
+            file.existing = Some(d.clone());
+        }
+        self.actions
+            .push_back(RecvAction::Send(ControlMsg::FileCheck {
+                file_id,
+                existing,
+            }));
+        Ok(())
+    }
+
+    /// The driver finished a [`RecvAction::KeepExisting`]: the file is
+    /// done without having been sent.
+    pub fn discarded(&mut self, file_id: u32) -> Result<()> {
+        let file = self
+            .files
+            .remove(&file_id)
+            .ok_or_else(|| Error::Protocol(format!("kept unknown file {file_id}")))?;
+        let digest = file.existing.unwrap_or_default();
+        self.actions
+            .push_back(RecvAction::Send(ControlMsg::FileDone {
+                file_id,
+                digest: digest.clone(),
+            }));
+        self.skipped.push(FileOutcome {
+            path: file.meta.path,
+            size: file.meta.size,
+            digest,
+        });
+        self.maybe_close();
+        Ok(())
+    }
+
+    /// True while the file is announced and not yet done or skipped.
+    pub fn is_tracked(&self, file_id: u32) -> bool {
+        self.files.contains_key(&file_id)
+    }
+
+    /// Files not received because the copy at the destination was kept.
+    pub fn skipped(&self) -> &[FileOutcome] {
+        &self.skipped
+    }
+
+    /// Per stream: whether it is live and a `FileSent` says frames were
+    /// written to it that have not arrived.
+    pub fn awaited_streams(&self) -> Vec<bool> {
+        let mut due = vec![false; self.frames.len()];
+        for sent in self.files.values().filter_map(|f| f.sent.as_ref()) {
+            for (k, (&mark, (&got, &alive))) in sent
+                .marks
+                .iter()
+                .zip(self.frames.iter().zip(&self.alive))
+                .enumerate()
+            {
+                due[k] |= alive && mark > got;
+            }
+        }
+        due
     }
 
     /// A data stream ended without its end marker.

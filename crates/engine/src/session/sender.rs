@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use tern_proto::{ControlMsg, FileMeta};
+use tern_proto::{ControlMsg, Existing, FileMeta};
 
 use super::{BlockSet, FileOutcome};
 use crate::{Error, Result};
@@ -23,6 +23,20 @@ pub struct SenderConfig {
     /// For generated streams of unknown size: stop handing out new blocks at
     /// this time (`tern perf --time`).
     pub deadline: Option<Instant>,
+    /// The receiver answers every announcement with `FileCheck` (a skip
+    /// policy is in force): no block of a file is handed out before.
+    pub await_checks: bool,
+}
+
+/// Whether the driver should compute a file's whole-file digest now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DigestNeed {
+    /// The receiver's `FileCheck` has not come yet: the file may be skipped.
+    Wait,
+    /// Compute it.
+    Compute,
+    /// The file is gone (skipped or done): reading it would be wasted.
+    None,
 }
 
 /// Something to send, in the order the receiver should create it.
@@ -67,6 +81,13 @@ struct OutFile {
     rounds: u32,
     /// Blocks the receiver already holds (`FileHave`): never handed out.
     skip: BlockSet,
+    /// Waiting for the receiver's `FileCheck`: nothing is handed out.
+    held: bool,
+    /// The digest of the receiver's copy (`Existing::Digest`), to compare
+    /// with ours once we have it.
+    theirs: Option<Vec<u8>>,
+    /// The receiver's copy matched: the file is skipped, not sent.
+    skipped: bool,
 }
 
 impl OutFile {
@@ -103,6 +124,7 @@ pub struct SenderSession {
     peer_close: Option<Vec<u64>>,
     blocks_retransmitted: u64,
     finished: Vec<FileOutcome>,
+    skipped: Vec<FileOutcome>,
     bytes_total: u64,
     bytes_resumed: u64,
 }
@@ -127,6 +149,7 @@ impl SenderSession {
             peer_close: None,
             blocks_retransmitted: 0,
             finished: Vec::new(),
+            skipped: Vec::new(),
             bytes_total: 0,
             bytes_resumed: 0,
         }
@@ -167,9 +190,10 @@ impl SenderSession {
                     .push_back(ControlMsg::DirAnnounce { path, mode }),
                 SendEntry::File(meta) => {
                     let empty = meta.size == 0;
+                    let held = self.cfg.await_checks;
                     self.outbox
                         .push_back(ControlMsg::FileAnnounce(meta.clone()));
-                    if !empty {
+                    if !empty && !held {
                         self.fresh_order.push_back(meta.file_id);
                     }
                     self.files.insert(
@@ -183,6 +207,9 @@ impl SenderSession {
                             digest: None,
                             rounds: 0,
                             skip: BlockSet::default(),
+                            held,
+                            theirs: None,
+                            skipped: false,
                         },
                     );
                 }
@@ -261,7 +288,65 @@ impl SenderSession {
     pub fn set_digest(&mut self, file_id: u32, digest: Vec<u8>) {
         if let Some(file) = self.files.get_mut(&file_id) {
             file.digest = Some(digest);
+            self.compare_digests(file_id);
             self.maybe_file_sent(file_id);
+        }
+    }
+
+    /// Whether the driver should read `file_id` for its digest now.
+    pub fn digest_need(&self, file_id: u32) -> DigestNeed {
+        match self.files.get(&file_id) {
+            None => DigestNeed::None,
+            Some(f) if f.held && f.theirs.is_none() => DigestNeed::Wait,
+            Some(_) => DigestNeed::Compute,
+        }
+    }
+
+    /// Stops holding a file the receiver does not have: its blocks may go.
+    fn release(&mut self, file_id: u32) {
+        let Some(file) = self.files.get_mut(&file_id) else {
+            return;
+        };
+        file.held = false;
+        if !file.fresh_done {
+            self.fresh_order.push_back(file_id);
+        }
+        self.maybe_file_sent(file_id);
+    }
+
+    /// With both digests known, skips the file (equal) or sends it.
+    fn compare_digests(&mut self, file_id: u32) {
+        let Some(file) = self.files.get_mut(&file_id) else {
+            return;
+        };
+        let (Some(ours), Some(theirs)) = (&file.digest, &file.theirs) else {
+            return;
+        };
+        if !file.held {
+            return;
+        }
+        if ours == theirs {
+            // No block goes out: FileSent alone tells the receiver to keep
+            // its copy.
+            file.held = false;
+            file.skipped = true;
+            file.fresh_done = true;
+            self.maybe_file_sent(file_id);
+        } else {
+            file.theirs = None;
+            self.release(file_id);
+        }
+    }
+
+    /// The receiver keeps its copy (`Existing::Same`): the file is done.
+    fn skip_file(&mut self, file_id: u32) {
+        if let Some(file) = self.files.remove(&file_id) {
+            self.skipped.push(FileOutcome {
+                path: file.meta.path,
+                size: file.meta.size,
+                digest: file.digest.unwrap_or_default(),
+            });
+            self.admit();
         }
     }
 
@@ -269,7 +354,7 @@ impl SenderSession {
         let Some(file) = self.files.get_mut(&file_id) else {
             return;
         };
-        if file.round_open && file.fresh_done && file.repairs_pending == 0 {
+        if file.round_open && file.fresh_done && file.repairs_pending == 0 && !file.held {
             let Some(digest) = file.digest.clone() else {
                 return;
             };
@@ -335,6 +420,20 @@ impl SenderSession {
         Ok(())
     }
 
+    /// A data stream was given up and a replacement is on its way: it gets
+    /// no more blocks, and unlike [`Self::stream_lost`] having no live
+    /// stream for a while is no failure.
+    pub fn stream_dropped(&mut self, stream: usize) {
+        if let Some(alive) = self.stream_alive.get_mut(stream) {
+            *alive = false;
+        }
+    }
+
+    /// Data streams that may take blocks now.
+    pub fn live_streams(&self) -> usize {
+        self.stream_alive.iter().filter(|&&a| a).count()
+    }
+
     /// Feeds a control message from the receiver.
     pub fn handle_control(&mut self, msg: ControlMsg) -> Result<()> {
         match msg {
@@ -392,11 +491,16 @@ impl SenderSession {
                         "completion of file {file_id} does not match what was sent"
                     )));
                 }
-                self.finished.push(FileOutcome {
+                let done = FileOutcome {
                     path: file.meta.path,
                     size: file.meta.size,
                     digest,
-                });
+                };
+                if file.skipped {
+                    self.skipped.push(done);
+                } else {
+                    self.finished.push(done);
+                }
                 self.admit();
                 Ok(())
             }
@@ -426,6 +530,25 @@ impl SenderSession {
                     self.fresh_order.retain(|&id| id != file_id);
                 }
                 self.maybe_file_sent(file_id);
+                Ok(())
+            }
+            ControlMsg::FileCheck { file_id, existing } => {
+                let file = self.files.get_mut(&file_id).ok_or_else(|| {
+                    Error::Protocol(format!("FileCheck for unknown file {file_id}"))
+                })?;
+                if !file.held || file.theirs.is_some() {
+                    return Err(Error::Protocol(format!(
+                        "FileCheck for file {file_id}, which is not waiting for one"
+                    )));
+                }
+                match existing {
+                    Existing::Absent => self.release(file_id),
+                    Existing::Same => self.skip_file(file_id),
+                    Existing::Digest(theirs) => {
+                        file.theirs = Some(theirs);
+                        self.compare_digests(file_id);
+                    }
+                }
                 Ok(())
             }
             ControlMsg::Error { code, message, .. } => Err(Error::Peer { code, message }),
@@ -492,5 +615,10 @@ impl SenderSession {
     /// Files confirmed by the receiver, in completion order.
     pub fn finished(&self) -> &[FileOutcome] {
         &self.finished
+    }
+
+    /// Files not sent because the receiver already had them.
+    pub fn skipped(&self) -> &[FileOutcome] {
+        &self.skipped
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use tern_proto::{BlockFlags, BlockHeader, ControlMsg, ErrorCode, FileMeta};
+use tern_proto::{BlockFlags, BlockHeader, ControlMsg, ErrorCode, Existing, FileMeta};
 
 use super::*;
 use crate::{Error, ErrorKind};
@@ -42,6 +42,9 @@ struct Sim {
     repair_blocks_seen: u64,
     /// Ranges the receiver already holds, by path (a resumed partial).
     kept: Vec<(String, Vec<(u64, u64)>)>,
+    /// With a skip policy: what the receiver finds at each final name
+    /// (`Absent` when not listed).
+    existing: Option<Vec<(String, Existing)>>,
 }
 
 fn digest_for(file_id: u32) -> Vec<u8> {
@@ -61,6 +64,7 @@ impl Sim {
                 max_files_in_flight: 4,
                 max_repair_rounds: 3,
                 deadline: None,
+                await_checks: false,
             }),
             r: ReceiverSession::new(ReceiverConfig {
                 streams,
@@ -90,7 +94,23 @@ impl Sim {
             bad_digest_for: None,
             repair_blocks_seen: 0,
             kept: vec![],
+            existing: None,
         }
+    }
+
+    /// The same simulation with a skip policy: the receiver finds
+    /// `existing` at the final names and the sender waits for its word.
+    fn checking(mut self, existing: Vec<(String, Existing)>) -> Sim {
+        self.s = SenderSession::new(SenderConfig {
+            streams: self.links.len() as u16,
+            block_size: BS,
+            max_files_in_flight: 4,
+            max_repair_rounds: 3,
+            deadline: None,
+            await_checks: true,
+        });
+        self.existing = Some(existing);
+        self
     }
 
     fn file(path: &str, size: u64) -> SendEntry {
@@ -211,9 +231,21 @@ impl Sim {
                     .push_back((self.now_ms + self.ctrl_latency_ms, msg)),
                 RecvAction::CreateDir { path, .. } => self.dirs.push(path),
                 RecvAction::OpenFile(meta) => {
+                    let found = self.existing.as_ref().map(|ex| {
+                        ex.iter()
+                            .find(|(p, _)| *p == meta.path)
+                            .map_or(Existing::Absent, |(_, e)| e.clone())
+                    });
+                    if found == Some(Existing::Same) {
+                        self.r.skip_existing(meta.file_id)?;
+                        continue;
+                    }
                     let kept = self.kept.iter().find(|(p, _)| *p == meta.path);
                     if let Some((_, ranges)) = kept {
                         self.r.resumed(meta.file_id, ranges.clone())?;
+                    }
+                    if let Some(found) = found {
+                        self.r.checked(meta.file_id, found)?;
                     }
                     self.opened.push(meta);
                 }
@@ -221,6 +253,7 @@ impl Sim {
                     self.finalized.push(file_id);
                     self.r.finalized(file_id)?;
                 }
+                RecvAction::KeepExisting { file_id } => self.r.discarded(file_id)?,
             }
         }
         while self.to_s.front().is_some_and(|(at, _)| *at <= self.now_ms) {
@@ -375,6 +408,7 @@ fn perf_streams_end_at_the_deadline() {
         max_files_in_flight: 1,
         max_repair_rounds: 1,
         deadline: Some(start + Duration::from_millis(10)),
+        await_checks: false,
     });
     s.push(Sim::file("perf", FileMeta::UNKNOWN_SIZE));
     s.finish_listing();
@@ -475,13 +509,7 @@ fn a_file_held_entirely_completes_without_data() {
 
 #[test]
 fn a_file_have_that_does_not_fit_is_a_protocol_error() {
-    let mut s = SenderSession::new(SenderConfig {
-        streams: 1,
-        block_size: BS,
-        max_files_in_flight: 4,
-        max_repair_rounds: 3,
-        deadline: None,
-    });
+    let mut s = one_stream_sender(false);
     s.push(Sim::file("a", 5000));
     s.finish_listing();
     for ranges in [
@@ -515,4 +543,122 @@ fn block_set_tracks_runs() {
     assert_eq!(set.run_from(0), 2);
     assert_eq!(set.run_from(3), 1);
     assert!(set.contains(200) && !set.contains(199));
+}
+
+fn one_stream_sender(await_checks: bool) -> SenderSession {
+    SenderSession::new(SenderConfig {
+        streams: 1,
+        block_size: BS,
+        max_files_in_flight: 4,
+        max_repair_rounds: 3,
+        deadline: None,
+        await_checks,
+    })
+}
+
+fn paths(files: &[FileOutcome]) -> Vec<&str> {
+    let mut p: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    p.sort_unstable();
+    p
+}
+
+#[test]
+fn files_the_receiver_has_are_skipped_without_a_block_sent() {
+    // Ids are given in push order: a=1, b=2, c=3, d=4, e=5.
+    let mut sim = Sim::new(&[2, 6], &[1, 1], 3).checking(vec![
+        ("a".into(), Existing::Same),
+        ("c".into(), Existing::Digest(digest_for(3))),
+        ("d".into(), Existing::Digest(vec![9, 9, 9, 9])),
+        ("e".into(), Existing::Same),
+    ]);
+    queue(
+        &mut sim,
+        vec![
+            Sim::file("a", 5_000),
+            Sim::file("b", 3_500),
+            Sim::file("c", 7_000),
+            Sim::file("d", 2_000),
+            Sim::file("e", 0),
+        ],
+    );
+    sim.run(10_000).unwrap();
+    assert_eq!(paths(sim.s.skipped()), vec!["a", "c", "e"]);
+    assert_eq!(paths(sim.r.skipped()), vec!["a", "c", "e"]);
+    assert_eq!(paths(sim.s.finished()), vec!["b", "d"]);
+    assert_eq!(paths(sim.r.finished()), vec!["b", "d"]);
+    assert_eq!(sim.handed_out, 4 + 2, "only the blocks of b and d went out");
+    assert_eq!(sim.r.stream_bytes().iter().sum::<u64>(), 5_500);
+}
+
+#[test]
+fn no_block_is_handed_out_before_the_receiver_has_looked() {
+    let mut sim = Sim::new(&[1], &[1], 40).checking(vec![]);
+    queue(&mut sim, vec![Sim::file("f", 4_000)]);
+    // The announcement takes 40 ms out and the answer 40 ms back.
+    while sim.now_ms < 79 {
+        sim.step().unwrap();
+        assert_eq!(sim.handed_out, 0, "at {} ms", sim.now_ms);
+        sim.now_ms += 1;
+    }
+    sim.run(10_000).unwrap();
+    assert_eq!(sim.handed_out, 4);
+    assert_eq!(paths(sim.r.finished()), vec!["f"]);
+}
+
+#[test]
+fn file_checks_out_of_turn_are_protocol_errors() {
+    let check = |existing| ControlMsg::FileCheck {
+        file_id: 1,
+        existing,
+    };
+    let mut s = one_stream_sender(true);
+    s.push(Sim::file("f", 10));
+    s.finish_listing();
+    s.handle_control(check(Existing::Absent)).unwrap();
+    let twice = s.handle_control(check(Existing::Same)).unwrap_err();
+    assert_eq!(twice.kind(), ErrorKind::Protocol);
+    let unknown = s
+        .handle_control(ControlMsg::FileCheck {
+            file_id: 9,
+            existing: Existing::Absent,
+        })
+        .unwrap_err();
+    assert_eq!(unknown.kind(), ErrorKind::Protocol);
+    let mut unasked = one_stream_sender(false);
+    unasked.push(Sim::file("f", 10));
+    unasked.finish_listing();
+    let e = unasked.handle_control(check(Existing::Absent)).unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::Protocol,
+        "no skip policy, no FileCheck"
+    );
+}
+
+#[test]
+fn a_skipped_file_is_never_read_for_its_digest() {
+    let mut s = one_stream_sender(true);
+    s.push(Sim::file("kept", 10_000));
+    s.push(Sim::file("sent", 10_000));
+    s.push(Sim::file("compared", 10_000));
+    s.finish_listing();
+    assert_eq!(s.digest_need(1), DigestNeed::Wait);
+    s.handle_control(ControlMsg::FileCheck {
+        file_id: 1,
+        existing: Existing::Same,
+    })
+    .unwrap();
+    assert_eq!(s.digest_need(1), DigestNeed::None);
+    s.handle_control(ControlMsg::FileCheck {
+        file_id: 2,
+        existing: Existing::Absent,
+    })
+    .unwrap();
+    assert_eq!(s.digest_need(2), DigestNeed::Compute);
+    s.handle_control(ControlMsg::FileCheck {
+        file_id: 3,
+        existing: Existing::Digest(vec![1]),
+    })
+    .unwrap();
+    assert_eq!(s.digest_need(3), DigestNeed::Compute, "needed to compare");
 }
