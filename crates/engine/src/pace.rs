@@ -12,6 +12,13 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Paced streams move this many bytes at a time, so that every stream of
+/// a transfer moves a little at a time: a stream left waiting for a whole
+/// block's worth of the rate would look stalled to the other end.
+pub const PACE_CHUNK: usize = 16 << 10;
+
 /// Shared pace of one transfer.
 #[derive(Debug)]
 pub struct Pace {
@@ -51,6 +58,39 @@ impl Pace {
             tokio::time::sleep(wait).await;
         }
     }
+}
+
+/// Writes all of `data`, paced by `pace` (in [`PACE_CHUNK`]s) when there
+/// is one.
+pub async fn write_all<S: AsyncWrite + Unpin + ?Sized>(
+    stream: &mut S,
+    data: &[u8],
+    pace: Option<&Pace>,
+) -> std::io::Result<()> {
+    let Some(pace) = pace else {
+        return stream.write_all(data).await;
+    };
+    for chunk in data.chunks(PACE_CHUNK) {
+        pace.acquire(chunk.len() as u64).await;
+        stream.write_all(chunk).await?;
+    }
+    Ok(())
+}
+
+/// Fills `buf`, paced by `pace` (in [`PACE_CHUNK`]s) when there is one.
+pub async fn read_exact<S: AsyncRead + Unpin + ?Sized>(
+    stream: &mut S,
+    buf: &mut [u8],
+    pace: Option<&Pace>,
+) -> std::io::Result<()> {
+    let Some(pace) = pace else {
+        return stream.read_exact(buf).await.map(|_| ());
+    };
+    for chunk in buf.chunks_mut(PACE_CHUNK) {
+        pace.acquire(chunk.len() as u64).await;
+        stream.read_exact(chunk).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,15 +7,20 @@
 //!
 //! - on the sending side, a stream whose write has waited longer than the
 //!   timeout while another stream moved data in that time (or that is the
-//!   only one): the peer or the path is not taking data on it;
+//!   only one): the peer or the path is not taking data on it. A stream
+//!   whose writes have lately had to wait long anyway (a receiver that
+//!   reads slowly into a large buffer reopens its window in big steps) is
+//!   given four times its usual wait;
 //! - on the receiving side, a stream whose read has waited that long while
 //!   the sender's `FileSent` marks say frames are on their way on it.
 //!
 //! An idle stream (nothing to send, or paced by `--rate-limit`) waits in
-//! neither place, so it never counts as stalled. The driver gives a stalled
-//! stream up (it aborts the stream's task, which drops the connection) and
-//! the sender replaces it.
+//! neither place, so it never counts as stalled. A stalled stream is given
+//! up: its socket is shut down (the tuner's duplicate of it would otherwise
+//! keep the connection open, and the peer would see nothing) and the task
+//! that owns it ended; the sender then replaces it.
 
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,6 +41,9 @@ pub(crate) struct Activity {
     waiting_since: AtomicU64,
     /// When bytes last moved; 0 when never.
     last_progress: AtomicU64,
+    /// The longest wait of late, in milliseconds (decays by 1/8 with every
+    /// wait that ends).
+    usual_wait: AtomicU64,
 }
 
 impl Activity {
@@ -44,6 +52,7 @@ impl Activity {
             epoch,
             waiting_since: AtomicU64::new(0),
             last_progress: AtomicU64::new(0),
+            usual_wait: AtomicU64::new(0),
         }
     }
 
@@ -59,10 +68,17 @@ impl Activity {
                 }
             }
             Poll::Ready(_) => {
+                let now = self.now();
                 if moved {
-                    self.last_progress.store(self.now(), Ordering::Relaxed);
+                    self.last_progress.store(now, Ordering::Relaxed);
                 }
-                self.waiting_since.store(0, Ordering::Relaxed);
+                let since = self.waiting_since.swap(0, Ordering::Relaxed);
+                if since != 0 {
+                    let waited = now.saturating_sub(since);
+                    let usual = self.usual_wait.load(Ordering::Relaxed);
+                    self.usual_wait
+                        .store(waited.max(usual - usual / 8), Ordering::Relaxed);
+                }
             }
         }
     }
@@ -131,6 +147,9 @@ struct Slot {
     activity: Arc<Activity>,
     /// Ends the stream's task (worker or reader), which drops the stream.
     task: Option<AbortHandle>,
+    /// A duplicate of the stream's socket (none for pipes), to shut the
+    /// connection down when the stream is given up.
+    socket: Option<OwnedFd>,
 }
 
 /// The watched streams of one session, by index.
@@ -162,8 +181,9 @@ impl Watch {
         self.timeout
     }
 
-    /// Starts watching stream `k`; returns the stream to use instead.
-    pub(crate) fn watch(&self, k: usize, stream: BoxStream) -> BoxStream {
+    /// Starts watching stream `k`, whose socket (if any) `socket`
+    /// duplicates; returns the stream to use instead.
+    pub(crate) fn watch(&self, k: usize, stream: BoxStream, socket: Option<OwnedFd>) -> BoxStream {
         let activity = Arc::new(Activity::new(self.epoch));
         let mut slots = self.slots.lock().expect("watch");
         if slots.len() <= k {
@@ -172,6 +192,7 @@ impl Watch {
         slots[k] = Some(Slot {
             activity: activity.clone(),
             task: None,
+            socket,
         });
         Box::new(Watched {
             inner: stream,
@@ -199,7 +220,9 @@ impl Watch {
     pub(crate) fn stalled_writers(&self) -> Vec<usize> {
         let now = self.now();
         self.give_up(|slots, k, a| {
-            let stalled = a.waiting_for(now).is_some_and(|w| w > self.timeout);
+            let usual = Duration::from_millis(a.usual_wait.load(Ordering::Relaxed));
+            let patience = self.timeout.max(usual * 4);
+            let stalled = a.waiting_for(now).is_some_and(|w| w > patience);
             let others = slots
                 .iter()
                 .enumerate()
@@ -236,7 +259,13 @@ impl Watch {
             .map(|(k, _)| k)
             .collect();
         for &k in &found {
-            if let Some(task) = slots[k].take().and_then(|s| s.task) {
+            let Some(slot) = slots[k].take() else {
+                continue;
+            };
+            if let Some(socket) = &slot.socket {
+                let _ = socket2::SockRef::from(socket).shutdown(std::net::Shutdown::Both);
+            }
+            if let Some(task) = slot.task {
                 task.abort();
             }
         }
@@ -260,8 +289,8 @@ mod tests {
         let watch = Arc::new(Watch::new(Duration::from_millis(100)));
         let (a, _a_far) = pipe();
         let (b, mut b_far) = pipe();
-        let mut a = watch.watch(0, a);
-        let mut b = watch.watch(1, b);
+        let mut a = watch.watch(0, a, None);
+        let mut b = watch.watch(1, b, None);
         let stuck = tokio::spawn(async move { a.write_all(&[0u8; 4096]).await });
         watch.owned_by(0, stuck.abort_handle());
         let moving = tokio::spawn(async move {
@@ -286,13 +315,50 @@ mod tests {
         moving.abort();
     }
 
+    #[test]
+    fn a_stream_that_usually_waits_long_is_given_longer() {
+        // Ten seconds into the session, so that waits can have begun.
+        let watch = Watch {
+            epoch: Instant::now() - Duration::from_secs(10),
+            timeout: Duration::from_millis(100),
+            slots: Mutex::new(Vec::new()),
+        };
+        let (a, _fa) = pipe();
+        let (b, _fb) = pipe();
+        let _a = watch.watch(0, a, None);
+        let _b = watch.watch(1, b, None);
+        let slots = watch.slots.lock().unwrap();
+        let (a, b) = (
+            slots[0].as_ref().unwrap().activity.clone(),
+            slots[1].as_ref().unwrap().activity.clone(),
+        );
+        drop(slots);
+        // Stream 0's writes lately waited up to 300 ms; stream 1 moves.
+        a.usual_wait.store(300, Ordering::Relaxed);
+        let now = watch.now();
+        a.waiting_since
+            .store(now.saturating_sub(500), Ordering::Relaxed);
+        b.last_progress.store(now, Ordering::Relaxed);
+        assert!(watch.stalled_writers().is_empty(), "500 ms < 4 x 300 ms");
+        a.waiting_since
+            .store(now.saturating_sub(1300), Ordering::Relaxed);
+        assert_eq!(watch.stalled_writers(), vec![0]);
+        // The usual wait follows the waits that end, and forgets slowly.
+        a.waiting_since.store(watch.now() - 800, Ordering::Relaxed);
+        a.note(&Poll::Ready(Ok(())), true);
+        assert!((800..900).contains(&a.usual_wait.load(Ordering::Relaxed)));
+        a.waiting_since.store(watch.now(), Ordering::Relaxed);
+        a.note(&Poll::Ready(Ok(())), true);
+        assert!((700..800).contains(&a.usual_wait.load(Ordering::Relaxed)));
+    }
+
     #[tokio::test]
     async fn streams_that_all_wait_are_not_stalls_but_a_lone_one_is() {
         let watch = Watch::new(Duration::from_millis(50));
         let (a, _fa) = pipe();
         let (b, _fb) = pipe();
-        let mut a = watch.watch(0, a);
-        let mut b = watch.watch(1, b);
+        let mut a = watch.watch(0, a, None);
+        let mut b = watch.watch(1, b, None);
         let wa = tokio::spawn(async move { a.write_all(&[0u8; 4096]).await });
         let wb = tokio::spawn(async move { b.write_all(&[0u8; 4096]).await });
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -314,7 +380,7 @@ mod tests {
     async fn a_reader_stalls_only_when_frames_are_due() {
         let watch = Watch::new(Duration::from_millis(50));
         let (a, _fa) = pipe();
-        let mut a = watch.watch(3, a);
+        let mut a = watch.watch(3, a, None);
         let reading = tokio::spawn(async move {
             let mut b = [0u8; 1];
             a.read_exact(&mut b).await

@@ -6,14 +6,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rand::RngCore;
+use tern_engine::compress::{GIVE_UP_AFTER, PROBE_EVERY};
 use tern_engine::fault::{BreakAfter, CorruptAt};
 use tern_engine::fsio::{FsSink, FsSource, Root};
 use tern_engine::integrity::{BlockCheck, digest_of};
 use tern_engine::transfer::{BoxStream, Progress, TransferParams, TransferStats};
 use tern_engine::tuning::{Joined, StreamSupply};
 use tern_engine::{StreamWrap, local};
-use tern_proto::ChecksumAlg;
 use tern_proto::data::HEADER_LEN;
+use tern_proto::{ChecksumAlg, Compression, SkipExisting};
 
 const BS: u32 = 256 << 10;
 
@@ -285,4 +286,189 @@ async fn regression_tls_tail_of_last_block_held_unflushed_hung_the_transfer() {
     .expect("the transfer must not wait for bytes the sender never flushed");
     copied.unwrap();
     assert_eq!(std::fs::read(&dest).unwrap(), data);
+}
+
+/// Text-like bytes that compress well.
+fn compressible(len: usize) -> Vec<u8> {
+    let words = ["muon ", "jet ", "vertex ", "track ", "energy 13.6 TeV\n"];
+    let mut out = Vec::with_capacity(len);
+    let mut x = 1u32;
+    while out.len() < len {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        out.extend_from_slice(words[(x >> 16) as usize % words.len()].as_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+fn compression_of(stats: &TransferStats) -> tern_engine::compress::CompressionStats {
+    stats.compression.clone().expect("compression is counted")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_blocks_arrive_identical_and_are_counted_on_both_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("text.log");
+    let data = compressible(6 * BS as usize + 1234);
+    std::fs::write(&src, &data).unwrap();
+    let noise_src = dir.path().join("noise.bin");
+    let noise = random_file(&noise_src, 3 * BS as usize);
+    for mode in [Compression::Zstd, Compression::Lz4] {
+        let mut p = params(3, ChecksumAlg::Xxh3);
+        p.compression = mode;
+        let dest = dir.path().join(format!("text-{}", mode.name()));
+        let (sent, received) = copy(&src, &dest, p.clone(), None).await.unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), data, "{mode:?}");
+        let (s, r) = (compression_of(&sent), compression_of(&received));
+        assert_eq!(s.codec(), mode.name());
+        assert_eq!(s.blocks_zstd + s.blocks_lz4, 7, "every block shrank");
+        assert_eq!((s.blocks_raw, s.blocks_not_shrunk), (0, 0));
+        assert_eq!(s.bytes_raw, data.len() as u64);
+        assert!(s.bytes_wire * 3 < s.bytes_raw, "{s:?}");
+        assert_eq!(
+            (r.bytes_raw, r.bytes_wire, r.blocks_zstd, r.blocks_lz4),
+            (s.bytes_raw, s.bytes_wire, s.blocks_zstd, s.blocks_lz4),
+            "the receiver counted what the sender sent"
+        );
+        assert_eq!(received.bytes, data.len() as u64);
+
+        let dest = dir.path().join(format!("noise-{}", mode.name()));
+        let (sent, _) = copy(&noise_src, &dest, p, None).await.unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), noise);
+        let s = compression_of(&sent);
+        assert_eq!(s.codec(), "none", "random bytes never shrink: {s:?}");
+        assert_eq!((s.blocks_raw, s.blocks_not_shrunk), (3, 3));
+        assert_eq!(s.bytes_wire, s.bytes_raw);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupted_compressed_block_is_detected_and_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("text.log");
+    let data = compressible(4 * BS as usize);
+    std::fs::write(&src, &data).unwrap();
+    let dest = dir.path().join("out.log");
+    let mut p = params(1, ChecksumAlg::Xxh3);
+    p.compression = Compression::Zstd;
+    // A byte inside the first block's compressed bytes (past its header
+    // and its 4-byte raw length).
+    let wrap: StreamWrap = Arc::new(|_, s: BoxStream| -> BoxStream {
+        Box::new(CorruptAt::new(s, HEADER_LEN as u64 + 4 + 40))
+    });
+    let (sent, received) = copy(&src, &dest, p, Some(wrap)).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert_eq!(received.blocks_corrupt, 1);
+    assert_eq!(sent.blocks_retransmitted, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_compression_gives_up_on_data_that_does_not_shrink() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("noise.bin");
+    let data = random_file(&src, 64 * BS as usize);
+    let dest = dir.path().join("out.bin");
+    let mut p = params(3, ChecksumAlg::Xxh3);
+    p.compression = Compression::Auto;
+    let (sent, _) = copy(&src, &dest, p, None).await.unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    let s = compression_of(&sent);
+    assert_eq!(s.blocks_raw, 64);
+    // A few blocks before giving up (three streams try at once), then one
+    // probe in PROBE_EVERY.
+    let tried = s.blocks_not_shrunk;
+    let bound = u64::from(GIVE_UP_AFTER) + 3 + 64 / PROBE_EVERY;
+    assert!(
+        tried >= u64::from(GIVE_UP_AFTER) && tried <= bound,
+        "{tried} > {bound}"
+    );
+}
+
+fn set_mtime(path: &Path, secs: u64) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    f.set_times(std::fs::FileTimes::new().set_modified(t))
+        .unwrap();
+}
+
+/// Copies the tree `src` into the directory `dest` under `skip`; returns
+/// the paths sent and skipped.
+async fn copy_skipping(src: &Path, dest: &Path, skip: SkipExisting) -> (Vec<String>, Vec<String>) {
+    let mut p = params(2, ChecksumAlg::Blake3);
+    p.skip_existing = skip;
+    let (sent, received) = copy(src, dest, p, None).await.unwrap();
+    let names = |files: &[tern_engine::session::FileOutcome]| {
+        let mut n: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&sent.files), names(&received.files));
+    assert_eq!(names(&sent.skipped), names(&received.skipped));
+    let moved: u64 = received.per_stream_bytes.iter().sum();
+    let expected: u64 = received.files.iter().map(|f| f.size).sum();
+    assert_eq!(moved, expected, "skipped files sent no block");
+    (names(&received.files), names(&received.skipped))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_already_at_the_destination_are_skipped_by_each_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("run");
+    std::fs::create_dir(&src).unwrap();
+    random_file(&src.join("a"), 3 * BS as usize + 5);
+    random_file(&src.join("b"), 1000);
+    random_file(&src.join("c"), 2 * BS as usize);
+    for f in ["a", "b", "c"] {
+        set_mtime(&src.join(f), 1_600_000_000);
+    }
+    let dest = dir.path().join("out");
+    std::fs::create_dir(&dest).unwrap();
+    let all = vec!["run/a".to_string(), "run/b".into(), "run/c".into()];
+    let none: Vec<String> = vec![];
+    use SkipExisting::*;
+    assert_eq!(
+        copy_skipping(&src, &dest, Mtime).await,
+        (all.clone(), none.clone())
+    );
+    assert_eq!(
+        copy_skipping(&src, &dest, Mtime).await,
+        (none.clone(), all.clone())
+    );
+    assert_eq!(
+        copy_skipping(&src, &dest, Never).await,
+        (all.clone(), none.clone())
+    );
+
+    // b changes but keeps its size and mtime: only a digest tells.
+    let new_b = random_file(&src.join("b"), 1000);
+    set_mtime(&src.join("b"), 1_600_000_000);
+    assert_eq!(copy_skipping(&src, &dest, Size).await.0, none);
+    assert_eq!(copy_skipping(&src, &dest, Mtime).await.0, none);
+    assert_eq!(
+        copy_skipping(&src, &dest, Digest).await,
+        (
+            vec!["run/b".to_string()],
+            vec!["run/a".to_string(), "run/c".into()]
+        )
+    );
+    assert_eq!(std::fs::read(dest.join("run/b")).unwrap(), new_b);
+
+    // a is touched, not changed: mtime sends it, a digest keeps it.
+    set_mtime(&src.join("a"), 1_700_000_000);
+    assert_eq!(copy_skipping(&src, &dest, Digest).await.0, none);
+    assert_eq!(
+        copy_skipping(&src, &dest, Mtime).await.0,
+        vec!["run/a".to_string()]
+    );
+    // c grows: every policy sends it.
+    random_file(&src.join("c"), 2 * BS as usize + 1);
+    assert_eq!(
+        copy_skipping(&src, &dest, Size).await.0,
+        vec!["run/c".to_string()]
+    );
+    let leftovers: Vec<_> = walk(&dest)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains(".tern-partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::{RngCore, SeedableRng};
 use tern_drs::StreamChange;
 use tern_engine::client::{self, ClientOptions, Endpoint};
-use tern_engine::fault::CorruptAt;
+use tern_engine::fault::{CorruptAt, StallAfter};
 use tern_engine::options::{Choices, SPARE_STREAMS};
 use tern_engine::server::{ServerOptions, serve};
 use tern_engine::tls::{KnownHosts, ServerIdentity};
@@ -671,4 +671,121 @@ async fn congestion_control_and_fixed_windows_are_applied_on_the_sockets() {
         "{refused}"
     );
     d.task.abort();
+}
+
+/// Stalls stream `stream` for good once `bytes` went through it each way.
+fn stall_stream(stream: usize, bytes: u64) -> StreamWrap {
+    Arc::new(move |k, s: BoxStream| -> BoxStream {
+        if k == stream {
+            Box::new(StallAfter::new(s, bytes))
+        } else {
+            s
+        }
+    })
+}
+
+/// A work directory with a daemon serving `root/` and a random file `src`
+/// of `len` bytes.
+struct Bench {
+    work: tempfile::TempDir,
+    d: Daemon,
+}
+
+impl Bench {
+    async fn new(len: u64, seed: u64) -> Bench {
+        let work = tempfile::tempdir().unwrap();
+        std::fs::create_dir(work.path().join("root")).unwrap();
+        random_file(&work.path().join("src.bin"), len, seed);
+        let d = daemon(&work.path().join("root")).await;
+        Bench { work, d }
+    }
+
+    fn p(&self, rel: &str) -> std::path::PathBuf {
+        self.work.path().join(rel)
+    }
+
+    async fn push(&self, o: &ClientOptions, name: &str) -> tern_engine::Result<client::Outcome> {
+        let progress = Arc::new(Progress::default());
+        client::push(
+            &self.d.ep,
+            o,
+            vec![self.p("src.bin")],
+            false,
+            name.into(),
+            progress,
+        )
+        .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_stream_is_replaced_and_the_copy_completes_both_ways() {
+    let b = Bench::new(24 << 20, 7).await;
+    let block = HEADER_LEN as u64 + (1 << 20);
+    let mut o = opts(4, Protect::Clear);
+    o.choices.stall_timeout = Some(Duration::from_secs(1));
+    // Four seconds for each copy: the stall is seen (after a second) and
+    // its replacement joins while most of the file is still to go.
+    o.rate_limit = Some(48_000_000);
+    // Modest socket buffers, as on a real path: a receiver reading slowly
+    // into tens of megabytes reopens its window in steps of a second or
+    // more, which a one-second stall timeout would mistake for stalls.
+    o.tuning.window = tern_drs::WindowMode::Fixed(512 << 10);
+
+    // Push: the client's writes on stream 2 stop in its fourth block.
+    o.wrap = Some(stall_stream(2, 3 * block + 1000));
+    let up = b.push(&o, "up.bin").await.unwrap();
+    assert!(
+        same_bytes(&b.p("src.bin"), &b.p("root/up.bin")),
+        "uploaded copy differs"
+    );
+    let s = &up.stats;
+    assert_eq!((s.streams_stalled, s.streams_replaced), (1, 1), "{s:?}");
+    assert!(s.blocks_retransmitted >= 1, "the torn block was sent again");
+    assert!(
+        s.per_stream_bytes[4] > 0,
+        "the replacement (spare index 4) carried data"
+    );
+    assert_eq!(s.streams_used, 5);
+
+    // Pull: the client's reads on stream 1 stop; the daemon's writes then
+    // wait, and it replaces the stream (the client opens the spare it asks for).
+    o.wrap = Some(stall_stream(1, 2 * block + 1000));
+    let down = client::pull(
+        &b.d.ep,
+        &o,
+        vec!["up.bin".into()],
+        false,
+        b.p("back.bin"),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert!(
+        same_bytes(&b.p("src.bin"), &b.p("back.bin")),
+        "downloaded copy differs"
+    );
+    let s = &down.stats;
+    // The client saw its stream stall (the frames written to it never
+    // came) and the daemon's replacement join on the spare index.
+    assert_eq!((s.streams_stalled, s.streams_replaced), (1, 1), "{s:?}");
+    assert!(
+        s.per_stream_bytes[4] > 0,
+        "the replacement carried data: {s:?}"
+    );
+    b.d.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_stall_timeout_a_stalled_stream_holds_the_copy() {
+    // What the stall timeout is for: with no watchdog on either end, the
+    // blocks a stalled stream holds are awaited for good.
+    let b = Bench::new(12 << 20, 8).await;
+    let mut o = opts(4, Protect::Clear);
+    o.choices.stall_timeout = None;
+    o.wrap = Some(stall_stream(0, 1 << 20));
+    let out = tokio::time::timeout(Duration::from_secs(5), b.push(&o, "x.bin")).await;
+    assert!(out.is_err(), "the copy cannot finish");
+    assert!(!b.p("root/x.bin").exists(), "nothing at the final name");
+    b.d.task.abort();
 }

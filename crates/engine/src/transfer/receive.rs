@@ -66,10 +66,13 @@ struct RecvShared {
 }
 
 impl RecvShared {
-    fn start_reader(self: &Arc<Self>, tasks: &Tasks, k: usize, stream: BoxStream) {
+    fn start_reader(self: &Arc<Self>, tasks: &Tasks, sampler: &Sampler, j: Joined) {
+        let k = usize::from(j.index);
+        let socket = j.probe.as_ref().and_then(|p| p.try_clone().ok());
+        sampler.add(j.index, j.probe);
         let stream = match &self.watch {
-            Some(w) => w.watch(k, stream),
-            None => stream,
+            Some(w) => w.watch(k, j.stream, socket),
+            None => j.stream,
         };
         self.streams.joined(k, self.growth_cap);
         let handle = tasks.spawn(stream_reader(self.clone(), k, stream, self.block_size));
@@ -138,8 +141,7 @@ pub async fn run_receiver(
         None,
     ));
     for j in streams {
-        sampler.add(j.index, j.probe);
-        shared.start_reader(&tasks, usize::from(j.index), j.stream);
+        shared.start_reader(&tasks, &sampler, j);
     }
     if let Some(w) = watch {
         tasks.spawn(watchdog(shared.clone(), w));
@@ -152,10 +154,7 @@ pub async fn run_receiver(
         Indices::new(params.streams, growth_cap, max_streams),
         wanted_rx,
         |total| tracing::warn!("the sender asked for {total} streams; this end cannot open any"),
-        move |j| {
-            sa.add(j.index, j.probe);
-            sh.start_reader(&tk, usize::from(j.index), j.stream);
-        },
+        move |j| sh.start_reader(&tk, &sa, j),
     ));
     tasks.spawn(receiver_control_reader(shared.clone(), ctrl_rd, wanted_tx));
     tasks.spawn(receiver_digests(shared.clone(), digest_rx, params.checksum));
@@ -486,16 +485,15 @@ async fn read_compressed(
     stream: &mut (impl AsyncReadExt + Unpin),
     h: BlockHeader,
     codec: Codec,
-    packed: &mut Vec<u8>,
-    buf: &mut Vec<u8>,
+    (packed, buf): (&mut Vec<u8>, &mut Vec<u8>),
     block_size: u32,
+    pace: Option<&crate::pace::Pace>,
 ) -> std::result::Result<(BlockHeader, bool), ReadError> {
     let wire = h.length as usize;
     if packed.len() < wire {
         packed.resize(block_size as usize, 0);
     }
-    stream
-        .read_exact(&mut packed[..wire])
+    crate::pace::read_exact(stream, &mut packed[..wire], pace)
         .await
         .map_err(ReadError::Ended)?;
     let raw = RawLen::decode(&packed[..wire]).map_err(|e| ReadError::Fatal(e.into()))?;
@@ -555,13 +553,12 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                 &shared.wake,
             );
         }
-        if let Some(pace) = &shared.pace {
-            pace.acquire(u64::from(h.length)).await;
-        }
+        let pace = shared.pace.as_deref();
         let codec = h.flags.codec();
         let (h, decompressed) = match codec {
             None => {
-                if let Err(e) = stream.read_exact(&mut buf[..h.length as usize]).await {
+                let payload = &mut buf[..h.length as usize];
+                if let Err(e) = crate::pace::read_exact(&mut stream, payload, pace).await {
                     return stream_ended(&shared, k, e);
                 }
                 (h, true)
@@ -573,8 +570,8 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                 );
             }
             Some(codec) => {
-                let read =
-                    read_compressed(&mut stream, h, codec, &mut packed, &mut buf, block_size).await;
+                let bufs = (&mut packed, &mut buf);
+                let read = read_compressed(&mut stream, h, codec, bufs, block_size, pace).await;
                 match read {
                     Ok(done) => done,
                     Err(ReadError::Ended(e)) => return stream_ended(&shared, k, e),

@@ -72,10 +72,13 @@ struct SendShared {
 
 impl SendShared {
     /// Stream `k` joined: it may take blocks now.
-    fn start_worker(self: &Arc<Self>, tasks: &Tasks, k: usize, stream: BoxStream) {
+    fn start_worker(self: &Arc<Self>, tasks: &Tasks, sampler: &Sampler, j: Joined) {
+        let k = usize::from(j.index);
+        let socket = j.probe.as_ref().and_then(|p| p.try_clone().ok());
+        sampler.add(j.index, j.probe);
         let stream = match &self.watch {
-            Some(w) => w.watch(k, stream),
-            None => stream,
+            Some(w) => w.watch(k, j.stream, socket),
+            None => j.stream,
         };
         self.session.lock().expect("session").stream_joined(k);
         self.streams.joined(k, self.growth_cap);
@@ -224,8 +227,7 @@ pub async fn run_sender(
         (!fixed).then_some(changes_tx),
     ));
     for j in streams {
-        sampler.add(j.index, j.probe);
-        shared.start_worker(&tasks, usize::from(j.index), j.stream);
+        shared.start_worker(&tasks, &sampler, j);
     }
     tasks.spawn(sender_digests(shared.clone(), digest_rx, params.checksum));
     tasks.spawn(sender_changes(shared.clone(), changes_rx, wanted_tx));
@@ -243,10 +245,7 @@ pub async fn run_sender(
             ask.session.lock().expect("session").request_streams(total);
             ask.control_wake.notify_one();
         },
-        move |j| {
-            sa.add(j.index, j.probe);
-            sh.start_worker(&tk, usize::from(j.index), j.stream);
-        },
+        move |j| sh.start_worker(&tk, &sa, j),
     ));
     let reader = tasks.spawn(sender_control_reader(shared.clone(), ctrl_rd));
     let writer = tasks.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
@@ -668,13 +667,11 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
         });
         b.frame_mut(&prepared)[..HEADER_LEN].copy_from_slice(&header.encode());
         let wire = prepared.wire as u64;
-        if let Some(pace) = &shared.pace {
-            pace.acquire(wire).await;
-        }
         let write_started = Instant::now();
         // Flush too: a TLS stream may hold the tail of the block in its own
         // buffer, and the receiver cannot finish without it.
-        let written = match stream.write_all(b.frame(&prepared)).await {
+        let pace = shared.pace.as_deref();
+        let written = match crate::pace::write_all(&mut stream, b.frame(&prepared), pace).await {
             Ok(()) => stream.flush().await,
             Err(e) => Err(e),
         };
