@@ -11,7 +11,10 @@
 //! time the network takes per wire byte (a block write waits while the
 //! connection drains, so that time is what a saved byte saves). A worker
 //! reads, compresses and writes in turn, so compressing a block pays when
-//! it costs less time than the write time it saves. The policy
+//! it costs less time than the write time it saves. The network's cost is
+//! a slowly decaying maximum rather than an average: while compression
+//! keeps the link from filling, writes go quickly, but the link is no
+//! faster for it, and sending raw would fill it again. The policy
 //!
 //! - gives up on a file after [`GIVE_UP_AFTER`] blocks in a row that did
 //!   not shrink (already compressed data), trying again one block in
@@ -45,6 +48,8 @@ pub const PROBE_EVERY: u64 = 32;
 const WARM_UP: u64 = 8;
 /// Weight of a new sample in the running estimates.
 const EWMA_WEIGHT: f64 = 0.125;
+/// Share of the network's cost per byte forgotten with every write.
+const WIRE_DECAY: f64 = 1.0 / 8.0;
 
 /// Most bytes a compressed payload (raw length prefix included) may take
 /// for a block of `block_size`: the buffer a sender needs.
@@ -221,8 +226,9 @@ struct Estimates {
     cpu_ns_per_byte: Ewma,
     /// Share of the raw bytes compression saved (0 for a block sent raw).
     saving: Ewma,
-    /// Time a write took per wire byte, in nanoseconds.
-    wire_ns_per_byte: Ewma,
+    /// Time a write took per wire byte, in nanoseconds: the largest of
+    /// late, decaying by [`WIRE_DECAY`] with every write.
+    wire_ns_per_byte: Option<f64>,
     tried: u64,
     written: u64,
     blocks: u64,
@@ -314,7 +320,11 @@ impl Policy {
         }
         let mut s = self.state.lock().expect("compression policy");
         s.written += 1;
-        s.wire_ns_per_byte.add(took.as_nanos() as f64 / wire as f64);
+        let sample = took.as_nanos() as f64 / wire as f64;
+        s.wire_ns_per_byte = Some(match s.wire_ns_per_byte {
+            Some(w) => sample.max(w * (1.0 - WIRE_DECAY)),
+            None => sample,
+        });
     }
 
     /// A file is done: forget what was learnt about it.
@@ -336,11 +346,9 @@ impl Estimates {
         if self.tried < WARM_UP || self.written < WARM_UP {
             return true;
         }
-        let (Some(cpu), Some(saving), Some(wire)) = (
-            self.cpu_ns_per_byte.0,
-            self.saving.0,
-            self.wire_ns_per_byte.0,
-        ) else {
+        let (Some(cpu), Some(saving), Some(wire)) =
+            (self.cpu_ns_per_byte.0, self.saving.0, self.wire_ns_per_byte)
+        else {
             return true;
         };
         wire * saving > cpu
@@ -455,6 +463,32 @@ mod tests {
         // stream; after the warm-up only probes are compressed.
         let n = run_auto(640, 2.0, 0.5, 0.1);
         assert!(n <= WARM_UP as usize + 640 / PROBE_EVERY as usize, "{n}");
+    }
+
+    #[test]
+    fn auto_keeps_compressing_when_that_is_what_unloads_the_link() {
+        // A 20 ns/B link that compressed blocks no longer fill: their
+        // writes go at 1 ns/B, raw ones pay the link's price. An average
+        // of write times would swing between the two; the link's cost
+        // does not change.
+        let p = Policy::new(Compression::Auto);
+        let bs = 1 << 20;
+        let mut compressed = 0;
+        for _ in 0..400 {
+            let (wire, ns_per_byte) = match p.plan(1, bs) {
+                Some(_) => {
+                    p.compressed(1, bs, Some(bs / 4), Duration::from_millis(2));
+                    compressed += 1;
+                    (bs / 4, 1.0)
+                }
+                None => (bs, 20.0),
+            };
+            p.wrote(
+                wire,
+                Duration::from_nanos((ns_per_byte * wire as f64) as u64),
+            );
+        }
+        assert!(compressed > 360, "{compressed} of 400 compressed");
     }
 
     #[test]

@@ -713,9 +713,8 @@ fn bytes_on_disk(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
 }
 
-/// Kills the daemon with SIGKILL once `partial` holds `bytes`, while
-/// `client` is still copying.
-fn kill_daemon_at(mut server: Server, client: &mut Child, partial: &Path, bytes: u64) {
+/// Waits until `partial` holds `bytes` while `client` is still copying.
+fn wait_for_partial(client: &mut Child, partial: &Path, bytes: u64) {
     let start = Instant::now();
     while bytes_on_disk(partial) < bytes {
         assert!(
@@ -728,8 +727,36 @@ fn kill_daemon_at(mut server: Server, client: &mut Child, partial: &Path, bytes:
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Kills the daemon with SIGKILL once `partial` holds `bytes`, while
+/// `client` is still copying.
+fn kill_daemon_at(mut server: Server, client: &mut Child, partial: &Path, bytes: u64) {
+    wait_for_partial(client, partial, bytes);
     unsafe_free_kill(server.child.id(), "KILL");
     let _ = server.child.wait();
+}
+
+/// Kills the client with SIGKILL once `partial` holds `bytes`; returns
+/// the bytes the partial file then held.
+fn kill_client_at(client: &mut Child, partial: &Path, bytes: u64) -> u64 {
+    wait_for_partial(client, partial, bytes);
+    unsafe_free_kill(client.id(), "KILL");
+    let status = client.wait().unwrap();
+    assert_eq!(status.code(), None, "killed by a signal");
+    bytes_on_disk(partial)
+}
+
+/// Starts `tern cp ARGS` in the background, its report going nowhere.
+fn spawn_cp(env: &Env, args: &[&str]) -> Child {
+    tern()
+        .arg("cp")
+        .args(args)
+        .env("XDG_CONFIG_HOME", env.p("cfg"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 #[test]
@@ -961,5 +988,303 @@ fn probe_refuses_bad_targets_and_reports_a_dead_one() {
             .as_str()
             .unwrap()
             .contains("cannot connect")
+    );
+}
+
+#[test]
+fn a_copy_whose_client_was_killed_resumes_when_run_again() {
+    let env = Env::new();
+    let src = env.p("big.bin");
+    random_file_streamed(&src, 96 << 20);
+    std::fs::copy(&src, env.p("root/big.bin")).unwrap();
+    let server = env.server();
+    // Slow enough (40 MB/s) to be killed in the middle.
+    let common = [
+        "-P",
+        "4",
+        "--rate-limit",
+        "320M",
+        "--retries",
+        "0",
+        "--no-progress",
+    ];
+    let up = server.url("up.bin");
+    let down = env.p("down.bin");
+    let cases = [
+        // Push: the daemon keeps what arrived before the client died.
+        (
+            src.to_str().unwrap(),
+            up.as_str(),
+            env.p("root/.up.bin.tern-partial"),
+            env.p("root/up.bin"),
+        ),
+        // Pull: the killed client's own journal, never flushed, counts in
+        // the same boot.
+        (
+            &server.url("big.bin"),
+            down.to_str().unwrap(),
+            env.p(".down.bin.tern-partial"),
+            down.clone(),
+        ),
+    ];
+    for (from, to, partial, dest) in cases {
+        let args: Vec<&str> = common.iter().copied().chain([from, to]).collect();
+        let mut client = spawn_cp(&env, &args);
+        let arrived = kill_client_at(&mut client, &partial, 24 << 20);
+        assert!(!dest.exists(), "{to}: nothing at the final name");
+        assert!(arrived < 96 << 20, "{to}: the kill came before the end");
+        // The daemon notices the client is gone and closes its session.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut again: Vec<&str> = vec!["cp", "--json"];
+        again.extend(&args);
+        let report = json(&env.run(&again));
+        let resumed = report["bytes_resumed"].as_u64().unwrap();
+        assert!(
+            resumed as f64 >= 0.8 * arrived as f64 && resumed < 96 << 20,
+            "{to}: resumed {resumed} of {arrived} bytes that had arrived"
+        );
+        assert!(same_file(&src, &dest), "{to}: byte-identical");
+        assert!(!partial.exists(), "{to}: partial file gone");
+    }
+}
+
+#[test]
+fn a_disk_that_fills_during_a_resumed_copy_is_exit_5_and_a_later_run_completes() {
+    if !is_root() {
+        eprintln!(
+            "SKIP a_disk_that_fills_during_a_resumed_copy: needs root to mount a small tmpfs"
+        );
+        return;
+    }
+    let env = Env::new();
+    let small = env.p("small");
+    if !mount_tmpfs(&small, "size=16m") {
+        eprintln!("SKIP a_disk_that_fills_during_a_resumed_copy: mount -t tmpfs failed");
+        return;
+    }
+    let src = env.p("src.bin");
+    random_file_streamed(&src, 10 << 20);
+    std::fs::copy(&src, env.p("root/src.bin")).unwrap();
+    let small_server = Server::start(&small, &env.p("state"));
+    let root_server = env.server();
+    let slow = [
+        "-P",
+        "2",
+        "--rate-limit",
+        "40M",
+        "--retries",
+        "0",
+        "--no-progress",
+    ];
+    let into_small = small_server.url("up.bin");
+    let pulled = small.join("down.bin");
+    let cases = [
+        // The daemon receives into the small file system.
+        (
+            src.to_str().unwrap(),
+            into_small.as_str(),
+            small.join(".up.bin.tern-partial"),
+            small.join("up.bin"),
+        ),
+        // The client does.
+        (
+            &root_server.url("src.bin"),
+            pulled.to_str().unwrap(),
+            small.join(".down.bin.tern-partial"),
+            pulled.clone(),
+        ),
+    ];
+    let mut outcomes = Vec::new();
+    for (from, to, partial, dest) in cases {
+        let run_args: Vec<&str> = slow.iter().copied().chain([from, to]).collect();
+        // An interrupted first run leaves a partial file to resume.
+        let mut client = spawn_cp(&env, &run_args);
+        let arrived = kill_client_at(&mut client, &partial, 3 << 20);
+        std::thread::sleep(Duration::from_millis(300));
+        // Then the disk fills up: 2 MiB stay free, the copy needs more.
+        let filler = small.join("filler");
+        let fill = free_bytes(&small) - (2 << 20);
+        std::fs::write(&filler, vec![7u8; fill as usize]).unwrap();
+        let mut resume: Vec<&str> = vec!["cp", "--json"];
+        resume.extend(&run_args);
+        let full = env.run(&resume);
+        let at_final_name = dest.exists();
+        // Space is freed; the same command completes, resuming again.
+        std::fs::remove_file(&filler).unwrap();
+        let done = env.run(&resume);
+        let identical = dest.exists() && same_file(&src, &dest);
+        let partial_left = partial.exists();
+        let _ = std::fs::remove_file(&dest);
+        outcomes.push((
+            to.to_string(),
+            arrived,
+            full,
+            at_final_name,
+            done,
+            identical,
+            partial_left,
+        ));
+    }
+    drop(small_server);
+    drop(root_server);
+    umount(&small);
+    for (to, arrived, full, at_final_name, done, identical, partial_left) in outcomes {
+        assert_eq!(code(&full), 5, "{to}: {}", stderr(&full));
+        assert!(
+            stderr(&full).contains("no space"),
+            "{to}: {}",
+            stderr(&full)
+        );
+        assert!(
+            !at_final_name,
+            "{to}: nothing at the final name when the disk is full"
+        );
+        let report = json(&done);
+        let resumed = report["bytes_resumed"].as_u64().unwrap();
+        assert!(
+            resumed >= arrived * 8 / 10,
+            "{to}: resumed {resumed} of {arrived}"
+        );
+        assert!(identical, "{to}: byte-identical after the space came back");
+        assert!(!partial_left, "{to}: no partial file left");
+    }
+}
+
+/// Bytes free on the file system of `dir` (from df).
+fn free_bytes(dir: &Path) -> u64 {
+    let out = Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("df: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Text-like bytes that compress well.
+fn text_file(path: &Path, len: usize) -> Vec<u8> {
+    let words = ["event ", "run 42 ", "muon pt=13.7 ", "jet eta=-1.2\n"];
+    let mut data = Vec::with_capacity(len);
+    let mut i = 0usize;
+    while data.len() < len {
+        data.extend_from_slice(words[(i * 7 + i / 5) % words.len()].as_bytes());
+        i += 1;
+    }
+    data.truncate(len);
+    std::fs::write(path, &data).unwrap();
+    data
+}
+
+#[test]
+fn compression_and_skipping_are_reported() {
+    let env = Env::new();
+    let text = text_file(&env.p("run.log"), 5 << 20);
+    let server = env.server();
+    let log = env.p("run.log");
+    let url = server.url("run.log");
+    let push = |extra: &[&str]| {
+        let mut args = vec!["cp", "--json", "--protect", "clear"];
+        args.extend(extra);
+        args.extend([log.to_str().unwrap(), url.as_str()]);
+        json(&env.run(&args))
+    };
+    let zstd = push(&["--compress", "zstd"]);
+    assert_eq!(std::fs::read(env.p("root/run.log")).unwrap(), text);
+    let c = &zstd["compression"];
+    assert_eq!(
+        (&c["mode"], &c["codec"]),
+        (&"zstd".into(), &"zstd".into()),
+        "{zstd}"
+    );
+    assert_eq!(c["bytes_raw"], 5 << 20);
+    assert!(c["ratio"].as_f64().unwrap() < 0.2, "{c}");
+    assert_eq!(c["blocks_compressed"], 5);
+    assert_eq!(zstd["files_skipped"], 0);
+
+    // The same command again: the daemon has the file (size and mtime).
+    let again = push(&["--compress", "zstd"]);
+    assert_eq!(
+        (&again["files"], &again["files_skipped"]),
+        (&0.into(), &1.into()),
+        "{again}"
+    );
+    assert_eq!(again["bytes_skipped"], 5 << 20);
+    assert_eq!(again["per_stream"][0]["bytes"], 0, "nothing was sent");
+    let forced = push(&["--skip-existing", "never", "--compress", "none"]);
+    assert_eq!(forced["files"], 1);
+    assert_eq!(forced["compression"]["codec"], "none");
+    assert_eq!(forced["compression"]["ratio"], 1.0);
+
+    // Pull with LZ4: the receiving client counts what came compressed.
+    let pulled = env.p("back.log");
+    let down = json(&env.run(&[
+        "cp",
+        "--json",
+        "--compress",
+        "lz4",
+        &server.url("run.log"),
+        pulled.to_str().unwrap(),
+    ]));
+    assert_eq!(std::fs::read(&pulled).unwrap(), text);
+    assert_eq!(down["compression"]["codec"], "lz4", "{down}");
+    // The pulled copy got the source's mtime: pulling again skips it, and a
+    // digest check agrees without sending it.
+    for policy in ["mtime", "digest"] {
+        let again = json(&env.run(&[
+            "cp",
+            "--json",
+            "--skip-existing",
+            policy,
+            &server.url("run.log"),
+            pulled.to_str().unwrap(),
+        ]));
+        assert_eq!(again["files_skipped"], 1, "{policy}: {again}");
+    }
+    for (flag, value) in [
+        ("--compress", "gzip"),
+        ("--skip-existing", "sometimes"),
+        ("--stall-timeout", "0.01"),
+    ] {
+        let out = env.run(&["cp", flag, value, log.to_str().unwrap(), &server.url("x")]);
+        assert_eq!(code(&out), 2, "{flag} {value}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_stalled_stream_is_replaced_and_reported() {
+    let env = Env::new();
+    random_file_streamed(&env.p("src.bin"), 24 << 20);
+    let server = env.server();
+    // Stream 1 stalls for good after 3 MB; four seconds of copy at 48 Mbit/s.
+    let out = env.run_env(
+        &[
+            "cp",
+            "--json",
+            "-P",
+            "4",
+            "--protect",
+            "clear",
+            "--stall-timeout",
+            "1",
+            "--rate-limit",
+            "48M",
+            "--window",
+            "512K",
+            env.p("src.bin").to_str().unwrap(),
+            &server.url("x.bin"),
+        ],
+        &[("TERN_FAULT_STALL", "1:3000000")],
+    );
+    let report = json(&out);
+    assert_eq!(report["streams_stalled"], 1, "{report}");
+    assert_eq!(report["streams_replaced"], 1, "{report}");
+    assert!(same_file(&env.p("src.bin"), &env.p("root/x.bin")));
+    assert!(
+        stderr(&out).contains("stalled"),
+        "the stall is logged: {}",
+        stderr(&out)
     );
 }
