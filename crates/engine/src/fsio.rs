@@ -487,6 +487,9 @@ impl BlockRead for FileReader {
 pub struct FsSink {
     root: Root,
     plan: DestPlan,
+    /// Whether [`Sink::existing`] may look at what is at a final name (not
+    /// for a writer who may not read there).
+    peek: bool,
 }
 
 #[derive(Debug)]
@@ -515,7 +518,20 @@ impl FsSink {
             }
             DestPlan::As(dest)
         };
-        Ok(FsSink { root, plan })
+        Ok(FsSink {
+            root,
+            plan,
+            peek: true,
+        })
+    }
+
+    /// The same sink, telling nothing about the files already at the
+    /// destination: every file counts as absent and is received.
+    pub fn blind(self) -> FsSink {
+        FsSink {
+            peek: false,
+            ..self
+        }
     }
 
     fn target(&self, rel: &str) -> Result<PathBuf> {
@@ -600,6 +616,9 @@ impl Sink for FsSink {
     }
 
     fn existing(&self, path: &str) -> Result<Option<Found>> {
+        if !self.peek {
+            return Ok(None);
+        }
         let target = self.target(path)?;
         if self.root.is_dir(&target) {
             return Ok(None);

