@@ -580,6 +580,7 @@ fn perf_probe(duration: Duration) -> tern_advisor::EngineThroughput {
             io_timeout: Duration::from_secs(30),
             once_token: None,
             callback: None,
+            choices: tern_engine::options::Choices::default(),
         },
         duration,
     }
