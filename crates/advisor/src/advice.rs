@@ -307,7 +307,7 @@ const INITIAL_WINDOW: u64 = 10 * 1448;
 /// one, long fat ones several (a 500 Mbit/s x 180 ms path eight), which is
 /// what a wizard's `-P 8` on such paths buys in the first seconds.
 fn ramp_streams(bdp: u64, rtt_s: f64) -> u64 {
-    if !(rtt_s > 0.0) {
+    if rtt_s.is_nan() || rtt_s <= 0.0 {
         return 1;
     }
     let doublings = (RAMP_BUDGET_S / rtt_s).floor().clamp(0.0, 40.0) as u32;
