@@ -101,6 +101,31 @@ read -ra BEST_ARGS <<<"${BEST#*$'\t'}"
 # 4. From the start, alternating.
 perf advice "$START_TIME" --advisor "$ADVISOR"
 perf "best-$BEST_LABEL" "$START_TIME" "${BEST_ARGS[@]}"
+# 5. Disk to disk: `tern cp` of one file (its whole time is "from the start"),
+#    from the advice and with the sweep's best, alternating, twice each.
+CP_MIB=${CP_MIB:-256}
+CP_RESULTS=$WORK/cp-results.tsv
+: >"$CP_RESULTS"
+head -c $((CP_MIB << 20)) /dev/urandom >"$WORK/cp-src.bin"
+copy() {  # LABEL ARGS...: one tern cp A -> B, a row in CP_RESULTS
+    local label=$1 out="$WORK/cp-$1-$RANDOM.json" bps
+    shift
+    rm -f "$DST/cp.bin"
+    sync
+    echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+    if timeout 300 "$NETLAB" --lab "$LAB" exec A "$TERN" cp "$WORK/cp-src.bin" "tern://$B0:$TPORT/cp.bin" \
+        --json "$@" >"$out" 2>"$out.err" && cmp -s "$WORK/cp-src.bin" "$DST/cp.bin"; then
+        bps=$(json 'd["throughput_bps"]' "$out")
+    else
+        bps=nan
+    fi
+    printf '%s\t%s\t%s\n' "$label" "$bps" "$*" >>"$CP_RESULTS"
+    log "  cp $label: $(mbit "$bps")"
+}
+for _ in 1 2; do
+    copy advice --advisor "$ADVISOR"
+    copy "best-$BEST_LABEL" "${BEST_ARGS[@]}"
+done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # The report.
@@ -110,6 +135,9 @@ mbits() { awk -v b="$1" 'BEGIN { if (b == "nan") print "failed"; else printf "%.
 ADV_FULL=$(bps_of advice "$PERF_TIME") BEST_FULL=$(bps_of "$BEST_LABEL" "$PERF_TIME")
 ADV_START=$(bps_of advice "$START_TIME") BEST_START=$(bps_of "best-$BEST_LABEL" "$START_TIME")
 R_FULL=$(ratio "$ADV_FULL" "$BEST_FULL") R_START=$(ratio "$ADV_START" "$BEST_START")
+cp_best() { awk -F'\t' -v l="$1" '$1 == l && $2 != "nan" && $2 + 0 > b { b = $2 + 0 } END { print (b > 0 ? b : "nan") }' "$CP_RESULTS"; }
+ADV_CP=$(cp_best advice) BEST_CP=$(cp_best "best-$BEST_LABEL")
+R_CP=$(ratio "$ADV_CP" "$BEST_CP")
 met() { awk -v r="$1" 'BEGIN { print (r != "nan" && r + 0 >= 0.95) ? "met" : "**not met**" }'; }  # on 3 decimals: 0.945 is not met
 {
     echo "<!-- advise:start -->"
@@ -124,6 +152,15 @@ met() { awk -v r="$1" 'BEGIN { print (r != "nan" && r + 0 >= 0.95) ? "met" : "**
     echo "| tern from advice ($A_N streams, window $A_WIN) | $(mbits "$ADV_FULL") | $(mbits "$ADV_START") |"
     echo "| hand-tuned best ($BEST_LABEL: ${BEST_ARGS[*]}) | $(mbits "$BEST_FULL") | $(mbits "$BEST_START") |"
     echo "| ratio (goal >= 0.95) | $R_FULL ($(met "$R_FULL")) | $R_START ($(met "$R_START")) |"
+    echo
+    echo "\`tern cp\` disk to disk, one $CP_MIB MiB file of random data (default protection, page cache"
+    echo "dropped before each copy, compared with \`cmp\` after it; best of 2, alternating):"
+    echo
+    echo "| | Mbit/s |"
+    echo "| --- | ---: |"
+    echo "| tern cp from advice (\`--advisor URL\` only) | $(mbits "$ADV_CP") |"
+    echo "| tern cp with the hand-tuned best (${BEST_ARGS[*]}) | $(mbits "$BEST_CP") |"
+    echo "| ratio (goal >= 0.95) | $R_CP ($(met "$R_CP")) |"
     echo
     echo "The advisor's measurement (client-side \`tern advisor\` in A, default probes, $MEASURE_S s from start to advice):"
     echo "RTT $A_RTT ms (configured $RTT), capacity $A_CAP Mbit/s (configured $RATE) -> $A_N streams of"
