@@ -135,13 +135,14 @@ fn closed_port() -> std::net::SocketAddr {
     l.local_addr().unwrap()
 }
 
+/// Runs tern with a config dir of its own: tests run in parallel and a port
+/// one test's daemon used may be reused by another daemon with another
+/// certificate, which a shared `known_hosts` would rightly refuse.
 fn run(args: &[&str]) -> Output {
+    let cfg = tempfile::tempdir().unwrap();
     tern()
         .args(args)
-        .env(
-            "XDG_CONFIG_HOME",
-            std::env::temp_dir().join("tern-advisor-tests-cfg"),
-        )
+        .env("XDG_CONFIG_HOME", cfg.path())
         .output()
         .unwrap()
 }
