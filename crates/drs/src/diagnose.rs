@@ -154,6 +154,94 @@ pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u
     }
 }
 
+/// How the send buffers of a session on a long path were sized together
+/// ([`crate::session`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SharedSizing {
+    /// Streams whose buffers the session sized.
+    pub streams: usize,
+    /// The last share of each, bytes.
+    pub each: u64,
+    /// The session's bandwidth-delay product, bytes.
+    pub bdp: u64,
+    /// The RTT it was measured at, ms.
+    pub rtt_ms: f64,
+}
+
+impl Diagnosis {
+    /// Tells the story of a session whose streams' send buffers tern sized
+    /// together: whether one stream's buffer would have been capped by
+    /// `tcp_wmem` (then the send buffer was the limit, and tern's streams
+    /// and sizing were the workaround) or not (then the path set the pace).
+    pub fn shared_sizing(&mut self, shared: SharedSizing) {
+        let SharedSizing {
+            streams,
+            each,
+            bdp,
+            rtt_ms,
+        } = shared;
+        let total = each.saturating_mul(streams as u64);
+        let cap = self.host.tcp_wmem[2];
+        self.actions.push(format!(
+            "sized the send buffers of {streams} streams together to twice the path's \
+             bandwidth-delay product ({} at {rtt_ms:.1} ms): {} each, {} in total",
+            mib(bdp),
+            mib(each),
+            mib(total)
+        ));
+        self.sysctls.retain(|l| !l.contains("tcp_wmem"));
+        if 2 * bdp > cap {
+            self.limit = Limit::SendBuffer;
+            self.sysctls.insert(
+                0,
+                format!(
+                    "sysctl -w net.ipv4.tcp_wmem=\"{} {} {}\"",
+                    self.host.tcp_wmem[0],
+                    self.host.tcp_wmem[1],
+                    buffer_for(bdp)
+                ),
+            );
+            let how = if streams > 1 {
+                format!(
+                    "spreading the transfer over {streams} streams and setting their send \
+                     buffers itself, together twice the bandwidth-delay product ({} each, {} in \
+                     total)",
+                    mib(each),
+                    mib(total)
+                )
+            } else {
+                format!(
+                    "setting the send buffer itself to twice the bandwidth-delay product ({})",
+                    mib(total)
+                )
+            };
+            self.summary = format!(
+                "The send buffer was the limit: one stream's send buffer stops at the sender's \
+                 tcp_wmem maximum of {}, while this path's bandwidth-delay product is {} at \
+                 {rtt_ms:.1} ms and a stream needs about twice that. tern worked around it by \
+                 {how}; raising tcp_wmem on the sending host removes the cap for every program.",
+                mib(cap),
+                mib(bdp),
+            );
+        } else {
+            self.limit = Limit::Network;
+            self.summary = format!(
+                "The network path set the pace (congestion control {}): tern gave its \
+                 {streams} streams send buffers of together twice the path's \
+                 bandwidth-delay product ({} at {rtt_ms:.1} ms; {} in total), within the \
+                 host's caps.",
+                if self.congestion_control.is_empty() {
+                    &self.host.congestion_control
+                } else {
+                    &self.congestion_control
+                },
+                mib(bdp),
+                mib(total)
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +308,41 @@ mod tests {
         assert!(d.summary.contains("32.0 MiB"), "{}", d.summary);
         assert_eq!(d.actions.len(), 1);
         assert!(d.sysctls[0].contains("tcp_wmem"), "{:?}", d.sysctls);
+    }
+
+    #[test]
+    fn shared_buffers_past_what_one_stream_may_have_are_the_workaround() {
+        let mut d = diagnose(vec![est(1_000_000, 0, 800_000)], host(), &[]);
+        d.shared_sizing(SharedSizing {
+            streams: 8,
+            each: 3 << 20,
+            bdp: 12 << 20,
+            rtt_ms: 100.2,
+        });
+        assert_eq!(d.limit, Limit::SendBuffer);
+        assert!(d.summary.contains("worked around"), "{}", d.summary);
+        assert!(d.summary.contains("8 streams"), "{}", d.summary);
+        assert!(d.summary.contains("24.0 MiB in total"), "{}", d.summary);
+        assert_eq!(
+            d.sysctls,
+            vec!["sysctl -w net.ipv4.tcp_wmem=\"4096 16384 33554432\"".to_string()]
+        );
+        assert!(
+            d.actions[0].contains("8 streams together"),
+            "{:?}",
+            d.actions
+        );
+        // A path one stream's buffer could have held: the path was the limit.
+        let mut d = diagnose(vec![est(1_000_000, 0, 800_000)], host(), &[]);
+        d.shared_sizing(SharedSizing {
+            streams: 2,
+            each: 1 << 20,
+            bdp: 1 << 20,
+            rtt_ms: 30.0,
+        });
+        assert_eq!(d.limit, Limit::Network);
+        assert!(d.sysctls.is_empty(), "{:?}", d.sysctls);
+        assert!(d.summary.contains("network path"), "{}", d.summary);
     }
 
     #[test]

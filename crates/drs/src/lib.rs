@@ -6,7 +6,8 @@
 //! adapter that reads the kernel ([`tcp_info`], [`host`]).
 //!
 //! It measures, explains, and grows send buffers that limit a stream
-//! ([`policy`]); stream-count control is not built yet.
+//! ([`policy`]), sizes the buffers of a session's streams together on long
+//! paths ([`session`]), and decides how many streams to use ([`streams`]).
 
 pub mod diagnose;
 pub mod estimate;
@@ -14,12 +15,13 @@ pub mod ffi;
 pub mod host;
 pub mod policy;
 pub mod pool;
+pub mod session;
 pub mod socket;
 pub mod streams;
 pub mod tcp_info;
 pub mod tuner;
 
-pub use diagnose::{Diagnosis, diagnose};
+pub use diagnose::{Diagnosis, SharedSizing, diagnose};
 pub use estimate::{Interval, Limit, StreamEstimate, StreamEstimator};
 pub use host::HostCaps;
 pub use streams::{StreamChange, StreamController, StreamStep};

@@ -85,6 +85,10 @@ pub struct SocketTuner {
     last: Option<Interval>,
     at_cap: bool,
     growing: bool,
+    /// The send buffer follows the session's share ([`crate::session`]).
+    shared: bool,
+    /// The share the session last asked for, bytes.
+    share_wanted: u64,
     /// Send buffer at the last tick, before the policy acted, bytes.
     pub seen_sndbuf: u64,
     /// Receive buffer at the last tick, before the policy acted, bytes.
@@ -117,6 +121,8 @@ impl SocketTuner {
             last: None,
             at_cap: false,
             growing: false,
+            shared: false,
+            share_wanted: 0,
             seen_sndbuf: 0,
             seen_rcvbuf: 0,
             peak_sndbuf: 0,
@@ -161,6 +167,14 @@ impl SocketTuner {
                 socket::set_notsent_lowat(self.fd, lowat as u32)?;
                 self.lowat = lowat;
             }
+        }
+        if self.shared {
+            // The session sizes this buffer (`apply_share`); it is at its cap
+            // when the share wanted is more than the budget allows.
+            let granted = self.raised_sndbuf.unwrap_or(sndbuf);
+            self.at_cap = (policy::is_sndbuf_limited(&interval) && self.share_wanted > granted)
+                || (interval.busy_share >= 0.5 && interval.rwnd_limited_share >= 0.2);
+            return Ok(());
         }
         let budget = self.cfg.budget;
         let decision = self.send.decide(
@@ -244,6 +258,53 @@ impl SocketTuner {
             }
         }
         Ok(())
+    }
+
+    /// Hands this send buffer to the session ([`crate::session`]): from
+    /// now on it is `share` bytes, and follows [`SocketTuner::apply_share`]
+    /// instead of this stream's own policy. Only in [`WindowMode::Auto`]
+    /// on a sending socket; elsewhere it does nothing.
+    pub fn share_with_session(&mut self, share: u64) -> io::Result<()> {
+        if self.cfg.mode != WindowMode::Auto || self.cfg.direction != Direction::Send {
+            return Ok(());
+        }
+        self.shared = true;
+        self.set_share(share, true)
+    }
+
+    /// Sets a shared send buffer to the session's current `share`, unless
+    /// it is already within a tenth of it.
+    pub fn apply_share(&mut self, share: u64) -> io::Result<()> {
+        if !self.shared {
+            return Ok(());
+        }
+        self.share_wanted = share;
+        let current = self.raised_sndbuf.unwrap_or(self.seen_sndbuf);
+        if share.abs_diff(current) * 10 <= current {
+            return Ok(());
+        }
+        self.set_share(share, false)
+    }
+
+    fn set_share(&mut self, share: u64, first: bool) -> io::Result<()> {
+        self.share_wanted = share;
+        let want = share.min(self.cfg.budget.cap());
+        let granted = self.reservation.resize(want);
+        let before = self.raised_sndbuf.unwrap_or(self.seen_sndbuf);
+        socket::set_sndbuf(self.fd, granted, self.cfg.budget.privileged)?;
+        self.owned_sndbuf = true;
+        self.raised_sndbuf = Some(granted);
+        self.peak_sndbuf = self.peak_sndbuf.max(socket::sndbuf(self.fd)?);
+        if !first {
+            self.adjustments += 1;
+        }
+        self.growing = granted > before;
+        Ok(())
+    }
+
+    /// Whether the send buffer follows the session's share.
+    pub fn shared(&self) -> bool {
+        self.shared
     }
 
     /// The last interval between two samples.

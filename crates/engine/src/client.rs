@@ -176,6 +176,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     let connector = TlsConnector::from(verifier.client_config(opts.client_cert.as_ref())?);
     let route = Route::new(ep, opts.callback.as_ref());
     let tcp = route.connect(opts.connect_timeout, opts.io_timeout).await?;
+    let control_fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     let route = route.for_data(&tcp);
     let _ = tcp.set_nodelay(true);
     let tls = connector
@@ -233,10 +234,19 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     if let Some(token) = &opts.once_token {
         present_token(&mut control, token, negotiated.features).await?;
     }
+    // The TLS and hello round trips have given the kernel an RTT sample.
+    let streams = if opts.tuning.streams_from_rtt {
+        let rtt = tern_drs::TcpInfo::read(control_fd)
+            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
+            .unwrap_or_default();
+        tern_drs::session::start_streams(rtt, opts.max_streams).max(opts.streams)
+    } else {
+        opts.streams
+    };
     control
         .send(&ControlMsg::SessionOpen(SessionOpen {
             mode,
-            streams: opts.streams,
+            streams,
             block_size: opts.block_size,
             checksum: opts.checksum,
             protect: opts.protect,
@@ -244,7 +254,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         .await?;
     let tuned = negotiated.features.contains(Features::TUNING);
     let optioned = negotiated.features.contains(Features::OPTIONS);
-    let max_asked = opts.max_streams.max(opts.streams);
+    let max_asked = opts.max_streams.max(streams);
     // Spare indices replace stalled streams; only a session that can grow
     // while it runs can take them.
     let spares = if optioned && tuned && choices.stall_timeout.is_some() {

@@ -869,6 +869,7 @@ fn agree_tuning(
             window,
             congestion,
             auto_streams: req.max_streams > open.streams,
+            streams_from_rtt: false,
             script: Vec::new(),
         },
     ))

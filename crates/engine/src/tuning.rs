@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tern_drs::session::{LONG_PATH_RTT, MIN_SHARE, SessionSample, SessionSizer};
 use tern_drs::streams::Observation;
 use tern_drs::{Diagnosis, Direction, SocketTuner, StreamChange, StreamController, WindowMode};
 use tokio::sync::mpsc;
@@ -92,6 +93,10 @@ pub struct Tuning {
     pub congestion: String,
     /// The sending side may add and retire streams.
     pub auto_streams: bool,
+    /// The client picks the starting count from the RTT of its control
+    /// connection ([`tern_drs::session::start_streams`]), at least the
+    /// count it asked for and at most its maximum.
+    pub streams_from_rtt: bool,
     /// Stream-count changes at fixed times, applied by the sending side
     /// instead of the controller's (tests and experiments).
     pub script: Vec<(Duration, StreamChange)>,
@@ -103,6 +108,7 @@ impl Default for Tuning {
             window: WindowMode::Auto,
             congestion: String::new(),
             auto_streams: false,
+            streams_from_rtt: false,
             script: Vec::new(),
         }
     }
@@ -132,6 +138,12 @@ struct Tuners {
     per_stream: u64,
     slots: Vec<Option<Slot>>,
     controller: Option<StreamController>,
+    /// Sizes the send buffers of the streams together on a long path.
+    sizer: SessionSizer,
+    /// The share the sizer gave last.
+    share: u64,
+    /// Streams the session has (or is about to have), for first shares.
+    streams: u16,
     changes: Option<mpsc::UnboundedSender<StreamChange>>,
     congestion_seen: Option<String>,
     started: Instant,
@@ -176,9 +188,26 @@ impl Tuners {
             self.congestion_seen = tern_drs::socket::congestion(fd).ok();
         }
         let cfg = tern_drs::TunerConfig::new(self.tuning.window, self.direction, self.per_stream);
+        let wmem_max = cfg.caps.tcp_wmem[2];
+        let mut tuner = SocketTuner::new(fd, cfg);
+        // On a long path the session sizes the send buffers together, from
+        // the first byte: kernel autotuning would take each stream to its
+        // cap, which over several streams is far more than the path holds.
+        let long_path = tern_drs::TcpInfo::read(fd)
+            .is_ok_and(|i| Duration::from_micros(u64::from(i.rtt_us)) >= LONG_PATH_RTT);
+        if long_path {
+            let first = match self.sizer.bdp() {
+                0 => (wmem_max / u64::from(self.streams.max(1))).max(MIN_SHARE),
+                _ => self.share.max(MIN_SHARE),
+            };
+            self.sizer.start_at(first);
+            if let Err(e) = tuner.share_with_session(first) {
+                tracing::debug!("stream {k}: cannot size the send buffer: {e}");
+            }
+        }
         if let Some(slot) = self.slots.get_mut(k) {
             *slot = Some(Slot {
-                tuner: SocketTuner::new(fd, cfg),
+                tuner,
                 _probe: probe,
                 retired: false,
             });
@@ -225,6 +254,9 @@ impl Tuners {
                 Err(e) => tracing::debug!("stream {k}: cannot tune: {e}"),
             }
         }
+        if act {
+            self.size_shared(at, bytes);
+        }
         if !act || self.changes.is_none() {
             return;
         }
@@ -249,9 +281,50 @@ impl Tuners {
         }
     }
 
+    /// Feeds the session's aggregate to the sizer and gives every shared
+    /// send buffer its new share.
+    fn size_shared(&mut self, at: Duration, bytes_acked: u64) {
+        let active = || self.slots.iter().flatten().filter(|s| !s.retired);
+        let shared = active().filter(|s| s.tuner.shared()).count();
+        if shared == 0 {
+            return;
+        }
+        let intervals: Vec<_> = active().filter_map(|s| s.tuner.interval()).collect();
+        let sample = SessionSample {
+            at,
+            bytes_acked,
+            min_rtt_us: intervals
+                .iter()
+                .map(|iv| iv.min_rtt_us)
+                .filter(|&r| r > 0)
+                .min()
+                .unwrap_or(0),
+            streams: u16::try_from(shared).unwrap_or(u16::MAX),
+            buffer_limited: intervals.iter().any(tern_drs::policy::is_sndbuf_limited),
+            queueing: intervals
+                .iter()
+                .any(|iv| u64::from(iv.srtt_us) * 4 > u64::from(iv.min_rtt_us) * 5),
+        };
+        let Some(share) = self.sizer.observe(sample) else {
+            return;
+        };
+        self.share = share;
+        for (k, slot) in self.slots.iter_mut().enumerate() {
+            let Some(slot) = slot.as_mut().filter(|s| !s.retired) else {
+                continue;
+            };
+            if let Err(e) = slot.tuner.apply_share(share) {
+                tracing::debug!("stream {k}: cannot size the send buffer: {e}");
+            }
+        }
+    }
+
     /// Passes a stream-count change to the driver; streams being retired
     /// stop counting for the controller at once.
     fn announce(&mut self, change: StreamChange) {
+        self.streams = match change {
+            StreamChange::Grow(n) | StreamChange::Retire(n) => n,
+        };
         if let StreamChange::Retire(n) = change {
             for slot in self.slots.iter_mut().skip(usize::from(n)).flatten() {
                 slot.retired = true;
@@ -270,7 +343,12 @@ impl Tuners {
         // Retired streams count for memory, not for what limited the transfer.
         let active = slots.iter().filter(|s| !s.retired);
         let estimates = active.clone().map(|s| s.tuner.estimate()).collect();
-        let raised: Vec<Option<u64>> = active.map(|s| s.tuner.raised_sndbuf).collect();
+        let raised: Vec<Option<u64>> = active
+            .clone()
+            .filter(|s| !s.tuner.shared())
+            .map(|s| s.tuner.raised_sndbuf)
+            .collect();
+        let shared = active.filter(|s| s.tuner.shared()).count();
         let mut d = tern_drs::diagnose(estimates, tern_drs::HostCaps::read(), &raised);
         let rcv: Vec<u64> = slots.iter().filter_map(|s| s.tuner.raised_rcvbuf).collect();
         if let Some(&largest) = rcv.iter().max() {
@@ -295,6 +373,14 @@ impl Tuners {
             .clone()
             .unwrap_or_else(|| d.host.congestion_control.clone());
         d.window = self.tuning.window_name();
+        if shared > 0 && self.sizer.bdp() > 0 {
+            d.shared_sizing(tern_drs::SharedSizing {
+                streams: shared,
+                each: self.share,
+                bdp: self.sizer.bdp(),
+                rtt_ms: f64::from(self.sizer.min_rtt_us()) / 1e3,
+            });
+        }
         d.stream_steps = self
             .controller
             .as_ref()
@@ -334,6 +420,9 @@ impl Sampler {
             per_stream: tern_drs::host::session_budget() / u64::from(max),
             slots: (0..indices.max(max)).map(|_| None).collect(),
             controller,
+            sizer: SessionSizer::default(),
+            share: 0,
+            streams: initial.max(1),
             changes,
             congestion_seen: None,
             started: Instant::now(),

@@ -340,6 +340,7 @@ impl Consulted {
         if t.streams == Streams::Auto {
             opts.streams = advised;
             opts.max_streams = opts.max_streams.max(advised);
+            opts.tuning.streams_from_rtt = false;
             self.used.streams = Some(advised);
         }
         let window = match t.window {

@@ -246,6 +246,7 @@ fn tuning_of(t: &TransferArgs) -> Result<Tuning> {
         window,
         congestion,
         auto_streams: t.streams == Streams::Auto,
+        streams_from_rtt: t.streams == Streams::Auto,
         script: Vec::new(),
     })
 }
