@@ -64,7 +64,7 @@ pub struct SessionSizer {
     last: Option<(Duration, u64)>,
     rates: VecDeque<(Duration, f64)>,
     min_rtt_us: Option<u32>,
-    share: u64,
+    total: u64,
     limited_before: bool,
 }
 
@@ -139,27 +139,37 @@ impl SessionSizer {
         if best <= 0.0 {
             return None;
         }
-        let sized = (FACTOR * best * rtt / f64::from(now.streams.max(1))) as u64;
+        let sized = (FACTOR * best * rtt) as u64;
         // The interval after a step often shows no limit yet: the streams
         // are still filling the room they were given.
         let limited = !now.queueing && (now.buffer_limited || self.limited_before);
         self.limited_before = now.buffer_limited;
-        let share = match (growing, limited) {
+        self.total = match (growing, limited) {
             (true, true) => {
-                let ceiling = RAMP_CEILING * best * rtt / f64::from(now.streams.max(1));
-                sized.max((self.share as f64 * RAMP).min(ceiling) as u64)
+                let ceiling = RAMP_CEILING * best * rtt;
+                sized.max((self.total as f64 * RAMP).min(ceiling) as u64)
             }
-            (true, false) => sized.max(self.share),
+            (true, false) => sized.max(self.total),
             (false, _) => sized,
         };
-        self.share = share.max(MIN_SHARE);
-        Some(self.share)
+        Some(self.share(now.streams))
     }
 
-    /// Starts the shares at `share` bytes (before any rate is known); they
-    /// do not shrink below it while the streams ramp up.
-    pub fn start_at(&mut self, share: u64) {
-        self.share = self.share.max(share);
+    /// Starts the buffers at `total` bytes for all streams together
+    /// (before any rate is known); they do not shrink below it while the
+    /// streams ramp up.
+    pub fn start_at(&mut self, total: u64) {
+        self.total = self.total.max(total);
+    }
+
+    /// The buffers of all streams together, bytes, as last sized.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// One stream's share when `streams` streams split the buffers.
+    pub fn share(&self, streams: u16) -> u64 {
+        (self.total / u64::from(streams.max(1))).max(MIN_SHARE)
     }
 
     fn best_rate_before(&self, end: Option<Duration>) -> f64 {
@@ -228,7 +238,7 @@ mod tests {
     fn ramp(rate: f64, rtt: Duration, streams: u16, intervals: usize) -> Vec<f64> {
         let mut s = SessionSizer::default();
         let rtt_us = rtt.as_micros() as u32;
-        s.start_at(MIN_SHARE);
+        s.start_at(MIN_SHARE * u64::from(streams));
         let mut shares = vec![MIN_SHARE];
         let mut bytes = 0u64;
         let mut totals = vec![];

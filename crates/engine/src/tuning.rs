@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tern_drs::session::{LONG_PATH_RTT, MIN_SHARE, SessionSample, SessionSizer};
+use tern_drs::session::{LONG_PATH_RTT, SessionSample, SessionSizer};
 use tern_drs::streams::Observation;
 use tern_drs::{Diagnosis, Direction, SocketTuner, StreamChange, StreamController, WindowMode};
 use tokio::sync::mpsc;
@@ -196,11 +196,11 @@ impl Tuners {
         let long_path = tern_drs::TcpInfo::read(fd)
             .is_ok_and(|i| Duration::from_micros(u64::from(i.rtt_us)) >= LONG_PATH_RTT);
         if long_path {
-            let first = match self.sizer.bdp() {
-                0 => (wmem_max / u64::from(self.streams.max(1))).max(MIN_SHARE),
-                _ => self.share.max(MIN_SHARE),
-            };
-            self.sizer.start_at(first);
+            if self.sizer.bdp() == 0 {
+                // What one autotuned stream could have, until a rate shows.
+                self.sizer.start_at(wmem_max);
+            }
+            let first = self.sizer.share(self.streams);
             if let Err(e) = tuner.share_with_session(first) {
                 tracing::debug!("stream {k}: cannot size the send buffer: {e}");
             }
@@ -299,7 +299,9 @@ impl Tuners {
                 .filter(|&r| r > 0)
                 .min()
                 .unwrap_or(0),
-            streams: u16::try_from(shared).unwrap_or(u16::MAX),
+            // Streams announced but not joined yet count: they will take
+            // their shares as they join.
+            streams: u16::try_from(shared).unwrap_or(u16::MAX).max(self.streams),
             buffer_limited: intervals.iter().any(tern_drs::policy::is_sndbuf_limited),
             queueing: intervals
                 .iter()
@@ -309,11 +311,15 @@ impl Tuners {
             return;
         };
         self.share = share;
+        self.apply_shares();
+    }
+
+    fn apply_shares(&mut self) {
         for (k, slot) in self.slots.iter_mut().enumerate() {
             let Some(slot) = slot.as_mut().filter(|s| !s.retired) else {
                 continue;
             };
-            if let Err(e) = slot.tuner.apply_share(share) {
+            if let Err(e) = slot.tuner.apply_share(self.share) {
                 tracing::debug!("stream {k}: cannot size the send buffer: {e}");
             }
         }
@@ -323,12 +329,18 @@ impl Tuners {
     /// stop counting for the controller at once.
     fn announce(&mut self, change: StreamChange) {
         self.streams = match change {
-            StreamChange::Grow(n) | StreamChange::Retire(n) => n,
+            StreamChange::Grow(n) | StreamChange::Retire(n) => n.max(1),
         };
         if let StreamChange::Retire(n) = change {
             for slot in self.slots.iter_mut().skip(usize::from(n)).flatten() {
                 slot.retired = true;
             }
+        }
+        // The session's buffers are split anew at once: streams that join
+        // must not add their shares on top of what the others hold.
+        if self.share > 0 {
+            self.share = self.sizer.share(self.streams);
+            self.apply_shares();
         }
         if let Some(tx) = &self.changes {
             let _ = tx.send(change);
