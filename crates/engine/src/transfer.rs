@@ -183,7 +183,7 @@ impl TransferParams {
             checksum,
             block_check: BlockCheck::Xxh3,
             deadline: None,
-            max_files_in_flight: 32,
+            max_files_in_flight: 256,
             max_repair_rounds: crate::session::DEFAULT_MAX_REPAIR_ROUNDS,
             resume: true,
             pace: None,

@@ -20,7 +20,9 @@ mod receiver;
 mod sender;
 
 pub use receiver::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};
-pub use sender::{BlockTask, DigestNeed, SendEntry, SenderConfig, SenderSession};
+pub use sender::{
+    BYTES_IN_FLIGHT, BlockTask, DigestNeed, FEW_FILES, SendEntry, SenderConfig, SenderSession,
+};
 
 /// Default number of repair rounds before a file is declared bad.
 pub const DEFAULT_MAX_REPAIR_ROUNDS: u32 = 8;

@@ -8,6 +8,13 @@ use tern_proto::{ControlMsg, Existing, FileMeta};
 use super::{BlockSet, FileOutcome};
 use crate::{Error, Result};
 
+/// Files announced at once whatever their size.
+pub const FEW_FILES: usize = 32;
+
+/// Past [`FEW_FILES`], more files are announced only while the files in
+/// flight hold less than this many bytes.
+pub const BYTES_IN_FLIGHT: u64 = 64 << 20;
+
 /// Settings of a sender session.
 #[derive(Debug, Clone)]
 pub struct SenderConfig {
@@ -178,9 +185,33 @@ impl SenderSession {
         self.admit();
     }
 
-    /// Announces queued entries while the in-flight limit allows.
+    /// Payload bytes of the files announced and not yet confirmed (files of
+    /// unknown size count as the limit).
+    fn bytes_in_flight(&self) -> u64 {
+        self.files
+            .values()
+            .map(|f| match f.meta.size {
+                FileMeta::UNKNOWN_SIZE => BYTES_IN_FLIGHT,
+                size => size,
+            })
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Announces queued entries while the in-flight limits allow: up to
+    /// [`FEW_FILES`] whatever their size, more (up to the configured count)
+    /// while they are small. A small file's life spans two round trips or
+    /// more (announce, check, blocks, confirmation), so on a long path the
+    /// count in flight sets the rate for small files; large files are sent
+    /// one after the other anyway, and announcing many of them early would
+    /// only leave the receiver holding many empty temporary files.
     fn admit(&mut self) {
-        while self.files.len() < self.cfg.max_files_in_flight {
+        loop {
+            let open = self.files.len();
+            if open >= self.cfg.max_files_in_flight
+                || (open >= FEW_FILES && self.bytes_in_flight() >= BYTES_IN_FLIGHT)
+            {
+                break;
+            }
             let Some(entry) = self.pending.pop_front() else {
                 break;
             };

@@ -662,3 +662,30 @@ fn a_skipped_file_is_never_read_for_its_digest() {
     .unwrap();
     assert_eq!(s.digest_need(3), DigestNeed::Compute, "needed to compare");
 }
+
+#[test]
+fn many_small_files_are_announced_ahead_but_large_ones_only_a_few() {
+    let announced = |size: u64| {
+        let mut s = SenderSession::new(SenderConfig {
+            streams: 1,
+            block_size: BS,
+            max_files_in_flight: 256,
+            max_repair_rounds: 3,
+            deadline: None,
+            await_checks: false,
+        });
+        for i in 0..1000 {
+            s.push(Sim::file(&format!("f{i}"), size));
+        }
+        s.finish_listing();
+        std::iter::from_fn(|| s.poll_control())
+            .filter(|m| matches!(m, ControlMsg::FileAnnounce(_)))
+            .count()
+    };
+    // 256 × 16 KiB is 4 MiB: the count is the limit.
+    assert_eq!(announced(16 << 10), 256);
+    // 1 GiB files: past FEW_FILES the bytes are.
+    assert_eq!(announced(1 << 30), FEW_FILES);
+    // 1 MiB files: until 64 MiB are in flight.
+    assert_eq!(announced(1 << 20), (BYTES_IN_FLIGHT / (1 << 20)) as usize);
+}

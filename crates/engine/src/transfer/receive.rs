@@ -277,6 +277,7 @@ async fn receiver_actions(
     digest_tx: mpsc::UnboundedSender<u32>,
     verify: bool,
 ) {
+    let finalizing = Arc::new(tokio::sync::Semaphore::new(FINALIZING));
     loop {
         let notified = shared.wake.notified();
         if shared.failure.is_set() {
@@ -323,17 +324,16 @@ async fn receiver_actions(
             RecvAction::Finalize { file_id } => {
                 let w = shared.writers.lock().expect("writers").remove(&file_id);
                 match w {
-                    Some(w) => match blocking(move || w.commit()).await {
-                        Ok(()) => {
-                            shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
-                            shared
-                                .session
-                                .lock()
-                                .expect("session")
-                                .finalized(file_id)
-                                .map(|()| false)
+                    // Committing (fsync, mode, mtime, rename) takes
+                    // milliseconds per file; several run at once so that
+                    // small files do not wait on each other's syncs. The
+                    // session closes only once every file is finalized.
+                    Some(w) => match finalizing.clone().acquire_owned().await {
+                        Ok(permit) => {
+                            tokio::spawn(finalize(shared.clone(), file_id, w, permit));
+                            Ok(false)
                         }
-                        Err(e) => Err(e),
+                        Err(_) => Err(Error::Protocol("finalize pool closed".into())),
                     },
                     None => Err(Error::Protocol(format!(
                         "finalize of unopened file {file_id}"
@@ -358,6 +358,26 @@ async fn receiver_actions(
                 shared.failure.fail(e, &shared.wake);
             }
         }
+    }
+}
+
+/// Files committed to their final names at once, at most.
+const FINALIZING: usize = 16;
+
+/// Commits one written file and books it in the session.
+async fn finalize(
+    shared: Arc<RecvShared>,
+    file_id: u32,
+    w: Arc<dyn BlockWrite>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let done = blocking(move || w.commit()).await.and_then(|()| {
+        shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
+        shared.session.lock().expect("session").finalized(file_id)
+    });
+    match done {
+        Ok(()) => shared.wake.notify_waiters(),
+        Err(e) => shared.failure.fail(e, &shared.wake),
     }
 }
 
