@@ -79,9 +79,7 @@ pub fn next_sndbuf(
     if !is_sndbuf_limited(interval) {
         return None;
     }
-    let queueing = interval.min_rtt_us > 0
-        && u64::from(interval.srtt_us) * 4 > u64::from(interval.min_rtt_us) * 5;
-    if queueing {
+    if is_queueing(interval) {
         return None;
     }
     let flight = interval.acked_rate * f64::from(interval.min_rtt_us) / 1e6;
@@ -94,6 +92,13 @@ pub fn next_sndbuf(
         .max(window.min(current.saturating_mul(4)))
         .min(budget.cap());
     (want > current).then_some(want)
+}
+
+/// True when the stream's smoothed RTT is a quarter above its minimum: it
+/// is already queueing at the bottleneck, and more buffer would only
+/// lengthen the queue.
+pub fn is_queueing(interval: &Interval) -> bool {
+    interval.min_rtt_us > 0 && u64::from(interval.srtt_us) * 4 > u64::from(interval.min_rtt_us) * 5
 }
 
 /// True when the stream spent a real share of the interval on its send

@@ -303,9 +303,7 @@ impl Tuners {
             // their shares as they join.
             streams: u16::try_from(shared).unwrap_or(u16::MAX).max(self.streams),
             buffer_limited: intervals.iter().any(tern_drs::policy::is_sndbuf_limited),
-            queueing: intervals
-                .iter()
-                .any(|iv| u64::from(iv.srtt_us) * 4 > u64::from(iv.min_rtt_us) * 5),
+            queueing: intervals.iter().any(tern_drs::policy::is_queueing),
         };
         let Some(share) = self.sizer.observe(sample) else {
             return;
