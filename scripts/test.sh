@@ -2,15 +2,21 @@
 # Runs every check and test of tern: formatting, lints, the decoder fuzz
 # targets for a bounded time (TERN_FUZZ_SECS per target, default 30; 0
 # skips), unit, property, golden-vector, end-to-end and CLI tests (including
-# the 2 GiB transfer). Tests that need root (tmpfs mounts, netlab) skip with a
-# message when not root. The advisor's store and API tests run on SQLite and
-# on a throwaway PostgreSQL cluster started here (TERN_TEST_PG); the Python
-# client's tests run after cargo test, against a real `tern serve --http`.
+# the 2 GiB transfer). Tests that need root (tmpfs mounts, sshd, netlab) skip
+# with a message when not root; as root (CI) TERN_TEST_STRICT=1 is exported
+# and a test that would skip fails instead, so none passes unseen. The
+# advisor's store and API tests run on SQLite and on a throwaway PostgreSQL
+# cluster started here (TERN_TEST_PG); the Python client's tests run after
+# cargo test, against a real `tern serve --http`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export CARGO_TERM_COLOR=never
+if [ "$(id -u)" = 0 ]; then
+    export TERN_TEST_STRICT=1
+    echo "running as root: TERN_TEST_STRICT=1, every test must run (none may skip)"
+fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

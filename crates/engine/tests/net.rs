@@ -592,6 +592,31 @@ async fn streams_join_and_retire_while_a_session_runs_both_ways() {
     d.task.abort();
 }
 
+/// Pushes one file to the daemon as `dest`.
+async fn push_file(d: &Daemon, o: &ClientOptions, file: &Path, dest: &str) -> client::Outcome {
+    client::push(
+        &d.ep,
+        o,
+        vec![file.to_path_buf()],
+        false,
+        dest.into(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap()
+}
+
+/// Data stream 0 at `rate` bytes/s, the others untouched.
+fn slow_first_stream(rate: u64) -> StreamWrap {
+    Arc::new(move |k, s| {
+        if k == 0 {
+            Box::new(tern_engine::fault::Throttle::new(s, rate)) as BoxStream
+        } else {
+            s
+        }
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_arrives_intact_over_streams_that_came_and_went() {
     let root = tempfile::tempdir().unwrap();
@@ -606,25 +631,33 @@ async fn a_file_arrives_intact_over_streams_that_came_and_went() {
         (ms(250), StreamChange::Retire(2)),
     ];
     // Slow the first stream so the transfer outlives the script.
-    o.wrap = Some(Arc::new(|k, s| {
-        if k == 0 {
-            Box::new(tern_engine::fault::Throttle::new(s, 64 << 20)) as BoxStream
-        } else {
-            s
-        }
-    }));
-    let out = client::push(
-        &d.ep,
-        &o,
-        vec![file.clone()],
-        false,
-        "copy.bin".into(),
-        Arc::new(Progress::default()),
-    )
-    .await
-    .unwrap();
+    o.wrap = Some(slow_first_stream(64 << 20));
+    let out = push_file(&d, &o, &file, "copy.bin").await;
     assert!(out.streams >= 2, "streams used: {}", out.streams);
     assert!(same_bytes(&file, &root.path().join("copy.bin")));
+    d.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_stream_carries_less_and_the_file_arrives_intact() {
+    let root = tempfile::tempdir().unwrap();
+    let d = daemon(root.path()).await;
+    let src = tempfile::tempdir().unwrap();
+    let file = src.path().join("data.bin");
+    random_file(&file, 64 << 20, 11);
+    let mut o = opts(4, Protect::Safe);
+    // One stream of four at 8 MiB/s, the others as fast as loopback goes.
+    o.wrap = Some(slow_first_stream(8 << 20));
+    let out = push_file(&d, &o, &file, "copy.bin").await;
+    assert!(same_bytes(&file, &root.path().join("copy.bin")));
+    // Streams pull blocks as they send them, so the split follows each
+    // stream's speed: the slow one carries well under an even quarter.
+    let per_stream = &out.stats.per_stream_bytes;
+    let total: u64 = per_stream.iter().sum();
+    assert!(
+        per_stream[0] * 8 < total && per_stream[1..4].iter().all(|&b| b > per_stream[0]),
+        "the slow stream's share: {per_stream:?}"
+    );
     d.task.abort();
 }
 

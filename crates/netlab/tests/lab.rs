@@ -3,6 +3,8 @@
 //! with a message. They check behaviour against configured values, with
 //! tolerances from the issue (RTT within max(1 ms, 3%), rate within 5%).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -23,8 +25,11 @@ fn can_run(test: &str) -> bool {
             .is_ok_and(|o| o.status.success())
     });
     if !(root && tun && tools) {
-        eprintln!(
-            "SKIP {test}: needs root, /dev/net/tun, ip, ping and iperf3 (root={root}, tun={tun}, tools={tools})"
+        common::skip(
+            test,
+            &format!(
+                "needs root, /dev/net/tun, ip, ping and iperf3 (root={root}, tun={tun}, tools={tools})"
+            ),
         );
         return false;
     }
@@ -320,8 +325,9 @@ fn tern_copies_and_measures_over_a_50ms_path() {
         return;
     }
     let Some(tern) = tern_bin() else {
-        eprintln!(
-            "SKIP tern_copies_and_measures_over_a_50ms_path: build the tern binary first (cargo build -p tern)"
+        common::skip(
+            "tern_copies_and_measures_over_a_50ms_path",
+            "build the tern binary first (cargo build -p tern)",
         );
         return;
     };
@@ -416,8 +422,9 @@ fn a_path_that_goes_silent_fails_the_transfer_with_exit_9() {
         return;
     }
     let Some(tern) = tern_bin() else {
-        eprintln!(
-            "SKIP a_path_that_goes_silent: build the tern binary first (cargo build -p tern)"
+        common::skip(
+            "a_path_that_goes_silent",
+            "build the tern binary first (cargo build -p tern)",
         );
         return;
     };
@@ -468,8 +475,9 @@ fn a_send_buffer_limit_on_a_long_fat_path_is_diagnosed() {
         return;
     }
     let Some(tern) = tern_bin() else {
-        eprintln!(
-            "SKIP a_send_buffer_limit_on_a_long_fat_path_is_diagnosed: build the tern binary first"
+        common::skip(
+            "a_send_buffer_limit_on_a_long_fat_path_is_diagnosed",
+            "build the tern binary first",
         );
         return;
     };
@@ -581,7 +589,7 @@ fn capped_buffers_bring_more_streams_and_a_capped_receiver_is_taken_over() {
         return;
     }
     let Some(tern) = tern_bin() else {
-        eprintln!("SKIP {test}: build the tern binary first");
+        common::skip(test, "build the tern binary first");
         return;
     };
     let work = tempfile_dir("nlcaps");

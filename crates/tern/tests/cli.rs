@@ -499,39 +499,20 @@ fn garbage_on_the_port_is_logged_and_dropped() {
 fn a_killed_daemon_leaves_no_file_at_the_final_name() {
     let env = Env::new();
     random_file(&env.p("root/big"), 300 << 20);
-    let mut server = env.server();
+    let server = env.server();
     let dest = env.p("copy");
-    let mut client = tern()
-        .args(["cp", "--protect", "clear", "-P", "2", &server.url("big")])
-        .arg(&dest)
-        .env("XDG_CONFIG_HOME", env.p("cfg"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let url = server.url("big");
+    let args = [
+        "cp",
+        "--protect",
+        "clear",
+        "-P",
+        "2",
+        &url,
+        dest.to_str().unwrap(),
+    ];
     let partial = env.p(".copy.tern-partial");
-    let start = Instant::now();
-    while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < (4 << 20) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "transfer never started"
-        );
-        assert!(
-            client.try_wait().unwrap().is_none(),
-            "finished before the kill"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    unsafe_free_kill(server.child.id(), "KILL");
-    let _ = server.child.wait();
-    let status = client.wait().unwrap();
-    let mut err = String::new();
-    client
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert_eq!(status.code(), Some(9), "{err}");
+    let _restarted = kill_daemon_mid_copy(&env, server, &args, &partial, 4 << 20);
     assert!(!dest.exists(), "nothing at the final name");
     assert!(partial.exists(), "partial file kept for resume");
 }
@@ -562,13 +543,16 @@ fn umount(dir: &Path) {
 #[test]
 fn a_full_disk_at_the_receiver_is_exit_5_and_loses_nothing() {
     if !is_root() {
-        eprintln!("SKIP a_full_disk_at_the_receiver: needs root to mount a small tmpfs");
+        common::skip(
+            "a_full_disk_at_the_receiver",
+            "needs root to mount a small tmpfs",
+        );
         return;
     }
     let env = Env::new();
     let small = env.p("small");
     if !mount_tmpfs(&small, "size=2m") {
-        eprintln!("SKIP a_full_disk_at_the_receiver: mount -t tmpfs failed");
+        common::skip("a_full_disk_at_the_receiver", "mount -t tmpfs failed");
         return;
     }
     random_file(&env.p("src.bin"), 6 << 20);
@@ -607,7 +591,10 @@ fn an_unwritable_destination_is_exit_4() {
     let mounted = is_root() && mount_tmpfs(&ro, "ro,size=1m");
     if !mounted {
         if is_root() {
-            eprintln!("SKIP an_unwritable_destination: mount failed and root ignores modes");
+            common::skip(
+                "an_unwritable_destination",
+                "mount failed and root ignores modes",
+            );
             return;
         }
         std::fs::create_dir(&ro).unwrap();
@@ -747,6 +734,55 @@ fn kill_client_at(client: &mut Child, partial: &Path, bytes: u64) -> u64 {
     bytes_on_disk(partial)
 }
 
+/// Runs `tern ARGS` and kills `server` with SIGKILL once `partial` holds
+/// `at` bytes; checks that the copy failed as a lost connection (exit 9)
+/// and returns what had arrived, and the daemon started again on the same
+/// port with the same state.
+fn kill_daemon_mid_copy(
+    env: &Env,
+    server: Server,
+    args: &[&str],
+    partial: &Path,
+    at: u64,
+) -> (u64, Server) {
+    let port = server.port;
+    let mut client = tern()
+        .args(args)
+        .env("XDG_CONFIG_HOME", env.p("cfg"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kill_daemon_at(server, &mut client, partial, at);
+    let status = client.wait().unwrap();
+    let mut err = String::new();
+    client
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(9), "{err}");
+    let arrived = bytes_on_disk(partial);
+    let again = Server::start_on(
+        &env.p("root"),
+        &env.p("state"),
+        &format!("127.0.0.1:{port}"),
+    );
+    (arrived, again)
+}
+
+/// Options of a copy slow enough (40 MB/s) to be killed in the middle.
+const SLOW_COPY: [&str; 7] = [
+    "-P",
+    "4",
+    "--rate-limit",
+    "320M",
+    "--retries",
+    "0",
+    "--no-progress",
+];
+
 /// Starts `tern cp ARGS` in the background, its report going nowhere.
 fn spawn_cp(env: &Env, args: &[&str]) -> Child {
     tern()
@@ -765,7 +801,6 @@ fn a_push_cut_by_a_killed_daemon_resumes_where_it_stopped() {
     let src = env.p("big.bin");
     random_file_streamed(&src, 1 << 30);
     let server = env.server();
-    let port = server.port;
     let url = server.url("big.bin");
     let args = [
         "cp",
@@ -778,35 +813,12 @@ fn a_push_cut_by_a_killed_daemon_resumes_where_it_stopped() {
         src.to_str().unwrap(),
         &url,
     ];
-    let mut client = tern()
-        .args(args)
-        .env("XDG_CONFIG_HOME", env.p("cfg"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     let partial = env.p("root/.big.bin.tern-partial");
-    let on_disk = || bytes_on_disk(&partial);
-    kill_daemon_at(server, &mut client, &partial, 256 << 20);
-    let status = client.wait().unwrap();
-    let mut err = String::new();
-    client
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert_eq!(status.code(), Some(9), "{err}");
+    let (arrived, _server) = kill_daemon_mid_copy(&env, server, &args, &partial, 256 << 20);
     assert!(!env.p("root/big.bin").exists());
-    let arrived = on_disk();
     assert!(arrived < 1 << 30, "the kill came before the end");
 
-    // Same daemon again (same state, same port), same command.
-    let _server = Server::start_on(
-        &env.p("root"),
-        &env.p("state"),
-        &format!("127.0.0.1:{port}"),
-    );
+    // Same command again, to the daemon restarted.
     let again = env.run(&args);
     assert!(again.status.success(), "{}", stderr(&again));
     let report = json(&again);
@@ -998,16 +1010,7 @@ fn a_copy_whose_client_was_killed_resumes_when_run_again() {
     random_file_streamed(&src, 96 << 20);
     std::fs::copy(&src, env.p("root/big.bin")).unwrap();
     let server = env.server();
-    // Slow enough (40 MB/s) to be killed in the middle.
-    let common = [
-        "-P",
-        "4",
-        "--rate-limit",
-        "320M",
-        "--retries",
-        "0",
-        "--no-progress",
-    ];
+    let common = SLOW_COPY;
     let up = server.url("up.bin");
     let down = env.p("down.bin");
     let cases = [
@@ -1049,17 +1052,92 @@ fn a_copy_whose_client_was_killed_resumes_when_run_again() {
 }
 
 #[test]
+fn a_pull_cut_by_a_killed_daemon_resumes_where_it_stopped() {
+    let env = Env::new();
+    let src = env.p("root/big.bin");
+    random_file_streamed(&src, 96 << 20);
+    let server = env.server();
+    let dest = env.p("big.bin");
+    let url = server.url("big.bin");
+    let args: Vec<&str> = ["cp", "--json"]
+        .into_iter()
+        .chain(SLOW_COPY)
+        .chain([url.as_str(), dest.to_str().unwrap()])
+        .collect();
+    let partial = env.p(".big.bin.tern-partial");
+    let (arrived, _server) = kill_daemon_mid_copy(&env, server, &args, &partial, 24 << 20);
+    assert!(!dest.exists(), "nothing at the final name");
+    assert!(arrived < 96 << 20, "the kill came before the end");
+
+    let report = json(&env.run(&args));
+    let resumed = report["bytes_resumed"].as_u64().unwrap();
+    assert!(
+        resumed as f64 >= 0.8 * arrived as f64 && resumed < 96 << 20,
+        "resumed {resumed} of {arrived} bytes that had arrived"
+    );
+    assert!(same_file(&src, &dest), "byte-identical");
+    assert!(!partial.exists());
+}
+
+#[test]
+fn a_source_changed_between_runs_is_sent_again_whole() {
+    let env = Env::new();
+    let src = env.p("src.bin");
+    let server = env.server();
+    let url = server.url("up.bin");
+    let partial = env.p("root/.up.bin.tern-partial");
+    let slow: Vec<&str> = SLOW_COPY
+        .into_iter()
+        .chain([src.to_str().unwrap(), url.as_str()])
+        .collect();
+    type Change = fn(&Path);
+    let changes: [(&str, Change); 2] = [
+        ("grown", |p| {
+            let mut f = std::fs::OpenOptions::new().append(true).open(p).unwrap();
+            f.write_all(&[1u8; 4096]).unwrap();
+        }),
+        ("rewritten in place, same size", |p| {
+            let mut f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+            f.write_all(&[2u8; 4096]).unwrap();
+            let later = std::time::SystemTime::now() + Duration::from_secs(5);
+            f.set_modified(later).unwrap();
+        }),
+    ];
+    for (what, change) in changes {
+        random_file_streamed(&src, 96 << 20);
+        let mut client = spawn_cp(&env, &slow);
+        let arrived = kill_client_at(&mut client, &partial, 24 << 20);
+        assert!(arrived < 96 << 20, "{what}: the kill came before the end");
+        std::thread::sleep(Duration::from_millis(300));
+        change(&src);
+        let report =
+            json(&env.run(&["cp", "--json", "--no-progress", src.to_str().unwrap(), &url]));
+        assert_eq!(report["bytes_resumed"], 0, "{what}: nothing spliced");
+        assert!(
+            same_file(&src, &env.p("root/up.bin")),
+            "{what}: the new version"
+        );
+        assert!(!partial.exists(), "{what}: partial file gone");
+        std::fs::remove_file(env.p("root/up.bin")).unwrap();
+    }
+}
+
+#[test]
 fn a_disk_that_fills_during_a_resumed_copy_is_exit_5_and_a_later_run_completes() {
     if !is_root() {
-        eprintln!(
-            "SKIP a_disk_that_fills_during_a_resumed_copy: needs root to mount a small tmpfs"
+        common::skip(
+            "a_disk_that_fills_during_a_resumed_copy",
+            "needs root to mount a small tmpfs",
         );
         return;
     }
     let env = Env::new();
     let small = env.p("small");
     if !mount_tmpfs(&small, "size=16m") {
-        eprintln!("SKIP a_disk_that_fills_during_a_resumed_copy: mount -t tmpfs failed");
+        common::skip(
+            "a_disk_that_fills_during_a_resumed_copy",
+            "mount -t tmpfs failed",
+        );
         return;
     }
     let src = env.p("src.bin");

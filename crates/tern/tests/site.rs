@@ -83,6 +83,13 @@ const AUTHZ: &str = r#"
 
 impl Site {
     fn start() -> Site {
+        Site::start_trusting(&[])
+    }
+
+    /// A site that trusts its own CA and `partners`, all given as one
+    /// directory of CA files (`--client-ca DIR`, as grid sites keep
+    /// `/etc/grid-security/certificates`); with no partners, one file.
+    fn start_trusting(partners: &[&Ca]) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let p = |rel: &str| dir.path().join(rel);
         for d in [
@@ -100,6 +107,18 @@ impl Site {
         std::fs::write(p("root/private/secret.txt"), b"nobody may read this\n").unwrap();
         let ca = Ca::new("Example Site CA");
         ca.write(&p("pki/ca.pem"));
+        let client_ca = if partners.is_empty() {
+            p("pki/ca.pem")
+        } else {
+            std::fs::create_dir(p("cas")).unwrap();
+            ca.write(&p("cas/site.pem"));
+            for (i, partner) in partners.iter().enumerate() {
+                partner.write(&p(&format!("cas/partner{i}.crt")));
+            }
+            // Only CA files count: a key or a note beside them is ignored.
+            std::fs::write(p("cas/README"), "CA certificates, one per file\n").unwrap();
+            p("cas")
+        };
         let mut host = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
         host.subject_alt_names
             .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
@@ -118,7 +137,7 @@ impl Site {
             .arg("--tls-key")
             .arg(host_key)
             .arg("--client-ca")
-            .arg(p("pki/ca.pem"))
+            .arg(client_ca)
             .arg("--authz")
             .arg(p("authz"))
             .stdout(Stdio::piped())
@@ -264,6 +283,11 @@ fn a_granted_subject_reads_and_writes_only_where_granted() {
     ));
     assert_eq!(std::fs::read(&got).unwrap(), b"public notes\n");
 
+    // From here on every attempt is refused: nothing under the root may
+    // change, not even a partial file, a journal or a directory.
+    std::os::unix::fs::symlink("../private", site.p("root/alice/escape")).unwrap();
+    let before = tree(&site.p("root"));
+
     // Writing where she may only read, and touching what is not granted.
     for (args, what) in [
         (
@@ -297,7 +321,6 @@ fn a_granted_subject_reads_and_writes_only_where_granted() {
     assert!(!Path::new(dest).exists());
 
     // A symlink inside her subtree leads nowhere outside it.
-    std::os::unix::fs::symlink("../private", site.p("root/alice/escape")).unwrap();
     let out = site.run_as(&alice, &["cp", &site.url("alice/escape/secret.txt"), dest]);
     assert_eq!(code(&out), 4, "{}", stderr(&out));
     let out = site.run_as(&alice, &["cp", data, &site.url("alice/escape/planted.bin")]);
@@ -315,10 +338,64 @@ fn a_granted_subject_reads_and_writes_only_where_granted() {
         "the refusal says what is granted: {}",
         stderr(&out)
     );
+    assert_eq!(tree(&site.p("root")), before, "refused copies left nothing");
     let log = site.stop();
     assert!(
         log.contains("certificate /O=Example/CN=Alice granted alice (rw), public (r)"),
         "{log}"
+    );
+    // Every refusal is in the server's log too: 4 writes and 3 reads above,
+    // 2 through the symlink, 1 by the reader.
+    let refusals = log
+        .lines()
+        .filter(|l| l.contains("permission denied"))
+        .count();
+    assert_eq!(refusals, 10, "{log}");
+}
+
+#[test]
+fn a_ca_directory_trusts_every_ca_in_it_and_no_other() {
+    let partner = Ca::new("Partner Lab CA");
+    let site = Site::start_trusting(&[&partner]);
+    std::fs::write(site.p("data.bin"), vec![3u8; 1 << 20]).unwrap();
+    let data = site.p("data.bin");
+    let data = data.to_str().unwrap();
+
+    // The authorization file maps subjects, whichever trusted CA issued them.
+    let from_partner = partner.user(&site.p("pki"), "alice-partner", "Alice");
+    ok(&site.run_as(&from_partner, &["cp", data, &site.url("alice/p.bin")]));
+    let from_site = site.ca.user(&site.p("pki"), "alice", "Alice");
+    ok(&site.run_as(&from_site, &["cp", data, &site.url("alice/s.bin")]));
+    assert!(site.p("root/alice/p.bin").exists() && site.p("root/alice/s.bin").exists());
+
+    let rogue = Ca::new("Rogue CA").user(&site.p("pki"), "rogue", "Alice");
+    let out = site.run_as(&rogue, &["cp", data, &site.url("alice/r.bin")]);
+    assert_eq!(code(&out), 8, "{}", stderr(&out));
+    assert!(stderr(&out).contains("unknown CA"), "{}", stderr(&out));
+    assert!(!site.p("root/alice/r.bin").exists());
+
+    // The client's --ca takes a directory as well.
+    let out = tern()
+        .env("XDG_CONFIG_HOME", site.p("cfg"))
+        .arg("cp")
+        .arg("--cert")
+        .arg(&from_site.0)
+        .arg("--key")
+        .arg(&from_site.1)
+        .arg("--ca")
+        .arg(site.p("cas"))
+        .args([data, &site.url("alice/d.bin")])
+        .output()
+        .unwrap();
+    ok(&out);
+    assert!(site.p("root/alice/d.bin").exists());
+    let log = site.stop();
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("TLS handshake failed"))
+            .count(),
+        1,
+        "only the rogue certificate was refused: {log}"
     );
 }
 
@@ -436,7 +513,16 @@ fn certificates_the_site_does_not_trust_fail_the_handshake() {
     );
     assert!(!site.p("root/alice/x").exists());
     let log = site.stop();
-    assert!(log.contains("TLS handshake failed"), "{log}");
+    let failed = |why: &str| {
+        log.lines()
+            .any(|l| l.contains("TLS handshake failed") && l.contains(why))
+    };
+    assert!(failed("UnknownIssuer"), "the rogue CA: {log}");
+    assert!(
+        failed("certificate expired"),
+        "the expired certificate: {log}"
+    );
+    assert!(failed("peer sent no certificates"), "no certificate: {log}");
 }
 
 #[test]

@@ -83,7 +83,7 @@ fn free_port() -> u16 {
 impl Sshd {
     fn start() -> Option<Sshd> {
         if let Some(why) = unavailable() {
-            eprintln!("SKIPPED: ssh tests need a real sshd: {why}");
+            common::skip("ssh tests", &format!("they need a real sshd: {why}"));
             return None;
         }
         let dir = tempfile::tempdir().unwrap();

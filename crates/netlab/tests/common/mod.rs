@@ -13,6 +13,15 @@ use std::process::{Child, Command};
 
 use serde_json::Value;
 
+/// Says why `test` cannot run here and skips it; when `TERN_TEST_STRICT`
+/// is set (CI, as root) fails it instead, since there every test must run.
+pub fn skip(test: &str, why: &str) {
+    if std::env::var_os("TERN_TEST_STRICT").is_some_and(|v| !v.is_empty()) {
+        panic!("{test} cannot run: {why} (TERN_TEST_STRICT is set: no test may skip)");
+    }
+    eprintln!("SKIP {test}: {why}");
+}
+
 pub fn netlab_bin() -> &'static str {
     env!("CARGO_BIN_EXE_netlab")
 }
@@ -41,7 +50,7 @@ pub fn cannot_run() -> Option<String> {
 /// The tern binary's path, or `None` after printing why `test` skips.
 pub fn tern_or_skip(test: &str) -> Option<String> {
     if let Some(why) = cannot_run() {
-        eprintln!("SKIP {test}: {why}");
+        skip(test, &why);
         return None;
     }
     tern_bin().map(|p| p.to_string_lossy().into_owned())

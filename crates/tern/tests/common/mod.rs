@@ -2,6 +2,15 @@
 
 use std::path::Path;
 
+/// Says why `test` cannot run here and skips it; when `TERN_TEST_STRICT`
+/// is set (CI, as root) fails it instead, since there every test must run.
+pub fn skip(test: &str, why: &str) {
+    if std::env::var_os("TERN_TEST_STRICT").is_some_and(|v| !v.is_empty()) {
+        panic!("{test} cannot run: {why} (TERN_TEST_STRICT is set: no test may skip)");
+    }
+    eprintln!("SKIP {test}: {why}");
+}
+
 /// Writes `len` bytes of pseudo-random data (seeded by the length) and
 /// returns them.
 pub fn random_file(path: &Path, len: usize) -> Vec<u8> {
