@@ -85,15 +85,16 @@ impl From<sqlx::Error> for Error {
 /// PostgreSQL SQLSTATEs (always five characters): connection exceptions
 /// (class 08), operator intervention (57: shutdown, crash recovery) and
 /// insufficient resources (53). SQLite result codes (numbers below
-/// 10 000): BUSY and LOCKED and their extended codes, whose low byte is
-/// the primary code.
+/// 10 000; the low byte of an extended code is the primary one): BUSY and
+/// LOCKED, and CANTOPEN and IOERR, the file or its disk gone for now.
 fn transient_code(code: &str) -> bool {
     if code.len() == 5 {
         return ["08", "57", "53"]
             .iter()
             .any(|class| code.starts_with(class));
     }
-    code.parse::<u32>().is_ok_and(|n| matches!(n & 0xff, 5 | 6))
+    code.parse::<u32>()
+        .is_ok_and(|n| matches!(n & 0xff, 5 | 6 | 10 | 14))
 }
 
 #[cfg(test)]
@@ -106,6 +107,9 @@ mod tests {
         assert!(transient_code("517")); // SQLITE_BUSY_SNAPSHOT
         assert!(transient_code("6")); // SQLITE_LOCKED
         assert!(!transient_code("19")); // SQLITE_CONSTRAINT
+        assert!(transient_code("14")); // SQLITE_CANTOPEN
+        assert!(transient_code("266")); // SQLITE_IOERR_READ
+        assert!(!transient_code("1")); // SQLITE_ERROR
         assert!(transient_code("57P01")); // admin_shutdown
         assert!(transient_code("08006")); // connection_failure
         assert!(!transient_code("23505")); // unique_violation

@@ -24,10 +24,15 @@ use crate::model::Sample;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Concurrency {
-    /// Barely loads the path (RTT): runs beside other light probes.
+    /// Loads the path little on average: runs beside other light probes.
+    /// RTT probes are, and so are packet trains: each train is a few
+    /// milliseconds at line rate and their average stays within the
+    /// grant, so a train meeting another light probe disturbs one train,
+    /// which the capacity estimate's filters drop.
     Light,
-    /// Fills the path (throughput, packet trains): nothing else runs on
-    /// the same path meanwhile, or both results would be wrong.
+    /// Fills the path for its whole run (a throughput test, a window x
+    /// streams sweep): nothing else, light or not, runs on the same path
+    /// meanwhile, or both results would be wrong.
     ExclusivePerPath,
 }
 

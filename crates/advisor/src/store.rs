@@ -14,6 +14,14 @@
 //! SQLite runs in WAL mode: a crash or a failed request leaves the archive
 //! as it was before, never half-written. A database that is locked or
 //! unreachable surfaces as [`Error::Unavailable`] (the API's 503).
+//!
+//! An SQLite file is created once, when the store opens. An open
+//! connection would go on writing into a file that was since removed or
+//! moved away (and everything it wrote would be lost), and a new one would
+//! quietly create an empty archive in its place; so every connection is
+//! checked before use to still see the file it was opened on, and new
+//! ones never create it. While the file is gone the store is unavailable;
+//! once it is back the store works again.
 
 use std::time::Duration;
 
@@ -162,14 +170,50 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// A plain file path given as `--db`: an SQLite file the store watches.
+fn sqlite_file(db: &str) -> Option<std::path::PathBuf> {
+    let url = db.starts_with("postgres://")
+        || db.starts_with("postgresql://")
+        || db.starts_with("sqlite:");
+    (!url).then(|| std::path::absolute(db).unwrap_or_else(|_| db.into()))
+}
+
+/// Which file a path names now (device and inode); `None` when there is
+/// none.
+fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Creates the SQLite file behind `url` (a `mode=rwc` URL) if missing.
+async fn create_sqlite(url: &str, shown: &str) -> Result<(), Error> {
+    use sqlx::Connection;
+    let conn = sqlx::AnyConnection::connect(url)
+        .await
+        .map_err(|e| Error::Unavailable(format!("cannot open {shown}: {e}")))?;
+    conn.close().await?;
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating if needed) and migrates the archive at `db`: a
     /// PostgreSQL URL, an `sqlite:` URL or a file path.
     pub async fn open(db: &str, opts: StoreOptions) -> Result<Store, Error> {
         sqlx::any::install_default_drivers();
-        let (url, backend) = database_url(db);
+        let (mut url, backend) = database_url(db);
         let shown = redact(&url);
         let busy_ms = opts.busy_timeout.as_millis() as i64;
+        let watched = match sqlite_file(db) {
+            Some(path) => {
+                create_sqlite(&url, &shown).await?;
+                // From now on the file must be there: never create it again.
+                url = url.replace("?mode=rwc", "?mode=rw");
+                let id = file_identity(&path)
+                    .ok_or_else(|| Error::Unavailable(format!("{shown} vanished on opening")))?;
+                Some((path, id))
+            }
+            None => None,
+        };
         let pool = AnyPoolOptions::new()
             .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
             .acquire_timeout(opts.acquire_timeout)
@@ -181,6 +225,15 @@ impl Store {
                     }
                     Ok(())
                 })
+            })
+            .before_acquire(move |_conn, _meta| {
+                let same_file = watched
+                    .as_ref()
+                    .is_none_or(|(path, id)| file_identity(path) == Some(*id));
+                if !same_file {
+                    tracing::debug!("the advisor's archive file is gone or was replaced");
+                }
+                Box::pin(async move { Ok(same_file) })
             })
             .connect(&url)
             .await

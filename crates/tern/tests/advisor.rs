@@ -167,12 +167,21 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Says that part of a test is skipped and why; fails it instead when
+/// `TERN_TEST_STRICT` is set (CI, as root), where nothing may be skipped.
+fn skip(message: &str) {
+    if std::env::var_os("TERN_TEST_STRICT").is_some_and(|v| !v.is_empty()) {
+        panic!("{message} (TERN_TEST_STRICT is set: no test may skip)");
+    }
+    eprintln!("{message}");
+}
+
 /// A fresh database in the cluster `TERN_TEST_PG` names, or `None` (with
 /// a message) when it is not set.
 fn fresh_pg() -> Option<String> {
     let base = std::env::var("TERN_TEST_PG").ok().filter(|v| !v.is_empty());
     let Some(base) = base else {
-        eprintln!("SKIP (PostgreSQL half): TERN_TEST_PG is not set; ran on SQLite only");
+        skip("SKIP (PostgreSQL half): TERN_TEST_PG is not set; ran on SQLite only");
         return None;
     };
     let name = format!("tern_cli_{:016x}", rand_u64());
@@ -216,7 +225,7 @@ fn python3() -> Option<Command> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIP (Python half): no python3 (scripts/setup.sh installs it)");
+        skip("SKIP (Python half): no python3 (scripts/setup.sh installs it)");
         return None;
     }
     let mut c = Command::new("python3");

@@ -7,6 +7,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tern_advisor::api::{ROUTES, router};
 use tern_advisor::service::{AdvisorOptions, Service};
+use tern_advisor::store::Store;
 use tern_drs::HostCaps;
 use tower::ServiceExt;
 
@@ -23,10 +24,16 @@ fn caps() -> HostCaps {
 }
 
 async fn service(db: &fixtures::TestDb) -> Service {
-    let mut opts = AdvisorOptions::new(db.url.clone());
+    service_at(&db.url).await
+}
+
+/// A service over the archive at `url`.
+async fn service_at(url: &str) -> Service {
+    let mut opts = AdvisorOptions::new(url);
     opts.store = quick();
     opts.body_limit = 4096;
-    Service::new(db.open(quick()).await, caps(), opts)
+    let store = Store::open(url, quick()).await.expect("open store");
+    Service::new(store, caps(), opts)
 }
 
 async fn call(s: &Service, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
@@ -40,6 +47,18 @@ async fn call_with(
     body: Option<&str>,
     content_type: &str,
 ) -> (StatusCode, Value) {
+    let (status, _, value) = send(s, method, uri, body, content_type).await;
+    (status, value)
+}
+
+/// One request through the router: status, headers and JSON body.
+async fn send(
+    s: &Service,
+    method: Method,
+    uri: &str,
+    body: Option<&str>,
+    content_type: &str,
+) -> (StatusCode, axum::http::HeaderMap, Value) {
     let mut req = Request::builder().method(method).uri(uri);
     if body.is_some() {
         req = req.header(header::CONTENT_TYPE, content_type);
@@ -48,14 +67,46 @@ async fn call_with(
         .body(Body::from(body.unwrap_or("").to_string()))
         .unwrap();
     let resp = router(s.clone()).oneshot(req).await.unwrap();
-    let status = resp.status();
+    let (status, headers) = (resp.status(), resp.headers().clone());
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     let value = if bytes.is_empty() {
         Value::Null
     } else {
         serde_json::from_slice(&bytes).expect("JSON body")
     };
-    (status, value)
+    (status, headers, value)
+}
+
+/// A request the store cannot serve now: 503 with `Retry-After: 5` and a
+/// JSON error.
+async fn assert_unavailable(s: &Service, method: Method, uri: &str, body: Option<&str>) {
+    let (status, headers, got) = send(s, method, uri, body, "application/json").await;
+    assert_error(
+        status,
+        &got,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "store_unavailable",
+    );
+    assert_eq!(headers[header::RETRY_AFTER], "5", "{got}");
+}
+
+/// The RTT values in a host's history, newest first.
+async fn rtt_history(s: &Service, host: &str) -> Vec<f64> {
+    let uri = format!("/api/v1/history/{host}?kind=rtt");
+    let (status, h) = call(s, Method::GET, &uri, None).await;
+    assert_eq!(status, StatusCode::OK, "{h}");
+    h["measurements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["value"].as_f64().unwrap())
+        .collect()
+}
+
+/// Reports an RTT of `ms` to `host`: the answer's status.
+async fn report_rtt(s: &Service, host: &str, ms: f64) -> StatusCode {
+    let body = json!({"host": host, "rtt_ms": ms}).to_string();
+    call(s, Method::POST, "/api/v1/report", Some(&body)).await.0
 }
 
 fn assert_error(status: StatusCode, body: &Value, want: StatusCode, code: &str) {
@@ -378,32 +429,15 @@ async fn a_locked_database_is_503_the_service_keeps_running_and_nothing_is_lost(
     use sqlx::Connection;
     let db = fixtures::sqlite();
     let s = service(&db).await;
-    let ok = json!({"host": "h.example", "rtt_ms": 12.0}).to_string();
-    let (status, _) = call(&s, Method::POST, "/api/v1/report", Some(&ok)).await;
-    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(report_rtt(&s, "h.example", 12.0).await, StatusCode::CREATED);
     let url = format!("sqlite://{}", db.sqlite_path().unwrap().display());
     let mut other = sqlx::AnyConnection::connect(&url).await.unwrap();
     sqlx::query("BEGIN EXCLUSIVE")
         .execute(&mut other)
         .await
         .unwrap();
-    let req = Request::post("/api/v1/report")
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(
-            json!({"host": "h.example", "rtt_ms": 13.0}).to_string(),
-        ))
-        .unwrap();
-    let resp = router(s.clone()).oneshot(req).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(resp.headers()[header::RETRY_AFTER], "5");
-    let body: Value =
-        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    assert_error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        &body,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "store_unavailable",
-    );
+    let refused = json!({"host": "h.example", "rtt_ms": 13.0}).to_string();
+    assert_unavailable(&s, Method::POST, "/api/v1/report", Some(&refused)).await;
     // Reads still work meanwhile, advice too, and the service answers.
     let (status, _) = call(&s, Method::GET, "/api/v1/history/h.example", None).await;
     assert_eq!(status, StatusCode::OK);
@@ -414,21 +448,72 @@ async fn a_locked_database_is_503_the_service_keeps_running_and_nothing_is_lost(
         "{body}"
     );
     sqlx::query("COMMIT").execute(&mut other).await.unwrap();
-    let again = json!({"host": "h.example", "rtt_ms": 14.0}).to_string();
-    let (status, _) = call(&s, Method::POST, "/api/v1/report", Some(&again)).await;
-    assert_eq!(status, StatusCode::CREATED);
-    let (_, h) = call(&s, Method::GET, "/api/v1/history/h.example?kind=rtt", None).await;
-    let values: Vec<f64> = h["measurements"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["value"].as_f64().unwrap())
-        .collect();
+    assert_eq!(report_rtt(&s, "h.example", 14.0).await, StatusCode::CREATED);
     assert_eq!(
-        values,
+        rtt_history(&s, "h.example").await,
         [14.0, 12.0],
         "the refused report left nothing, the others are all there"
     );
+}
+
+/// While the archive is gone, writes and reads answer 503 and the
+/// service keeps answering what needs no archive; once it is back,
+/// everything works again and nothing was lost.
+async fn gone_then_back(s: &Service, gone: impl AsyncFnOnce(), back: impl AsyncFnOnce()) {
+    assert_eq!(report_rtt(s, "h.example", 12.0).await, StatusCode::CREATED);
+    gone().await;
+    let refused = json!({"host": "h.example", "rtt_ms": 13.0}).to_string();
+    assert_unavailable(s, Method::POST, "/api/v1/report", Some(&refused)).await;
+    assert_unavailable(s, Method::GET, "/api/v1/targets", None).await;
+    let (status, body) = call(s, Method::GET, "/api/v1/schedule", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _) = call(s, Method::GET, "/api/v1/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    back().await;
+    let status = fixtures::within_5_s(async || {
+        let status = report_rtt(s, "h.example", 14.0).await;
+        (status != StatusCode::SERVICE_UNAVAILABLE).then_some(status)
+    })
+    .await;
+    assert_eq!(
+        status,
+        Some(StatusCode::CREATED),
+        "works again once it is back"
+    );
+    assert_eq!(rtt_history(s, "h.example").await, [14.0, 12.0]);
+}
+
+#[tokio::test]
+async fn an_sqlite_archive_whose_directory_is_gone_is_503_until_it_is_back() {
+    // A rename works as root too, where taking permissions away would not.
+    let db = fixtures::sqlite();
+    let dir = db.sqlite_path().unwrap().parent().unwrap().to_path_buf();
+    let away = dir.with_extension("away");
+    let s = service(&db).await;
+    gone_then_back(
+        &s,
+        async || std::fs::rename(&dir, &away).unwrap(),
+        async || std::fs::rename(&away, &dir).unwrap(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_postgres_archive_cut_off_is_503_until_it_is_back() {
+    let test = "a_postgres_archive_cut_off_is_503_until_it_is_back";
+    let Some((relay, url, upstream)) = fixtures::relayed_postgres(test).await else {
+        return;
+    };
+    let via = relay.addr;
+    let s = service_at(&url).await;
+    let mut restored = None;
+    gone_then_back(
+        &s,
+        async || relay.stop().await,
+        async || restored = Some(fixtures::Relay::start(via, upstream).await),
+    )
+    .await;
+    assert!(restored.is_some(), "the database came back through a relay");
 }
 
 #[tokio::test]

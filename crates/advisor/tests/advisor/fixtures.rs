@@ -40,17 +40,31 @@ pub fn sqlite() -> TestDb {
     }
 }
 
+/// Fails the test with `message` when `TERN_TEST_STRICT` is set (CI, as
+/// root): there nothing may be skipped.
+pub fn fail_if_strict(message: &str) {
+    if std::env::var_os("TERN_TEST_STRICT").is_some_and(|v| !v.is_empty()) {
+        panic!("{message} (TERN_TEST_STRICT is set: no test may skip)");
+    }
+}
+
+/// Says that (part of) a test is skipped and why, or fails it under
+/// `TERN_TEST_STRICT`.
+pub fn skip(message: &str) {
+    fail_if_strict(message);
+    eprintln!("{message}");
+}
+
 /// The PostgreSQL cluster to test against, if any.
 pub fn pg_base() -> Option<String> {
+    const UNSET: &str = "SKIP (PostgreSQL half): TERN_TEST_PG is not set; these tests ran on \
+                         SQLite only (scripts/test.sh starts a cluster: eval \"$(bash \
+                         scripts/pg-test.sh start)\")";
     static SAID: Once = Once::new();
     let url = std::env::var("TERN_TEST_PG").ok().filter(|u| !u.is_empty());
     if url.is_none() {
-        SAID.call_once(|| {
-            eprintln!(
-                "SKIP (PostgreSQL half): TERN_TEST_PG is not set; these tests ran on SQLite only \
-                 (scripts/test.sh starts a cluster: eval \"$(bash scripts/pg-test.sh start)\")"
-            )
-        });
+        fail_if_strict(UNSET);
+        SAID.call_once(|| eprintln!("{UNSET}"));
     }
     url
 }
@@ -127,4 +141,38 @@ impl Relay {
         self.task.abort();
         let _ = self.task.await;
     }
+}
+
+/// A fresh PostgreSQL database reached through a [`Relay`]: the relay,
+/// the URL through it, and the database's own address (to start the
+/// relay again on the same port once it was stopped). `None`, and
+/// `test` skipped (failed under `TERN_TEST_STRICT`), without a cluster.
+pub async fn relayed_postgres(test: &str) -> Option<(Relay, String, std::net::SocketAddr)> {
+    let Some(base) = pg_base() else {
+        skip(&format!("SKIP {test}: TERN_TEST_PG not set"));
+        return None;
+    };
+    let db = postgres(&base).await;
+    let at = db.url.find('@').expect("a user in the URL") + 1;
+    let slash = at + db.url[at..].find('/').expect("a database in the URL");
+    let upstream = tokio::net::lookup_host(&db.url[at..slash])
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let relay = Relay::start("127.0.0.1:0".parse().unwrap(), upstream).await;
+    let url = format!("{}{}{}", &db.url[..at], relay.addr, &db.url[slash..]);
+    Some((relay, url, upstream))
+}
+
+/// Tries `attempt` every 100 ms for up to 5 s until it gives something
+/// (a database coming back takes a moment to be reached again).
+pub async fn within_5_s<T>(mut attempt: impl AsyncFnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..50 {
+        if let Some(v) = attempt().await {
+            return Some(v);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    None
 }

@@ -289,13 +289,19 @@ async fn concurrent_writers_all_land() {
     }
 }
 
-#[tokio::test]
-async fn sqlite_is_in_wal_mode_and_a_locked_database_is_unavailable_then_recovers() {
+/// A fresh SQLite archive that knows the target `h`.
+async fn sqlite_knowing_h() -> (fixtures::TestDb, Store) {
     let db = fixtures::sqlite();
     let s = db.open(quick()).await;
     s.upsert_target(&target("h", TargetSource::Api, 1), 1)
         .await
         .unwrap();
+    (db, s)
+}
+
+#[tokio::test]
+async fn sqlite_is_in_wal_mode_and_a_locked_database_is_unavailable_then_recovers() {
+    let (db, s) = sqlite_knowing_h().await;
     s.record("h", Origin::Active, "t", &[Sample::rtt_ms(1.0)], 1, None)
         .await
         .unwrap();
@@ -334,27 +340,33 @@ async fn sqlite_is_in_wal_mode_and_a_locked_database_is_unavailable_then_recover
 }
 
 #[tokio::test]
+async fn an_sqlite_file_moved_away_is_unavailable_not_recreated_and_recovers() {
+    let (db, s) = sqlite_knowing_h().await;
+    let path = db.sqlite_path().unwrap();
+    let away = path.with_extension("away");
+    std::fs::rename(&path, &away).unwrap();
+    let e = s
+        .record("h", Origin::Active, "t", &[Sample::rtt_ms(1.0)], 1, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+    assert!(matches!(s.targets().await, Err(Error::Unavailable(_))));
+    assert!(!path.exists(), "no empty archive was created in its place");
+    std::fs::rename(&away, &path).unwrap();
+    s.record("h", Origin::Active, "t", &[Sample::rtt_ms(2.0)], 2, None)
+        .await
+        .unwrap();
+    assert_eq!(s.targets().await.unwrap().len(), 1, "the same archive");
+    assert_eq!(s.measurement_count().await.unwrap(), 1);
+}
+
+#[tokio::test]
 async fn postgres_gone_is_unavailable_and_the_store_recovers() {
-    let Some(base) = fixtures::pg_base() else {
-        eprintln!("SKIP postgres_gone_is_unavailable_and_the_store_recovers: TERN_TEST_PG not set");
+    let test = "postgres_gone_is_unavailable_and_the_store_recovers";
+    let Some((relay, url, upstream)) = fixtures::relayed_postgres(test).await else {
         return;
     };
-    let db = fixtures::postgres(&base).await;
-    let upstream: std::net::SocketAddr = {
-        let rest = &db.url[db.url.find('@').unwrap() + 1..];
-        let hostport = &rest[..rest.find('/').unwrap()];
-        tokio::net::lookup_host(hostport)
-            .await
-            .unwrap()
-            .next()
-            .unwrap()
-    };
-    let relay = Relay::start("127.0.0.1:0".parse().unwrap(), upstream).await;
     let via = relay.addr;
-    let url = db.url.replace(
-        &db.url[db.url.find('@').unwrap() + 1..db.url.rfind('/').unwrap()],
-        &via.to_string(),
-    );
     let s = Store::open(&url, quick()).await.unwrap();
     s.upsert_target(&target("h", TargetSource::Api, 1), 1)
         .await
@@ -374,19 +386,12 @@ async fn postgres_gone_is_unavailable_and_the_store_recovers() {
     );
     // The database comes back on the same address.
     let _back = Relay::start(via, upstream).await;
-    let mut recovered = None;
-    for _ in 0..50 {
-        match s
-            .record("h", Origin::Active, "t", &[Sample::rtt_ms(2.0)], 2, None)
+    let recovered = fixtures::within_5_s(async || {
+        s.record("h", Origin::Active, "t", &[Sample::rtt_ms(2.0)], 2, None)
             .await
-        {
-            Ok(n) => {
-                recovered = Some(n);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+            .ok()
+    })
+    .await;
     assert_eq!(
         recovered,
         Some(1),
