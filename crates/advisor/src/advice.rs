@@ -152,6 +152,9 @@ pub struct Advice {
     pub host_limit: HostLimit,
     /// The advice is another target's on the same subnet (no own numbers).
     pub aggregated_from: Option<String>,
+    /// What the two share: `subnet 192.0.2.0/24` or `bottleneck group NAME`.
+    #[serde(default)]
+    pub aggregated_by: Option<String>,
     /// Remarks for people.
     pub notes: Vec<String>,
 }
@@ -426,6 +429,7 @@ pub fn advise(
         rtt,
         capacity,
         aggregated_from: None,
+        aggregated_by: None,
         notes,
     })
 }

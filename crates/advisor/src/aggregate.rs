@@ -9,16 +9,45 @@
 //! interval the target itself is only re-checked every `recheck_every`
 //! intervals; until it has numbers of its own, advice for it is answered
 //! from its group.
+//!
+//! A subnet is only a guess at a shared bottleneck. The operator, who
+//! knows that several sites sit behind one WAN link, can say so: targets
+//! with the same declared bottleneck group ([`Group::Declared`]) are one
+//! group whatever their addresses, and whether or not subnets are grouped.
+//! Finding shared bottlenecks by themselves, from the routes, awaits route
+//! measurements.
 
+use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::Target;
+
+/// What a target is grouped by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Group {
+    /// A bottleneck group the operator declared (`group=NAME` in the
+    /// targets file, `group` in the API).
+    Declared(String),
+    /// The subnet of its address, like `192.0.2.0/24`.
+    Subnet(String),
+}
+
+impl fmt::Display for Group {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Group::Declared(name) => write!(f, "bottleneck group {name}"),
+            Group::Subnet(net) => write!(f, "subnet {net}"),
+        }
+    }
+}
+
 /// How targets are grouped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AggregationPolicy {
-    /// Group targets at all.
+    /// Group targets by subnet (declared groups count regardless).
     pub enabled: bool,
     /// IPv4 prefix length that makes a group (/24 by default).
     pub v4_prefix: u8,
@@ -66,10 +95,21 @@ impl AggregationPolicy {
         })
     }
 
+    /// The group of a target: the bottleneck group it was put in, else
+    /// its subnet when subnets are grouped.
+    pub fn group_of_target(&self, target: &Target) -> Option<Group> {
+        if let Some(name) = &target.group {
+            return Some(Group::Declared(name.clone()));
+        }
+        let address = target.address.as_deref()?;
+        self.group_of(address).map(Group::Subnet)
+    }
+
     /// Whether a due measurement of a target may be skipped because its
     /// group covers it. Times are on any one clock (e.g. since start):
     /// `own_last` is when the target itself was last measured, `group_last`
-    /// the latest measurement of any other member.
+    /// the latest measurement of any other member of its group (`None`
+    /// when it has no group).
     pub fn covered(
         &self,
         now: Duration,
@@ -77,9 +117,6 @@ impl AggregationPolicy {
         own_last: Option<Duration>,
         group_last: Option<Duration>,
     ) -> bool {
-        if !self.enabled {
-            return false;
-        }
         let (Some(own), Some(group)) = (own_last, group_last) else {
             // Never measured itself (conservative: at least once), or no
             // other member measured: nothing covers it.
@@ -130,10 +167,49 @@ mod tests {
         assert!(!p.covered(at(10), h, Some(at(8)), Some(at(8))));
         // Its own result is older than 4 intervals: re-check it.
         assert!(!p.covered(at(10), h, Some(at(5)), Some(at(10))));
+        // No other member: nothing covers it.
+        assert!(!p.covered(at(10), h, Some(at(9)), None));
+    }
+
+    fn target(address: &str, group: Option<&str>) -> Target {
+        Target {
+            host: address.into(),
+            port: 4747,
+            address: Some(address.into()),
+            group: group.map(str::to_string),
+            source: crate::model::TargetSource::Api,
+            interval_s: 3600,
+            added_ms: 0,
+            last_used_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_declared_group_replaces_the_subnet_and_survives_subnets_off() {
+        let p = AggregationPolicy::default();
+        let east = Group::Declared("wan-east".into());
+        // Different subnets, one declared bottleneck.
+        let a = target("192.0.2.1", Some("wan-east"));
+        let b = target("198.51.100.1", Some("wan-east"));
+        assert_eq!(p.group_of_target(&a), Some(east.clone()));
+        assert_eq!(p.group_of_target(&a), p.group_of_target(&b));
+        // A subnet neighbour outside the group is not in it.
+        let c = target("192.0.2.2", None);
+        assert_eq!(
+            p.group_of_target(&c),
+            Some(Group::Subnet("192.0.2.0/24".into()))
+        );
+        assert_ne!(p.group_of_target(&a), p.group_of_target(&c));
         let off = AggregationPolicy {
             enabled: false,
             ..p
         };
-        assert!(!off.covered(at(10), h, Some(at(9)), Some(at(10))));
+        assert_eq!(off.group_of_target(&b), Some(east.clone()));
+        assert_eq!(off.group_of_target(&c), None);
+        assert_eq!(east.to_string(), "bottleneck group wan-east");
+        assert_eq!(
+            p.group_of_target(&c).unwrap().to_string(),
+            "subnet 192.0.2.0/24"
+        );
     }
 }

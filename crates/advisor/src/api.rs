@@ -265,6 +265,34 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
+/// The property names of a schema in the OpenAPI document, sorted.
+#[cfg(test)]
+pub(crate) fn schema_fields(schema: &str) -> Vec<String> {
+    let doc: serde_json::Value = serde_json::from_str(OPENAPI).unwrap();
+    let mut names: Vec<String> = doc["components"]["schemas"][schema]["properties"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no schema {schema}"))
+        .keys()
+        .cloned()
+        .collect();
+    names.sort();
+    names
+}
+
+/// The field names of a value as JSON, sorted.
+#[cfg(test)]
+pub(crate) fn json_fields(value: impl serde::Serialize) -> Vec<String> {
+    let mut names: Vec<String> = serde_json::to_value(value)
+        .unwrap()
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    names.sort();
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,5 +327,28 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_openapi_schemas_name_exactly_the_fields_of_targets() {
+        use crate::model::Target;
+        let req = TargetRequest {
+            host: "h".into(),
+            port: Some(1),
+            interval_s: Some(1),
+            group: Some("g".into()),
+        };
+        assert_eq!(json_fields(&req), schema_fields("TargetRequest"));
+        let target = Target {
+            host: "h".into(),
+            port: 1,
+            address: None,
+            group: Some("g".into()),
+            source: TargetSource::Api,
+            interval_s: 1,
+            added_ms: 0,
+            last_used_ms: 0,
+        };
+        assert_eq!(json_fields(&target), schema_fields("Target"));
     }
 }

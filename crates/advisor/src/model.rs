@@ -225,6 +225,10 @@ pub struct Target {
     pub port: u16,
     /// An address the host resolved to, used to group targets by subnet.
     pub address: Option<String>,
+    /// The bottleneck group the operator put it in: targets of one group
+    /// are measured and answered for as one path.
+    #[serde(default)]
+    pub group: Option<String>,
     /// How it became known.
     pub source: TargetSource,
     /// Seconds between active measurements of it.
@@ -238,18 +242,32 @@ pub struct Target {
 /// The port a target gets when none is given: tern's.
 pub const DEFAULT_PORT: u16 = 4747;
 
+/// Checks a name: 1 to `max_len` characters of letters, digits and
+/// `extra`; `what` names what it should have been.
+fn check_name(name: &str, max_len: usize, extra: &str, what: &str) -> Result<(), Error> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || extra.contains(c);
+    if name.is_empty() || name.len() > max_len || !name.chars().all(ok_char) {
+        let shown: String = name.chars().take(64).collect();
+        return Err(Error::BadRequest(format!("'{shown}' is not {what}")));
+    }
+    Ok(())
+}
+
 /// Checks a host name or address given by a user or a peer: 1 to 253
 /// characters of letters, digits and `.-:_%` (names, IPv4, IPv6 with a
 /// zone), so nothing odd reaches the store, the logs or a URL.
 pub fn validate_host(host: &str) -> Result<(), Error> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || ".-:_%".contains(c);
-    if host.is_empty() || host.len() > 253 || !host.chars().all(ok_char) {
-        let shown: String = host.chars().take(64).collect();
-        return Err(Error::BadRequest(format!(
-            "'{shown}' is not a host name or address"
-        )));
-    }
-    Ok(())
+    check_name(host, 253, ".-:_%", "a host name or address")
+}
+
+/// Checks a bottleneck group's name: 1 to 64 letters, digits and `.-_`.
+pub fn validate_group(group: &str) -> Result<(), Error> {
+    check_name(
+        group,
+        64,
+        ".-_",
+        "a group name (1 to 64 letters, digits and .-_)",
+    )
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -284,6 +302,12 @@ mod tests {
         }
         for bad in ["", "a b", "x/../y", "<script>", &"a".repeat(254)] {
             assert!(validate_host(bad).is_err(), "{bad}");
+        }
+        for good in ["wan-east", "site_2.uplink"] {
+            validate_group(good).unwrap();
+        }
+        for bad in ["", "a b", "a:b", &"g".repeat(65)] {
+            assert!(validate_group(bad).is_err(), "{bad}");
         }
     }
 

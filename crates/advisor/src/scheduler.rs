@@ -12,8 +12,8 @@
 //!   batch of new targets does not probe everything at once), then one
 //!   interval after each run.
 //! - [`Scheduler`] runs them: a loop that reads targets from the store,
-//!   asks the planner what is due, skips what the subnet aggregation
-//!   covers, admits what fits, runs probes as tasks and stores their
+//!   asks the planner what is due, skips what aggregation (a subnet or
+//!   a declared bottleneck group) covers, admits what fits, runs probes as tasks and stores their
 //!   samples. [`Scheduler::status`] answers "how busy am I?".
 
 use std::collections::HashMap;
@@ -242,7 +242,7 @@ pub struct SchedulerOptions {
     /// How often the target list is read again from the store (changes
     /// through the API are seen at once).
     pub refresh: Duration,
-    /// Subnet aggregation.
+    /// Aggregation by subnet and by declared bottleneck group.
     pub aggregation: AggregationPolicy,
 }
 
@@ -322,7 +322,8 @@ pub struct ScheduleStatus {
     pub completed: u64,
     /// Runs that failed.
     pub failed: u64,
-    /// Runs skipped because a neighbour on the subnet was measured.
+    /// Runs skipped because a neighbour in the subnet or bottleneck group
+    /// was measured.
     pub skipped_covered: u64,
     /// The latest failures and refusals (at most 20).
     pub recent_problems: Vec<ProbeProblem>,
@@ -706,7 +707,8 @@ impl Scheduler {
         waiting
     }
 
-    /// Whether another member of the target's subnet covers this run.
+    /// Whether another member of the target's group (subnet or declared
+    /// bottleneck group) covers this run.
     #[allow(clippy::too_many_arguments)]
     fn covered(
         &self,
@@ -719,19 +721,13 @@ impl Scheduler {
         interval: Duration,
     ) -> bool {
         let policy = &opts.aggregation;
-        let Some(group) = target.address.as_deref().and_then(|a| policy.group_of(a)) else {
+        let Some(group) = policy.group_of_target(target) else {
             return false;
         };
         let group_last = targets
             .values()
             .filter(|(t, _)| t.host != target.host)
-            .filter(|(t, _)| {
-                t.address
-                    .as_deref()
-                    .and_then(|a| policy.group_of(a))
-                    .as_ref()
-                    == Some(&group)
-            })
+            .filter(|(t, _)| policy.group_of_target(t).as_ref() == Some(&group))
             .filter_map(|(t, _)| planner.last_run(&t.host, probe))
             .max();
         policy.covered(

@@ -35,7 +35,7 @@ const SERIES_READ: u32 = 100;
 pub struct AdvisorOptions {
     /// The archive: a PostgreSQL URL, an `sqlite:` URL or an SQLite file.
     pub db: String,
-    /// Targets file: one `HOST[:PORT] [INTERVAL_SECS]` per line.
+    /// Targets file: one `HOST[:PORT] [INTERVAL_SECS] [group=NAME]` per line.
     pub targets_file: Option<PathBuf>,
     /// Seconds between active measurements of a target unless it says.
     pub default_interval: Duration,
@@ -82,6 +82,9 @@ pub struct TargetRequest {
     /// Seconds between measurements [default: the advisor's].
     #[serde(default)]
     pub interval_s: Option<u64>,
+    /// The bottleneck group it shares with other targets [default: none].
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 /// What `POST /api/v1/report` answers.
@@ -190,8 +193,8 @@ impl Service {
             .then(|| caller.to_canonical().to_string())
     }
 
-    /// Advice for a host (by name or address); from a subnet neighbour
-    /// when it has no numbers of its own.
+    /// Advice for a host (by name or address); from a neighbour in its
+    /// subnet or bottleneck group when it has no numbers of its own.
     pub async fn advice(&self, host: &str) -> Result<Advice, Error> {
         validate_host(host)?;
         let target = self.store.find_target(host).await?.ok_or_else(|| {
@@ -209,7 +212,7 @@ impl Service {
             return own;
         };
         let policy = &self.opts.scheduler.aggregation;
-        let Some(group) = target.address.as_deref().and_then(|a| policy.group_of(a)) else {
+        let Some(group) = policy.group_of_target(&target) else {
             return Err(Error::NotFound(missing));
         };
         let mut neighbours: Vec<Target> = self
@@ -218,22 +221,17 @@ impl Service {
             .await?
             .into_iter()
             .filter(|t| t.host != target.host)
-            .filter(|t| {
-                t.address
-                    .as_deref()
-                    .and_then(|a| policy.group_of(a))
-                    .as_ref()
-                    == Some(&group)
-            })
+            .filter(|t| policy.group_of_target(t).as_ref() == Some(&group))
             .collect();
         neighbours.sort_by_key(|t| std::cmp::Reverse(t.last_used_ms));
         for n in neighbours {
             if let Ok(mut a) = self.advice_from(&n.host, host, now).await {
                 a.notes.push(format!(
-                    "no measurements of {host} yet: this is the advice for {}, on the same subnet {group}",
+                    "no measurements of {host} yet: this is the advice for {}, in the same {group}",
                     n.host
                 ));
                 a.aggregated_from = Some(n.host);
+                a.aggregated_by = Some(group.to_string());
                 return Ok(a);
             }
         }
@@ -299,12 +297,16 @@ impl Service {
                 "interval_s {interval}: 1 s to a year allowed"
             )));
         }
+        if let Some(g) = &req.group {
+            crate::model::validate_group(g)?;
+        }
         let t = NewTarget {
             host: req.host.clone(),
             port: req.port,
             address: resolve(&req.host).await,
             source,
             interval_s: interval,
+            group: req.group.clone(),
         };
         let target = self.store.upsert_target(&t, now_ms()).await?;
         self.changed();
@@ -366,6 +368,7 @@ impl Service {
             },
             source: TargetSource::Discovered,
             interval_s: self.opts.default_interval.as_secs(),
+            group: None,
         };
         let stored = self
             .store
@@ -424,8 +427,9 @@ impl Service {
     }
 }
 
-/// Parses a targets file: one `HOST[:PORT] [INTERVAL_SECS]` per line
-/// (`[v6addr]:PORT` for IPv6 with a port), `#` starts a comment.
+/// Parses a targets file: one `HOST[:PORT] [INTERVAL_SECS] [group=NAME]`
+/// per line (`[v6addr]:PORT` for IPv6 with a port; the interval and the
+/// bottleneck group in either order), `#` starts a comment.
 pub fn parse_targets(text: &str) -> Result<Vec<TargetRequest>, String> {
     let mut out = Vec::new();
     for (n, raw) in text.lines().enumerate() {
@@ -436,15 +440,22 @@ pub fn parse_targets(text: &str) -> Result<Vec<TargetRequest>, String> {
         let at = |msg: String| format!("line {}: {msg}", n + 1);
         let mut words = line.split_whitespace();
         let spec = words.next().expect("not empty");
-        let interval_s = words
-            .next()
-            .map(|w| {
-                w.parse::<u64>()
-                    .map_err(|_| at(format!("'{w}' is not a number of seconds")))
-            })
-            .transpose()?;
-        if let Some(extra) = words.next() {
-            return Err(at(format!("unexpected '{extra}'")));
+        let (mut interval_s, mut group) = (None, None);
+        for w in words {
+            if let Some(name) = w.strip_prefix("group=") {
+                if group.is_some() {
+                    return Err(at(format!("unexpected '{w}': one group per target")));
+                }
+                crate::model::validate_group(name).map_err(|e| at(e.to_string()))?;
+                group = Some(name.to_string());
+            } else if interval_s.is_none() {
+                let secs = w
+                    .parse::<u64>()
+                    .map_err(|_| at(format!("'{w}' is not a number of seconds")))?;
+                interval_s = Some(secs);
+            } else {
+                return Err(at(format!("unexpected '{w}'")));
+            }
         }
         let (host, port) = split_host_port(spec).map_err(at)?;
         validate_host(&host).map_err(|e| at(e.to_string()))?;
@@ -452,6 +463,7 @@ pub fn parse_targets(text: &str) -> Result<Vec<TargetRequest>, String> {
             host,
             port,
             interval_s,
+            group,
         });
     }
     Ok(out)
@@ -624,15 +636,18 @@ mod tests {
                     \n\
                     [2001:db8::7]:4747\n\
                     2001:db8::8 600\n\
-                    192.0.2.9:5000\n";
+                    192.0.2.9:5000\n\
+                    192.0.2.10 group=wan-east 900\n\
+                    198.51.100.3:4848 group=wan-east\n";
         let t = parse_targets(text).unwrap();
-        assert_eq!(t.len(), 5);
+        assert_eq!(t.len(), 7);
         assert_eq!(
             t[0],
             TargetRequest {
                 host: "dtn1.example.org".into(),
                 port: None,
-                interval_s: None
+                interval_s: None,
+                group: None,
             }
         );
         assert_eq!(t[1].port, Some(4848));
@@ -644,9 +659,20 @@ mod tests {
             ("2001:db8::8", None, Some(600))
         );
         assert_eq!(t[4].port, Some(5000));
+        assert_eq!(
+            (t[5].interval_s, t[5].group.as_deref()),
+            (Some(900), Some("wan-east"))
+        );
+        assert_eq!(
+            (t[6].port, t[6].interval_s, t[6].group.as_deref()),
+            (Some(4848), None, Some("wan-east"))
+        );
         for (bad, why) in [
             ("h:notaport", "line 1: 'notaport' is not a port"),
             ("h 10 extra", "line 1: unexpected 'extra'"),
+            ("h group=a group=b", "line 1: unexpected 'group=b'"),
+            ("h group=", "line 1: bad request"),
+            ("h group=a/b", "line 1: bad request"),
             ("h ten", "line 1: 'ten' is not a number"),
             ("ok\n[::1", "line 2: '[::1': no closing ]"),
             ("bad/host", "line 1: bad request"),

@@ -60,10 +60,11 @@ impl Default for StoreOptions {
 
 /// The schema, in order; each step runs once, in a transaction, and is
 /// recorded in `schema_version`. Statements must be valid on both backends.
-const MIGRATIONS: &[(i64, &[&str])] = &[(
-    1,
-    &[
-        "CREATE TABLE IF NOT EXISTS targets (
+const MIGRATIONS: &[(i64, &[&str])] = &[
+    (
+        1,
+        &[
+            "CREATE TABLE IF NOT EXISTS targets (
             host TEXT PRIMARY KEY,
             port BIGINT NOT NULL,
             address TEXT,
@@ -72,7 +73,7 @@ const MIGRATIONS: &[(i64, &[&str])] = &[(
             added_ms BIGINT NOT NULL,
             last_used_ms BIGINT NOT NULL
         )",
-        "CREATE TABLE IF NOT EXISTS measurements (
+            "CREATE TABLE IF NOT EXISTS measurements (
             host TEXT NOT NULL,
             kind TEXT NOT NULL,
             value DOUBLE PRECISION NOT NULL,
@@ -82,10 +83,12 @@ const MIGRATIONS: &[(i64, &[&str])] = &[(
             at_ms BIGINT NOT NULL,
             details TEXT NOT NULL
         )",
-        "CREATE INDEX IF NOT EXISTS measurements_by_host_kind_time
+            "CREATE INDEX IF NOT EXISTS measurements_by_host_kind_time
             ON measurements (host, kind, at_ms)",
-    ],
-)];
+        ],
+    ),
+    (2, &["ALTER TABLE targets ADD COLUMN group_name TEXT"]),
+];
 
 /// Ranks target sources: a stronger source's settings win over a weaker
 /// one's when the same host comes from two places.
@@ -96,20 +99,22 @@ fn upsert_target_sql() -> String {
     let old = RANK.replace("%s", "targets.source");
     let stronger_or_same = format!("{new} <= {old}");
     format!(
-        "INSERT INTO targets (host, port, address, source, interval_s, added_ms, last_used_ms)
-         VALUES ($1, COALESCE($2, {DEFAULT_PORT}), $3, $4, $5, $6, $6)
+        "INSERT INTO targets (host, port, address, source, interval_s, added_ms, last_used_ms, group_name)
+         VALUES ($1, COALESCE($2, {DEFAULT_PORT}), $3, $4, $5, $6, $6, $7)
          ON CONFLICT (host) DO UPDATE SET
             port = CASE WHEN {stronger_or_same} AND $2 IS NOT NULL
                 THEN excluded.port ELSE targets.port END,
             interval_s = CASE WHEN {stronger_or_same} THEN excluded.interval_s ELSE targets.interval_s END,
             source = CASE WHEN {stronger_or_same} THEN excluded.source ELSE targets.source END,
+            group_name = CASE WHEN {stronger_or_same} THEN excluded.group_name ELSE targets.group_name END,
             address = COALESCE(excluded.address, targets.address),
             last_used_ms = CASE WHEN excluded.last_used_ms > targets.last_used_ms
                 THEN excluded.last_used_ms ELSE targets.last_used_ms END"
     )
 }
 
-const TARGET_COLUMNS: &str = "host, port, address, source, interval_s, added_ms, last_used_ms";
+const TARGET_COLUMNS: &str =
+    "host, port, address, source, interval_s, added_ms, last_used_ms, group_name";
 const MEASUREMENT_COLUMNS: &str = "host, kind, value, unit, origin, producer, at_ms, details";
 
 /// A target to add or refresh.
@@ -126,6 +131,9 @@ pub struct NewTarget {
     pub source: TargetSource,
     /// Seconds between active measurements.
     pub interval_s: u64,
+    /// Its bottleneck group; a source as strong or stronger replaces it
+    /// (`None` clears it), a weaker one leaves it.
+    pub group: Option<String>,
 }
 
 /// The archive.
@@ -529,6 +537,9 @@ async fn upsert_in(
     now_ms: i64,
 ) -> Result<(), Error> {
     crate::model::validate_host(&t.host)?;
+    if let Some(g) = &t.group {
+        crate::model::validate_group(g)?;
+    }
     sqlx::query(&upsert_target_sql())
         .bind(&t.host)
         .bind(t.port.map(i64::from))
@@ -536,6 +547,7 @@ async fn upsert_in(
         .bind(t.source.name())
         .bind(t.interval_s.min(i64::MAX as u64) as i64)
         .bind(now_ms)
+        .bind(t.group.clone())
         .execute(&mut **tx)
         .await?;
     Ok(())
@@ -554,6 +566,7 @@ fn target_of(r: &AnyRow) -> Result<Target, Error> {
         host: r.try_get("host")?,
         port: u16::try_from(port).map_err(|_| Error::Store(format!("port {port} in store")))?,
         address: r.try_get("address")?,
+        group: r.try_get("group_name")?,
         source: r.try_get::<String, _>("source")?.parse()?,
         interval_s: interval.max(0) as u64,
         added_ms: r.try_get("added_ms")?,

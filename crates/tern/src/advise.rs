@@ -251,7 +251,8 @@ pub fn describe(a: &Advice, url: &str) -> String {
         }
     }
     if let Some(from) = &a.aggregated_from {
-        let _ = writeln!(out, "  from       {from} (same subnet)");
+        let by = a.aggregated_by.as_deref().unwrap_or("same subnet");
+        let _ = writeln!(out, "  from       {from} ({by})");
     }
     for n in &a.notes {
         let _ = writeln!(out, "  note: {n}");

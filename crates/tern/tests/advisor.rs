@@ -703,6 +703,7 @@ fn advice_takes_capacity_from_the_packet_train_probe() {
             host: "127.0.0.1".into(),
             port: Some(port),
             interval_s: None,
+            group: None,
         };
         svc.add_target(&req, TargetSource::Api).await.unwrap();
         let until = Instant::now() + Duration::from_secs(60);

@@ -139,13 +139,16 @@ class Advisor:
         """Every target the advisor measures."""
         return self._call("GET", "/api/v1/targets")["targets"]
 
-    def add_target(self, host, port=None, interval_s=None):
-        """Adds (or updates) a target; returns it as stored."""
+    def add_target(self, host, port=None, interval_s=None, group=None):
+        """Adds (or updates) a target; returns it as stored. Targets with
+        the same `group` share a bottleneck: one is measured for all."""
         body = {"host": host}
         if port is not None:
             body["port"] = port
         if interval_s is not None:
             body["interval_s"] = interval_s
+        if group is not None:
+            body["group"] = group
         return self._call("POST", "/api/v1/targets", body)
 
     def remove_target(self, host):

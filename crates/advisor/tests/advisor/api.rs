@@ -372,6 +372,15 @@ async fn bad_input_gets_a_clear_json_error() {
     }
 }
 
+/// The advice for `asked`, which must be `from`'s, shared through `by`.
+async fn answered_from(s: &Service, asked: &str, from: &str, by: &str) -> Value {
+    let (status, a) = call(s, Method::GET, &format!("/api/v1/advice/{asked}"), None).await;
+    assert_eq!(status, StatusCode::OK, "{a}");
+    assert_eq!(a["aggregated_from"], from, "{a}");
+    assert_eq!(a["aggregated_by"], by, "{a}");
+    a
+}
+
 #[tokio::test]
 async fn a_neighbour_on_the_subnet_answers_until_a_host_has_its_own_numbers() {
     for db in every_db().await {
@@ -396,9 +405,7 @@ async fn a_neighbour_on_the_subnet_answers_until_a_host_has_its_own_numbers() {
             Some(r#"{"host":"203.0.113.99"}"#),
         )
         .await;
-        let (status, a) = call(&s, Method::GET, "/api/v1/advice/203.0.113.99", None).await;
-        assert_eq!(status, StatusCode::OK, "{n}: {a}");
-        assert_eq!(a["aggregated_from"], "203.0.113.10", "{n}");
+        let a = answered_from(&s, "203.0.113.99", "203.0.113.10", "subnet 203.0.113.0/24").await;
         assert_eq!(a["host"], "203.0.113.99", "{n}");
         assert_eq!(a["rtt_ms"], 40.0, "{n}");
         call(
@@ -421,6 +428,62 @@ async fn a_neighbour_on_the_subnet_answers_until_a_host_has_its_own_numbers() {
         .await;
         let (status, _) = call(&s, Method::GET, "/api/v1/advice/203.0.114.1", None).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{n}");
+    }
+}
+
+#[tokio::test]
+async fn a_declared_bottleneck_group_answers_across_subnets() {
+    for db in every_db().await {
+        let s = service(&db).await;
+        let n = db.name;
+        for host in ["203.0.113.10", "198.51.100.20"] {
+            let body = json!({"host": host, "group": "wan-east"}).to_string();
+            let (status, t) = call(&s, Method::POST, "/api/v1/targets", Some(&body)).await;
+            assert_eq!(status, StatusCode::CREATED, "{n}: {t}");
+            assert_eq!(t["group"], "wan-east", "{n}");
+        }
+        let report = json!({"host": "203.0.113.10", "throughput_bps": 1e8, "rtt_ms": 40.0,
+                            "bytes": 100_000_000u64, "duration_s": 8.0, "limit": "network"});
+        call(
+            &s,
+            Method::POST,
+            "/api/v1/report",
+            Some(&report.to_string()),
+        )
+        .await;
+        // Another subnet, the same declared bottleneck: answered for.
+        let by = "bottleneck group wan-east";
+        let a = answered_from(&s, "198.51.100.20", "203.0.113.10", by).await;
+        assert_eq!(a["rtt_ms"], 40.0, "{n}");
+        // The report (a weaker source) left the group alone.
+        let (_, list) = call(&s, Method::GET, "/api/v1/targets", None).await;
+        assert!(
+            list["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|t| t["group"] == "wan-east"),
+            "{n}: {list}"
+        );
+        // Out of the group (posted again without one), it has no answer.
+        let (status, t) = call(
+            &s,
+            Method::POST,
+            "/api/v1/targets",
+            Some(r#"{"host":"198.51.100.20"}"#),
+        )
+        .await;
+        assert_eq!((status, &t["group"]), (StatusCode::CREATED, &Value::Null));
+        let (status, _) = call(&s, Method::GET, "/api/v1/advice/198.51.100.20", None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{n}");
+        let (status, body) = call(
+            &s,
+            Method::POST,
+            "/api/v1/targets",
+            Some(r#"{"host":"h","group":"no spaces"}"#),
+        )
+        .await;
+        assert_error(status, &body, StatusCode::BAD_REQUEST, "bad_request");
     }
 }
 

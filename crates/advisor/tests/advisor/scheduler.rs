@@ -85,15 +85,25 @@ impl Probe for Fake {
 }
 
 async fn store_with_targets(hosts: &[(&str, &str, u64)]) -> (fixtures::TestDb, Store) {
+    let grouped: Vec<(&str, &str, u64, Option<&str>)> =
+        hosts.iter().map(|&(h, a, i)| (h, a, i, None)).collect();
+    store_with_grouped_targets(&grouped).await
+}
+
+/// Targets with an address, an interval and maybe a bottleneck group.
+async fn store_with_grouped_targets(
+    hosts: &[(&str, &str, u64, Option<&str>)],
+) -> (fixtures::TestDb, Store) {
     let db = fixtures::sqlite();
     let s = db.open(quick()).await;
-    for (host, addr, interval) in hosts {
+    for (host, addr, interval, group) in hosts {
         let t = NewTarget {
             host: host.to_string(),
             port: Some(4747),
             address: Some(addr.to_string()),
             source: TargetSource::Api,
             interval_s: *interval,
+            group: group.map(str::to_string),
         };
         s.upsert_target(&t, 1).await.unwrap();
     }
@@ -211,14 +221,14 @@ async fn a_probe_over_the_whole_budget_never_runs_and_says_so() {
     assert_eq!(watch.runs.load(Ordering::SeqCst), 0);
 }
 
-#[tokio::test]
-async fn subnet_neighbours_are_measured_once_then_covered() {
-    let hosts = [
-        ("n1", "10.7.7.1", 1),
-        ("n2", "10.7.7.2", 1),
-        ("n3", "10.7.7.3", 1),
-    ];
-    let (_db, store) = store_with_targets(&hosts).await;
+/// Runs a fast RTT fake against `hosts` (each every second) with
+/// `aggregation`, until at least four runs were skipped as covered by a
+/// neighbour; each host must still have been measured itself.
+async fn measured_once_then_covered(
+    hosts: &[(&str, &str, u64, Option<&str>)],
+    aggregation: AggregationPolicy,
+) {
+    let (_db, store) = store_with_grouped_targets(hosts).await;
     let watch = Arc::new(Watch::default());
     let rtt: Arc<dyn Probe> = Arc::new(Fake {
         name: "rtt",
@@ -228,22 +238,50 @@ async fn subnet_neighbours_are_measured_once_then_covered() {
         watch: watch.clone(),
     });
     let mut o = opts(4, 1_000);
-    o.aggregation = AggregationPolicy {
-        recheck_every: 1000,
-        ..AggregationPolicy::default()
-    };
+    o.aggregation = aggregation;
     let s = Scheduler::spawn(store.clone(), vec![rtt], o, std::future::pending());
-    let st = wait_for(&s, "some runs skipped as covered", |st| {
+    wait_for(&s, "some runs skipped as covered", |st| {
         st.skipped_covered >= 4
     })
     .await;
-    for h in ["n1", "n2", "n3"] {
+    for (h, ..) in hosts {
         let own = store.history(h, None, 100).await.unwrap();
         assert!(!own.is_empty(), "{h} measured at least once");
     }
+}
+
+#[tokio::test]
+async fn subnet_neighbours_are_measured_once_then_covered() {
     // Without aggregation each of 3 targets would run every second; with
     // it, the subnet runs about once per second.
-    assert!(st.skipped_covered >= 4, "{st:?}");
+    let hosts = [
+        ("n1", "10.7.7.1", 1, None),
+        ("n2", "10.7.7.2", 1, None),
+        ("n3", "10.7.7.3", 1, None),
+    ];
+    let subnets = AggregationPolicy {
+        recheck_every: 1000,
+        ..AggregationPolicy::default()
+    };
+    measured_once_then_covered(&hosts, subnets).await;
+}
+
+#[tokio::test]
+async fn a_declared_group_is_measured_like_one_subnet() {
+    // Three subnets behind one WAN link: with subnet grouping off, only
+    // the declared group can cover them.
+    let wan = Some("wan");
+    let hosts = [
+        ("g1", "10.1.0.1", 1, wan),
+        ("g2", "10.2.0.1", 1, wan),
+        ("g3", "10.3.0.1", 1, wan),
+    ];
+    let groups_only = AggregationPolicy {
+        enabled: false,
+        recheck_every: 1000,
+        ..AggregationPolicy::default()
+    };
+    measured_once_then_covered(&hosts, groups_only).await;
 }
 
 #[tokio::test]
@@ -258,6 +296,7 @@ async fn the_rtt_probe_measures_a_real_listener() {
         address: Some("127.0.0.1".into()),
         source: TargetSource::Config,
         interval_s: 3600,
+        group: None,
     };
     store.upsert_target(&t, 1).await.unwrap();
     let probe: Arc<dyn Probe> = Arc::new(TcpConnectRtt::default());
@@ -304,6 +343,7 @@ async fn a_target_added_later_is_picked_up_when_told() {
         address: Some("10.1.1.1".into()),
         source: TargetSource::Api,
         interval_s: 3600,
+        group: None,
     };
     store.upsert_target(&t, 1).await.unwrap();
     s.targets_changed();
