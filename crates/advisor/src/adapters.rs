@@ -1,16 +1,20 @@
 //! The measurements of `tern-probe` as advisor plug-ins: the UDP
-//! packet-train capacity probe and the short throughput test through the
-//! engine. Each adapter only translates: options and the scheduler's grant
-//! in, named [`Sample`]s out; method, accuracy and limits are the probe
-//! crate's (`docs/PROBES.md`).
+//! packet-train capacity probe, the short throughput test through the
+//! engine, and the window × streams sweep of such tests. Each adapter only
+//! translates: options and the scheduler's grant in, named [`Sample`]s
+//! out; method, accuracy and limits are the probe crate's
+//! (`docs/PROBES.md`).
 
 use std::time::Duration;
 
+use tern_drs::WindowMode;
 use tern_engine::client::{ClientOptions, Endpoint};
-use tern_probe::{CapacityOptions, DirectionCapacity};
+use tern_probe::{CapacityOptions, DirectionCapacity, Throughput};
 
 use crate::model::Sample;
-use crate::probe::{Concurrency, Grant, Probe, ProbeError, ProbeFuture, ProbeTarget};
+use crate::probe::{
+    Concurrency, Grant, Probe, ProbeError, ProbeFuture, ProbeTarget, TcpConnectRtt,
+};
 
 fn failed(e: tern_probe::Error) -> ProbeError {
     match e {
@@ -105,6 +109,24 @@ fn discarded(d: &DirectionCapacity) -> String {
 /// A test reaching this share of its grant was held back by the pacing.
 const PACED_SHARE: f64 = 0.9;
 
+/// What the engine's tests share as probes: they fill the path (exclusive
+/// on it), so each asks for the whole budget and paces itself to its grant.
+macro_rules! engine_test_probe {
+    ($name:literal) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+
+        fn class(&self) -> Concurrency {
+            Concurrency::ExclusivePerPath
+        }
+
+        fn load_bps(&self, _target: &ProbeTarget, budget_bps: u64) -> u64 {
+            budget_bps
+        }
+    };
+}
+
 /// A short `tern perf` to the target's daemon. Exclusive on its path; it
 /// asks for the whole budget and paces itself to its grant (the engine's
 /// rate limit), so the budget holds: on a path faster than the budget the
@@ -119,27 +141,12 @@ pub struct EngineThroughput {
 }
 
 impl Probe for EngineThroughput {
-    fn name(&self) -> &'static str {
-        "throughput_tern_perf"
-    }
-
-    fn class(&self) -> Concurrency {
-        Concurrency::ExclusivePerPath
-    }
-
-    fn load_bps(&self, _target: &ProbeTarget, budget_bps: u64) -> u64 {
-        budget_bps
-    }
+    engine_test_probe!("throughput_tern_perf");
 
     fn run<'a>(&'a self, target: &'a ProbeTarget, grant: Grant) -> ProbeFuture<'a> {
         Box::pin(async move {
-            let ep = Endpoint {
-                host: target.addr()?.ip().to_string(),
-                port: target.port,
-            };
-            let mut opts = self.options.clone();
-            opts.rate_limit = Some(opts.rate_limit.unwrap_or(u64::MAX).min(grant.load_bps));
-            let t = tern_probe::throughput(&ep, &opts, self.duration)
+            let ep = endpoint(target)?;
+            let t = tern_probe::throughput(&ep, &paced(&self.options, grant), self.duration)
                 .await
                 .map_err(failed)?;
             if t.bits_per_second <= 0.0 {
@@ -148,25 +155,45 @@ impl Probe for EngineThroughput {
                     t.elapsed_s
                 )));
             }
-            let mut s = Sample::throughput_bps(t.bits_per_second, t.streams, &t.window)
-                .with("method", "tern_perf")
-                .with("bytes", t.bytes)
-                .with("duration_s", t.elapsed_s)
-                .with("rate_limit_bps", grant.load_bps)
-                .with("blocks_retransmitted", t.blocks_retransmitted);
-            // Held to the grant, the test measured the budget, whatever
-            // TCP_INFO says about the path.
-            if t.bits_per_second >= PACED_SHARE * grant.load_bps as f64 {
-                s = s.with("limit", "probe_budget");
-            } else if let Some(limit) = t.limit {
-                s = s.with("limit", limit);
-            }
-            if let Some(cc) = t.congestion_control {
-                s = s.with("congestion_control", cc);
-            }
-            Ok(vec![s])
+            Ok(vec![throughput_sample(&t, "tern_perf", grant)])
         })
     }
+}
+
+/// The daemon at a target, as the engine dials it.
+fn endpoint(target: &ProbeTarget) -> Result<Endpoint, ProbeError> {
+    Ok(Endpoint {
+        host: target.addr()?.ip().to_string(),
+        port: target.port,
+    })
+}
+
+/// `options` held to the grant: the engine paces its sends to it.
+fn paced(options: &ClientOptions, grant: Grant) -> ClientOptions {
+    let mut opts = options.clone();
+    opts.rate_limit = Some(opts.rate_limit.unwrap_or(u64::MAX).min(grant.load_bps));
+    opts
+}
+
+/// A throughput test's sample, with what limited it.
+fn throughput_sample(t: &Throughput, method: &str, grant: Grant) -> Sample {
+    let mut s = Sample::throughput_bps(t.bits_per_second, t.streams, &t.window)
+        .with("method", method)
+        .with("bytes", t.bytes)
+        .with("duration_s", t.elapsed_s)
+        .with("rate_limit_bps", grant.load_bps)
+        .with("blocks_retransmitted", t.blocks_retransmitted);
+    // Held to the grant, the test measured the budget, whatever TCP_INFO
+    // says about the path.
+    if t.bits_per_second >= PACED_SHARE * grant.load_bps as f64 {
+        s = s.with("limit", "probe_budget");
+    } else if let Some(limit) = t.limit {
+        s = s.with("limit", limit);
+    }
+    if let Some(cc) = &t.congestion_control {
+        s = s.with("congestion_control", cc);
+    }
+    s
 }
 
 impl std::fmt::Debug for EngineThroughput {
@@ -176,5 +203,153 @@ impl std::fmt::Debug for EngineThroughput {
             .field("window", &self.options.tuning.window_name())
             .field("duration", &self.duration)
             .finish_non_exhaustive()
+    }
+}
+
+/// The stream counts a sweep tries unless told otherwise: the powers of
+/// two up to the advice's own cap of 8.
+pub const SWEEP_STREAMS: [u16; 4] = [1, 2, 4, 8];
+
+/// The smallest window a sweep locks: below it a fixed window holds less
+/// than the kernel's own starting buffers and measures nothing useful.
+const SWEEP_WINDOW_MIN: u64 = 64 << 10;
+
+/// The largest window `tern --window` takes.
+const SWEEP_WINDOW_MAX: u64 = 1 << 30;
+
+/// A window × streams sweep of short `tern perf` runs, IEPM-BW's way of
+/// finding the hand-tuned best for a path: every stream count in
+/// `streams` with two windows, `auto` (tern sizes the buffers) and one
+/// locked at the bandwidth-delay product at the granted rate (RTT from
+/// TCP connects before the sweep, doubled as `--window` counts buffer
+/// bookkeeping, 64 KiB to 1 GiB): the window with which even one stream
+/// can reach the grant. Exclusive on its path and paced to its grant,
+/// like [`EngineThroughput`]; each successful cell is one throughput
+/// sample whose `sweep` detail names the cell and marks the best.
+#[derive(Clone)]
+pub struct EngineSweep {
+    /// How to connect (trust, protection); streams and window are the
+    /// sweep's.
+    pub options: ClientOptions,
+    /// How long each cell runs.
+    pub cell: Duration,
+    /// Stream counts to try, each 1 or more.
+    pub streams: Vec<u16>,
+}
+
+impl EngineSweep {
+    /// The sweep with the default stream counts.
+    pub fn new(options: ClientOptions, cell: Duration) -> EngineSweep {
+        EngineSweep {
+            options,
+            cell,
+            streams: SWEEP_STREAMS.to_vec(),
+        }
+    }
+
+    /// The windows to try on a path of `rtt_ms` at `grant`.
+    fn windows(rtt_ms: f64, grant: Grant) -> [WindowMode; 2] {
+        let bdp = rtt_ms / 1e3 * grant.load_bps as f64 / 8.0;
+        let window = ((2.0 * bdp).ceil() as u64)
+            .div_ceil(4096)
+            .saturating_mul(4096)
+            .clamp(SWEEP_WINDOW_MIN, SWEEP_WINDOW_MAX);
+        [WindowMode::Auto, WindowMode::Fixed(window)]
+    }
+}
+
+impl Probe for EngineSweep {
+    engine_test_probe!("sweep_tern_perf");
+
+    fn run<'a>(&'a self, target: &'a ProbeTarget, grant: Grant) -> ProbeFuture<'a> {
+        Box::pin(async move {
+            let ep = endpoint(target)?;
+            let rtt_ms = TcpConnectRtt::default()
+                .run(target, grant)
+                .await?
+                .first()
+                .map(|s| s.value)
+                .ok_or_else(|| ProbeError::Failed("no RTT before the sweep".into()))?;
+            let windows = EngineSweep::windows(rtt_ms, grant);
+            let sweep = tern_probe::sweep(
+                &ep,
+                &paced(&self.options, grant),
+                &windows,
+                &self.streams,
+                self.cell,
+            )
+            .await
+            .map_err(failed)?;
+            let Some(best) = sweep.best else {
+                let why: Vec<String> = sweep
+                    .cells
+                    .iter()
+                    .filter_map(|c| c.result.as_ref().err())
+                    .cloned()
+                    .collect();
+                return Err(ProbeError::Failed(format!(
+                    "every cell of the sweep failed: {}",
+                    why.join("; ")
+                )));
+            };
+            let cells = sweep.cells.len();
+            Ok(sweep
+                .cells
+                .iter()
+                .enumerate()
+                .filter_map(|(k, c)| {
+                    let t = c.result.as_ref().ok()?;
+                    let s = throughput_sample(t, "tern_perf_sweep", grant).with(
+                        "sweep",
+                        serde_json::json!({
+                            "cell": k,
+                            "cells": cells,
+                            "streams": c.streams,
+                            "window": c.window,
+                            "best": k == best,
+                            "rtt_ms": rtt_ms,
+                        }),
+                    );
+                    // The window asked for, not what auto sizing ended at:
+                    // a cell is named by its settings.
+                    Some(s.with("window", &c.window).with("streams", c.streams))
+                })
+                .collect())
+        })
+    }
+}
+
+impl std::fmt::Debug for EngineSweep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineSweep")
+            .field("streams", &self.streams)
+            .field("cell", &self.cell)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_locks_one_window_at_the_product_at_its_grant() {
+        let grant = Grant {
+            load_bps: 100_000_000,
+        };
+        // 50 ms x 100 Mbit/s = 625 000 bytes, doubled for --window.
+        assert_eq!(
+            EngineSweep::windows(50.0, grant),
+            [WindowMode::Auto, WindowMode::Fixed(1_253_376)]
+        );
+        // Loopback: the floor.
+        assert_eq!(
+            EngineSweep::windows(0.05, grant)[1],
+            WindowMode::Fixed(SWEEP_WINDOW_MIN)
+        );
+        assert_eq!(
+            EngineSweep::windows(1e6, grant)[1],
+            WindowMode::Fixed(SWEEP_WINDOW_MAX)
+        );
     }
 }

@@ -15,6 +15,11 @@
 //!
 //! Every number says how many samples it rests on, how old the newest is
 //! and whether it came from real transfers (passive) or probes (active).
+//!
+//! The formula predicts; a window × streams sweep ([`crate::EngineSweep`])
+//! measures. When the newest sweep is recent and its best cell beat what
+//! the formula expects, the stream count (and a locked window) follow
+//! that cell, and [`Advice::sweep`] says so.
 
 use serde::{Deserialize, Serialize};
 use tern_drs::HostCaps;
@@ -150,13 +155,39 @@ pub struct Advice {
     pub capacity: Basis,
     /// The host's socket-buffer caps and how they shaped the advice.
     pub host_limit: HostLimit,
-    /// The advice is another target's on the same subnet (no own numbers).
+    /// The newest recent window × streams sweep, and whether the advice
+    /// followed its best cell.
+    #[serde(default)]
+    pub sweep: Option<SweepBasis>,
+    /// The advice is another target's on the same subnet or in the same
+    /// bottleneck group (no own numbers).
     pub aggregated_from: Option<String>,
     /// What the two share: `subnet 192.0.2.0/24` or `bottleneck group NAME`.
     #[serde(default)]
     pub aggregated_by: Option<String>,
     /// Remarks for people.
     pub notes: Vec<String>,
+}
+
+/// The window × streams sweep behind a piece of advice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepBasis {
+    /// When the sweep ran, ms since the epoch.
+    pub at_ms: i64,
+    /// How old it is, seconds.
+    pub age_s: f64,
+    /// Cells that produced a rate.
+    pub cells: usize,
+    /// The best cell's rate, bits/s.
+    pub best_bps: f64,
+    /// The best cell's streams.
+    pub best_streams: u16,
+    /// The best cell's window: `auto`, `kernel` or bytes (`tern --window`).
+    pub best_window: String,
+    /// What the formula expected before the sweep was considered, bits/s.
+    pub formula_bps: f64,
+    /// The advice's streams (and a locked window) are the best cell's.
+    pub followed: bool,
 }
 
 /// Settings of advice.
@@ -166,6 +197,9 @@ pub struct AdviceConfig {
     pub estimator: EstimatorConfig,
     /// Never advise more streams than this.
     pub max_streams: u16,
+    /// A sweep older than this, seconds, is neither shown nor followed:
+    /// the path may have changed since.
+    pub sweep_max_age_s: f64,
 }
 
 impl Default for AdviceConfig {
@@ -173,8 +207,34 @@ impl Default for AdviceConfig {
         AdviceConfig {
             estimator: EstimatorConfig::default(),
             max_streams: 8,
+            // Four of the default 6 h probe intervals.
+            sweep_max_age_s: 86_400.0,
         }
     }
+}
+
+/// A sweep's best cell must beat the formula's expected rate by this
+/// factor to be followed: cells and estimates each carry a few percent of
+/// noise, and a tie is no reason to leave the formula.
+const SWEEP_MARGIN: f64 = 1.05;
+
+/// The best cell of the newest sweep among `throughput` (the samples one
+/// sweep stored share their time), with the number of its cells.
+fn newest_sweep(throughput: &[Measurement]) -> Option<(&Measurement, usize)> {
+    let is_cell = |m: &&Measurement| m.details.get("sweep").is_some_and(|d| d.is_object());
+    let at = throughput.iter().filter(is_cell).map(|m| m.at_ms).max()?;
+    let cells: Vec<&Measurement> = throughput
+        .iter()
+        .filter(is_cell)
+        .filter(|m| m.at_ms == at)
+        .collect();
+    let marked = cells
+        .iter()
+        .find(|m| m.details["sweep"]["best"].as_bool() == Some(true));
+    let best = marked
+        .or_else(|| cells.iter().max_by(|a, b| a.value.total_cmp(&b.value)))
+        .copied()?;
+    Some((best, cells.len()))
 }
 
 /// The measurements of one path, each series oldest first.
@@ -386,6 +446,61 @@ pub fn advise(
     }
     let rtt_s = rtt.value / 1e3;
     let expected = (f64::from(streams) * buffer as f64 * 8.0 / rtt_s).min(capacity.value);
+    let swept = newest_sweep(ev.throughput)
+        .map(|(best, cells)| {
+            let age_s = (now_ms - best.at_ms).max(0) as f64 / 1e3;
+            (best, cells, age_s)
+        })
+        .filter(|(_, _, age_s)| *age_s <= cfg.sweep_max_age_s);
+    let mut sweep = None;
+    let (streams, buffer, expected) = match swept {
+        Some((best, cells, age_s)) => {
+            let details = &best.details;
+            let best_streams = details["streams"]
+                .as_u64()
+                .unwrap_or(1)
+                .clamp(1, u64::from(max_streams)) as u16;
+            let best_window = match &details["window"] {
+                serde_json::Value::String(w) => w.clone(),
+                other => other.to_string(),
+            };
+            let followed = best.value > expected * SWEEP_MARGIN;
+            sweep = Some(SweepBasis {
+                at_ms: best.at_ms,
+                age_s,
+                cells,
+                best_bps: best.value,
+                best_streams,
+                best_window: best_window.clone(),
+                formula_bps: expected,
+                followed,
+            });
+            if followed {
+                notes.push(format!(
+                    "{best_streams} streams, window {best_window}: the best cell of a window x \
+                     streams sweep {age_s:.0} s ago reached {:.1} Mbit/s, more than the {:.1} \
+                     Mbit/s the formula expects",
+                    best.value / 1e6,
+                    expected / 1e6
+                ));
+                let buffer = match best_window.parse::<u64>() {
+                    // --window counts bookkeeping: the buffer is half.
+                    Ok(locked) => (locked / 2).max(1),
+                    // Tern sized the cell's buffers: split what carries
+                    // the best rate over its streams.
+                    Err(_) => {
+                        let carried = ((rtt_s * best.value / 8.0).ceil() as u64).max(bdp);
+                        let per_stream = round_up(carried.div_ceil(u64::from(best_streams)), 4096);
+                        window_max.map_or(per_stream, |max| per_stream.min(max))
+                    }
+                };
+                (best_streams, buffer, best.value)
+            } else {
+                (streams, buffer, expected)
+            }
+        }
+        None => (streams, buffer, expected),
+    };
     match capacity_basis {
         CapacityBasis::Capacity => {}
         CapacityBasis::Throughput => notes.push(
@@ -428,6 +543,7 @@ pub fn advise(
         },
         rtt,
         capacity,
+        sweep,
         aggregated_from: None,
         aggregated_by: None,
         notes,
@@ -650,6 +766,107 @@ mod tests {
         assert_eq!(ramp_streams(12_500_000, 0.100), 27);
         assert_eq!(ramp_streams(1_000, 0.0), 1);
         assert_eq!(ramp_streams(1_000, f64::NAN), 1);
+    }
+
+    /// One cell of a sweep stored at `at_ms`.
+    fn cell(at_ms: i64, streams: u16, window: &str, bps: f64, best: bool) -> Measurement {
+        let details = serde_json::json!({
+            "streams": streams,
+            "window": window,
+            "sweep": {"streams": streams, "window": window, "best": best},
+        });
+        m(Kind::Throughput, bps, Origin::Active, at_ms, details)
+    }
+
+    fn advise_with_sweep(capacity: f64, sweep: &[Measurement], now_ms: i64) -> Advice {
+        // 50 ms; one socket of 3 MiB holds any product here.
+        let rtt = series(Kind::Rtt, &[50.0; 5], Origin::Active);
+        let cap = series(Kind::Capacity, &[capacity; 3], Origin::Active);
+        let ev = Evidence {
+            rtt: &rtt,
+            capacity: &cap,
+            throughput: sweep,
+        };
+        advise(
+            "h",
+            &ev,
+            &caps(6 << 20, 6 << 20),
+            &AdviceConfig::default(),
+            now_ms,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_sweep_that_beat_the_formula_sets_streams_and_a_locked_window() {
+        // Packet trains said 50 Mbit/s; the sweep moved 90 with 4 streams
+        // locked at 2 MiB.
+        let sweep = [
+            cell(9_000, 1, "auto", 40e6, false),
+            cell(9_000, 4, "auto", 80e6, false),
+            cell(9_000, 4, "2097152", 90e6, true),
+        ];
+        let a = advise_with_sweep(50e6, &sweep, 10_000);
+        assert_eq!(a.streams, 4);
+        assert_eq!(a.tern_window_bytes, 2_097_152);
+        assert_eq!(a.buffer_bytes, 1_048_576);
+        assert_eq!(a.expected_throughput_bps, 90e6);
+        let b = a.sweep.as_ref().unwrap();
+        assert!(b.followed);
+        assert_eq!((b.cells, b.best_streams), (3, 4));
+        assert_eq!(b.best_window, "2097152");
+        assert!((b.formula_bps - 50e6).abs() < 1.0, "{b:?}");
+        assert!((b.age_s - 1.0).abs() < 1e-9);
+        assert!(a.notes.iter().any(|n| n.contains("sweep")), "{:?}", a.notes);
+        // The same sweep with tern sizing the best cell: the window carries
+        // the best rate, split over its streams (50 ms x 90 Mbit/s / 4).
+        let auto = [
+            cell(9_000, 2, "auto", 60e6, false),
+            cell(9_000, 4, "auto", 90e6, true),
+        ];
+        let a = advise_with_sweep(50e6, &auto, 10_000);
+        assert_eq!(a.streams, 4);
+        assert_eq!(a.buffer_bytes, round_up(562_500_u64.div_ceil(4), 4096));
+        assert!(a.sweep.unwrap().followed);
+    }
+
+    #[test]
+    fn a_sweep_that_did_not_beat_the_formula_or_is_old_is_not_followed() {
+        // The formula expects the full 100 Mbit/s with one stream.
+        let sweep = [
+            cell(9_000, 1, "auto", 60e6, false),
+            cell(9_000, 8, "auto", 98e6, true),
+        ];
+        let a = advise_with_sweep(100e6, &sweep, 10_000);
+        assert_eq!(a.streams, 1);
+        assert_eq!(a.buffer_bytes, round_up(625_000, 4096));
+        let b = a.sweep.unwrap();
+        assert!(!b.followed);
+        assert_eq!(b.best_bps, 98e6);
+        assert!(!a.notes.iter().any(|n| n.contains("sweep")));
+        // A winning sweep older than a day is ignored altogether.
+        let old = [cell(0, 4, "2097152", 90e6, true)];
+        let day = AdviceConfig::default().sweep_max_age_s as i64 * 1000;
+        let a = advise_with_sweep(50e6, &old, day + 1);
+        assert_eq!((a.streams, a.sweep), (1, None));
+        // Only the newest sweep counts, even when an older one did better.
+        let two = [
+            cell(1_000, 8, "auto", 95e6, true),
+            cell(5_000, 2, "auto", 70e6, true),
+            cell(5_000, 4, "auto", 60e6, false),
+        ];
+        let a = advise_with_sweep(50e6, &two, 10_000);
+        assert_eq!(a.streams, 2);
+        let b = a.sweep.unwrap();
+        assert_eq!((b.at_ms, b.cells, b.best_bps), (5_000, 2, 70e6));
+    }
+
+    #[test]
+    fn the_openapi_document_names_every_field_of_advice() {
+        use crate::api::{json_fields, schema_fields};
+        let a = advise_with_sweep(100e6, &[cell(9_000, 1, "auto", 60e6, true)], 10_000);
+        assert_eq!(json_fields(&a), schema_fields("Advice"));
+        assert_eq!(json_fields(a.sweep.unwrap()), schema_fields("SweepBasis"));
     }
 
     proptest! {

@@ -30,7 +30,7 @@ pub mod scheduler;
 pub mod service;
 pub mod store;
 
-pub use adapters::{EngineThroughput, UdpTrainCapacity};
+pub use adapters::{EngineSweep, EngineThroughput, UdpTrainCapacity};
 pub use advice::Advice;
 pub use client::AdvisorClient;
 pub use error::Error;

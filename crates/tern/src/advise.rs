@@ -12,7 +12,8 @@ use serde::Serialize;
 use tern_advisor::aggregate::AggregationPolicy;
 use tern_advisor::scheduler::SchedulerOptions;
 use tern_advisor::{
-    Advice, Advisor, AdvisorClient, AdvisorOptions, EngineThroughput, Probe, TransferReport,
+    Advice, Advisor, AdvisorClient, AdvisorOptions, EngineSweep, EngineThroughput, Probe,
+    TransferReport,
 };
 use tern_engine::client::{ClientOptions, Endpoint};
 use tern_engine::transfer::TransferStats;
@@ -63,22 +64,32 @@ pub fn options(args: &AdvisorArgs, state_dir: &Path) -> AdvisorOptions {
     o
 }
 
-/// The default probes, and the throughput test when asked: a `tern perf`
-/// with the defaults of `tern perf` (trust on first use, in the usual
-/// known_hosts).
+/// The default probes, and the throughput test and the sweep when asked:
+/// `tern perf` runs with the defaults of `tern perf` (trust on first use,
+/// in the usual known_hosts).
 fn probes(args: &AdvisorArgs) -> Result<Vec<Arc<dyn Probe>>> {
     let mut probes = tern_advisor::service::default_probes();
+    if args.probe_throughput <= 0.0 && args.probe_sweep <= 0.0 {
+        return Ok(probes);
+    }
+    #[derive(clap::Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        transfer: TransferArgs,
+    }
+    let defaults = <Defaults as clap::Parser>::try_parse_from(["tern"])?;
+    let options = crate::cmd::client_options(&defaults.transfer, tern_proto::ChecksumAlg::Xxh3)?;
     if args.probe_throughput > 0.0 {
-        #[derive(clap::Parser)]
-        struct Defaults {
-            #[command(flatten)]
-            transfer: TransferArgs,
-        }
-        let defaults = <Defaults as clap::Parser>::try_parse_from(["tern"])?;
         probes.push(Arc::new(EngineThroughput {
-            options: crate::cmd::client_options(&defaults.transfer, tern_proto::ChecksumAlg::Xxh3)?,
+            options: options.clone(),
             duration: Duration::from_secs_f64(args.probe_throughput),
         }));
+    }
+    if args.probe_sweep > 0.0 {
+        probes.push(Arc::new(EngineSweep::new(
+            options,
+            Duration::from_secs_f64(args.probe_sweep),
+        )));
     }
     Ok(probes)
 }
@@ -249,6 +260,18 @@ pub fn describe(a: &Advice, url: &str) -> String {
         for s in &a.host_limit.sysctls {
             let _ = writeln!(out, "    {s}");
         }
+    }
+    if let Some(sw) = a.sweep.as_ref().filter(|sw| sw.followed) {
+        let _ = writeln!(
+            out,
+            "  sweep      best of {} cells {} old: {} streams, window {}, {} (the formula expected {})",
+            sw.cells,
+            age(sw.age_s),
+            sw.best_streams,
+            sw.best_window,
+            human_rate(sw.best_bps),
+            human_rate(sw.formula_bps)
+        );
     }
     if let Some(from) = &a.aggregated_from {
         let by = a.aggregated_by.as_deref().unwrap_or("same subnet");

@@ -453,6 +453,12 @@ pub struct AdvisorArgs {
     /// many seconds against each target, paced to --probe-budget; 0: none.
     #[arg(long, default_value_t = 0.0, value_name = "SECS", value_parser = non_negative_secs)]
     pub probe_throughput: f64,
+    /// Also run a window x streams sweep (streams 1, 2, 4, 8 x windows auto
+    /// and locked at RTT x --probe-budget) against each target, this many
+    /// seconds per cell, paced to --probe-budget; advice follows its best
+    /// cell when that beat the formula; 0: none.
+    #[arg(long, default_value_t = 0.0, value_name = "SECS", value_parser = non_negative_secs)]
+    pub probe_sweep: f64,
     /// Forget targets (except --targets ones) unused for this many days.
     #[arg(long, default_value_t = 30.0, value_name = "DAYS", value_parser = positive_days)]
     pub target_max_age: f64,

@@ -676,6 +676,68 @@ fn the_probe_adapters_measure_a_real_daemon() {
     });
 }
 
+/// The window x streams sweep as a plug-in against a real daemon: a
+/// sample per cell, each paced to the grant, the fastest marked best.
+#[test]
+fn the_sweep_adapter_measures_a_real_daemon() {
+    use tern_advisor::{Concurrency, EngineSweep, Grant, Kind, Probe, ProbeError};
+    let serve = Proc::start(&["serve", "--listen", "127.0.0.1:0", "--root", "root"]);
+    let daemon = loopback_target(listen_addr(&serve));
+    runtime().block_on(async {
+        let sweep = EngineSweep {
+            streams: vec![1, 2],
+            ..EngineSweep::new(
+                perf_probe(Duration::ZERO).options,
+                Duration::from_millis(600),
+            )
+        };
+        assert_eq!(sweep.class(), Concurrency::ExclusivePerPath);
+        assert_eq!(sweep.load_bps(&daemon, 30_000_000), 30_000_000);
+        let grant = Grant {
+            load_bps: 30_000_000,
+        };
+        let cells = sweep.run(&daemon, grant).await.unwrap();
+        assert_eq!(cells.len(), 4, "2 stream counts x 2 windows: {cells:?}");
+        let mut grid: Vec<(u64, String)> = cells
+            .iter()
+            .map(|c| {
+                let s = &c.details["sweep"];
+                (s["streams"].as_u64().unwrap(), s["window"].to_string())
+            })
+            .collect();
+        grid.sort();
+        // Loopback's product at 30 Mbit/s is tiny: the window's floor.
+        assert_eq!(
+            grid,
+            [
+                (1, "\"65536\"".to_string()),
+                (1, "\"auto\"".to_string()),
+                (2, "\"65536\"".to_string()),
+                (2, "\"auto\"".to_string())
+            ]
+        );
+        for c in &cells {
+            assert_eq!(c.kind, Kind::Throughput);
+            assert!(c.value > 1e6, "{c:?}");
+            within_grant(c, 30e6);
+            assert_eq!(c.details["method"], "tern_perf_sweep");
+            assert_eq!(c.details["sweep"]["cells"], 4);
+            assert_eq!(c.details["streams"], c.details["sweep"]["streams"]);
+            assert_eq!(c.details["window"], c.details["sweep"]["window"]);
+        }
+        let best: Vec<&tern_advisor::Sample> = cells
+            .iter()
+            .filter(|c| c.details["sweep"]["best"] == true)
+            .collect();
+        assert_eq!(best.len(), 1, "{cells:?}");
+        let fastest = cells.iter().map(|c| c.value).fold(0.0, f64::max);
+        assert_eq!(best[0].value, fastest);
+        let closed = loopback_target(closed_port());
+        let e = sweep.run(&closed, grant).await.unwrap_err();
+        assert!(matches!(e, ProbeError::Unreachable(_)), "{e}");
+    });
+}
+
 /// Through the scheduler: the probes' samples land in the store, and
 /// advice takes its capacity from the packet trains, marked active.
 #[test]
@@ -738,11 +800,22 @@ fn advice_takes_capacity_from_the_packet_train_probe() {
     });
 }
 
-/// `--probe-throughput` adds the engine test to the default probes, and
-/// its samples reach the archive through the binary.
+/// `--probe-throughput` and `--probe-sweep` add the engine test and the
+/// sweep to the default probes, and their samples reach the archive
+/// through the binary.
 #[test]
-fn the_binary_runs_the_capacity_and_throughput_probes() {
-    let serve = Proc::serve_with(None, &["--probe-budget", "40M", "--probe-throughput", "1"]);
+fn the_binary_runs_the_capacity_throughput_and_sweep_probes() {
+    let serve = Proc::serve_with(
+        None,
+        &[
+            "--probe-budget",
+            "40M",
+            "--probe-throughput",
+            "1",
+            "--probe-sweep",
+            "0.3",
+        ],
+    );
     let url = serve.http();
     let port = listen_addr(&serve).port();
     let (status, t) = http(
@@ -763,14 +836,15 @@ fn the_binary_runs_the_capacity_and_throughput_probes() {
         [
             ("rtt_tcp_connect", "light"),
             ("capacity_udp_train", "light"),
-            ("throughput_tern_perf", "exclusive_per_path")
+            ("throughput_tern_perf", "exclusive_per_path"),
+            ("sweep_tern_perf", "exclusive_per_path")
         ],
         "{s}"
     );
-    wait_until("the throughput test stored its sample", || {
-        history(&url, "127.0.0.1")
-            .iter()
-            .any(|m| m["producer"] == "throughput_tern_perf")
+    wait_until("the throughput test and the sweep stored samples", || {
+        let h = history(&url, "127.0.0.1");
+        let by = |probe: &str| h.iter().filter(|m| m["producer"] == probe).count();
+        by("throughput_tern_perf") >= 1 && by("sweep_tern_perf") == 8
     });
     let out = run(&[
         "serve",
