@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import uuid
 
@@ -150,6 +151,26 @@ class ClientTests:
         s = self.adv.schedule()
         self.assertLessEqual(s["load_bps"], s["budget_bps"])
         self.assertIn("rtt_tcp_connect", [p["name"] for p in s["probes"]])
+        # The daemon itself as a target: the probes run at once (no jitter).
+        port = int(self.daemon.banner["listen"].rsplit(":", 1)[1])
+        self.adv.add_target("127.0.0.1", port=port, interval_s=3600)
+        deadline = time.monotonic() + 30
+        while s["completed"] < 1:
+            self.assertLess(time.monotonic(), deadline, "no probe completed in 30 s: %s" % s)
+            time.sleep(0.2)
+            s = self.adv.schedule()
+        self.assertGreaterEqual(s["targets"], 1, s)
+        self.assertLessEqual(s["load_bps"], s["budget_bps"])
+        self.assertLessEqual(s["busy_workers"], s["workers"])
+        kinds = {m["kind"] for m in self.adv.history("127.0.0.1")}
+        self.assertTrue(kinds & {"rtt", "capacity"}, kinds)
+
+    def test_a_target_can_join_a_bottleneck_group(self):
+        t = self.adv.add_target("192.0.2.20", interval_s=3600, group="wan-py")
+        self.assertEqual(t["group"], "wan-py")
+        with self.assertRaises(BadRequest):
+            self.adv.add_target("192.0.2.21", group="not a group")
+        self.adv.remove_target("192.0.2.20")
 
 
 class SqliteTests(ClientTests, unittest.TestCase):

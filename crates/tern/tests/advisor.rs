@@ -276,7 +276,8 @@ fn agree_on(db: Option<&str>, label: &str) {
     if let Some(mut py) = python3() {
         let out = py
             .args(["-c", "import json, sys; from tern_advisor import Advisor; a = Advisor(sys.argv[1]); \
-                          print(json.dumps({'advice': a.advice('127.0.0.1'), 'buffer': a.buffer_size('127.0.0.1')}))"])
+                          print(json.dumps({'advice': a.advice('127.0.0.1'), 'buffer': a.buffer_size('127.0.0.1'), \
+                                            'history': a.history('127.0.0.1')}))"])
             .arg(&url)
             .output()
             .unwrap();
@@ -292,6 +293,13 @@ fn agree_on(db: Option<&str>, label: &str) {
             "{label}: Python and the API"
         );
         assert_eq!(got["buffer"], api["buffer_bytes"], "{label}");
+        let measured = history(&url, "127.0.0.1");
+        assert!(measured.len() >= 2, "{label}: {measured:?}");
+        assert_eq!(
+            got["history"],
+            Value::Array(measured),
+            "{label}: Python's history and the API's"
+        );
     }
     let human = run(&["advise", "127.0.0.1", "--server", &url]);
     assert!(human.status.success());
@@ -361,17 +369,47 @@ fn tern_advise_exit_codes() {
     );
 }
 
-#[test]
-fn cp_starts_from_the_advice_and_reports_back() {
-    // An advisor of its own (not beside the daemon), seeded with what an
-    // earlier transfer to this host achieved.
+/// An advisor of its own (not beside the daemon), seeded with what an
+/// earlier transfer to this host achieved over a path of `rtt_ms`; and
+/// its advice for the host.
+fn seeded_advisor(rtt_ms: f64) -> (Proc, Value) {
     let advisor = Proc::start(&["advisor", "--http", "127.0.0.1:0", "--no-probes"]);
     let url = advisor.http();
-    let seed = json!({"host": "127.0.0.1", "rtt_ms": 20.0, "throughput_bps": 4e8, "bytes": 500_000_000u64,
-                      "duration_s": 10.0, "limit": "network", "command": "seed"});
+    let seed = json!({"host": "127.0.0.1", "rtt_ms": rtt_ms, "throughput_bps": 4e8,
+                      "bytes": 500_000_000u64, "duration_s": 10.0, "limit": "network",
+                      "command": "seed"});
     let (status, out) = http("POST", &format!("{url}/api/v1/report"), Some(&seed));
     assert_eq!(status, 201, "{out}");
-    let (_, advice) = http("GET", &format!("{url}/api/v1/advice/127.0.0.1"), None);
+    let (status, advice) = http("GET", &format!("{url}/api/v1/advice/127.0.0.1"), None);
+    assert_eq!(status, 200, "{advice}");
+    (advisor, advice)
+}
+
+/// A transfer's `--json` report shows it started from `advice` (streams,
+/// and the window locked at it) and reported back.
+fn started_from(report: &Value, advice: &Value) {
+    let used = &report["advisor"];
+    assert_eq!(used["streams"], advice["streams"], "{report}");
+    assert_eq!(
+        used["window_bytes"], advice["tern_window_bytes"],
+        "{report}"
+    );
+    assert_eq!(
+        report["tuning"]["window"],
+        advice["tern_window_bytes"].to_string(),
+        "the window was locked at the advice: {report}"
+    );
+    assert!(
+        report["streams"].as_u64().unwrap() >= advice["streams"].as_u64().unwrap(),
+        "{report}"
+    );
+    assert_eq!(used["reported"], true, "{report}");
+}
+
+#[test]
+fn cp_starts_from_the_advice_and_reports_back() {
+    let (advisor, advice) = seeded_advisor(20.0);
+    let url = advisor.http();
     let serve = Proc::start(&["serve", "--listen", "127.0.0.1:0", "--root", "root"]);
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("f");
@@ -387,19 +425,7 @@ fn cp_starts_from_the_advice_and_reports_back() {
         src.to_str().unwrap(),
         &dst,
     ]));
-    let used = &cp["advisor"];
-    assert_eq!(used["streams"], advice["streams"], "{cp}");
-    assert_eq!(used["window_bytes"], advice["tern_window_bytes"], "{cp}");
-    assert_eq!(
-        cp["tuning"]["window"],
-        advice["tern_window_bytes"].to_string(),
-        "the window was locked at the advice: {cp}"
-    );
-    assert!(
-        cp["streams"].as_u64().unwrap() >= advice["streams"].as_u64().unwrap(),
-        "{cp}"
-    );
-    assert_eq!(used["reported"], true, "{cp}");
+    started_from(&cp, &advice);
     let h = history(&url, "127.0.0.1");
     assert!(h.iter().any(|m| m["producer"] == "tern cp"), "{h:?}");
     // --window wins over the advice, and -P too.
@@ -441,6 +467,35 @@ fn cp_starts_from_the_advice_and_reports_back() {
         err.contains("no advice") && err.contains("could not report"),
         "{err}"
     );
+}
+
+#[test]
+fn perf_starts_from_the_advice_and_reports_back() {
+    // 100 ms x 400 Mbit/s: the ramp asks for several streams, so the
+    // stream count is the advice's and not tern's default.
+    let (advisor, advice) = seeded_advisor(100.0);
+    let url = advisor.http();
+    assert!(advice["streams"].as_u64().unwrap() > 1, "{advice}");
+    let before = history(&url, "127.0.0.1").len();
+    let serve = Proc::start(&["serve", "--listen", "127.0.0.1:0", "--root", "root"]);
+    let perf = stdout_json(&run(&[
+        "perf",
+        &serve.daemon(),
+        "--time",
+        "2",
+        "--advisor",
+        &url,
+        "--protect",
+        "clear",
+        "--json",
+    ]));
+    started_from(&perf, &advice);
+    let h = history(&url, "127.0.0.1");
+    assert!(h.len() > before, "the report added to the history: {h:?}");
+    let reported: Vec<&Value> = h.iter().filter(|m| m["producer"] == "tern perf").collect();
+    assert!(!reported.is_empty(), "{h:?}");
+    let rate = reported.iter().find(|m| m["kind"] == "throughput").unwrap();
+    assert_eq!(rate["details"]["streams"], perf["streams"], "{rate}");
 }
 
 #[test]
