@@ -287,7 +287,7 @@ where
             });
         }
         attempt += 1;
-        let wait = Duration::from_secs((1u64 << (attempt - 1).min(5)).min(30));
+        let wait = retry_backoff(attempt);
         eprintln!(
             "tern: {e:#}; trying again in {} s (retry {attempt} of {retries})",
             wait.as_secs()
@@ -295,6 +295,11 @@ where
         first.get_or_insert(e);
         tokio::time::sleep(wait).await;
     }
+}
+
+/// The wait before retry `attempt` (1, 2, …): 1 s, doubling, at most 30 s.
+fn retry_backoff(attempt: u32) -> Duration {
+    Duration::from_secs((1u64 << attempt.saturating_sub(1).min(5)).min(30))
 }
 
 /// Whether running again may help, and whether the failure was in reaching
@@ -990,5 +995,86 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn lost() -> anyhow::Error {
+        tern_engine::Error::PeerGone("connection reset".into()).into()
+    }
+
+    fn unreachable() -> anyhow::Error {
+        tern_engine::Error::Connect {
+            addr: "192.0.2.1:4747".into(),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        }
+        .into()
+    }
+
+    #[test]
+    fn backoff_doubles_from_one_second_up_to_thirty() {
+        let waits: Vec<u64> = (1..=8).map(|a| retry_backoff(a).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_connection_is_retried_with_backoff_until_it_succeeds() {
+        let runs = Cell::new(0);
+        let started = tokio::time::Instant::now();
+        let got = with_retries(3, || {
+            runs.set(runs.get() + 1);
+            let n = runs.get();
+            async move { if n < 3 { Err(lost()) } else { Ok(n) } }
+        })
+        .await
+        .unwrap();
+        assert_eq!(got, 3);
+        // Waited 1 s then 2 s (paused time advances only by the sleeps).
+        assert_eq!(started.elapsed().as_secs(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_stop_at_the_limit_and_report_the_first_error() {
+        let runs = Cell::new(0);
+        let e = with_retries(2, || {
+            runs.set(runs.get() + 1);
+            let n = runs.get();
+            async move {
+                Err::<(), _>(if n == 1 {
+                    lost()
+                } else {
+                    // Later runs fail in reaching the peer (a daemon not back yet).
+                    unreachable()
+                })
+            }
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(runs.get(), 3, "one run and two retries");
+        assert!(format!("{e:#}").contains("connection reset"), "{e:#}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_never_reached_and_a_lasting_error_are_not_retried() {
+        for (error, what) in [
+            (unreachable as fn() -> anyhow::Error, "never reached"),
+            (
+                || tern_engine::Error::NoSpace("/data/x".into()).into(),
+                "disk full",
+            ),
+        ] {
+            let runs = Cell::new(0);
+            let e = with_retries(5, || {
+                runs.set(runs.get() + 1);
+                async move { Err::<(), _>(error()) }
+            })
+            .await
+            .unwrap_err();
+            assert_eq!(runs.get(), 1, "{what}: {e:#}");
+        }
     }
 }
