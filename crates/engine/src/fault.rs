@@ -11,6 +11,38 @@ use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// `AsyncWrite::poll_flush` and `poll_shutdown` of a wrapper that changes
+/// only what is written: both go straight to its `inner` stream.
+macro_rules! flush_and_shutdown_pass_through {
+    () => {
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    };
+}
+
+/// `AsyncRead` for a wrapper that leaves reading alone.
+macro_rules! read_pass_through {
+    ($wrapper:ident) => {
+        impl<S: AsyncRead + Unpin> AsyncRead for $wrapper<S> {
+            fn poll_read(
+                mut self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &mut ReadBuf<'_>,
+            ) -> Poll<std::io::Result<()>> {
+                Pin::new(&mut self.inner).poll_read(cx, buf)
+            }
+        }
+    };
+}
+
 /// Flips one byte at a given position of the written byte stream.
 #[derive(Debug)]
 pub struct CorruptAt<S> {
@@ -55,24 +87,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for CorruptAt<S> {
         Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
+    flush_and_shutdown_pass_through!();
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for CorruptAt<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
+read_pass_through!(CorruptAt);
 
 /// Breaks the connection after a number of written bytes: further writes
 /// fail and the inner stream is dropped, so the peer sees it end.
@@ -193,24 +211,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Throttle<S> {
         Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
+    flush_and_shutdown_pass_through!();
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Throttle<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
+read_pass_through!(Throttle);
 
 /// Stalls a stream for good, as a black-holed path does: after `bytes`
 /// bytes written (and, separately, `bytes` bytes read) every further write,
