@@ -20,7 +20,10 @@ pub mod responder;
 pub mod rtt;
 mod sys;
 pub mod throughput;
-pub mod wire;
+
+/// The probe packets' wire format, which lives with tern's other wire
+/// formats in `tern-proto` (pure, fuzzed).
+pub use tern_proto::probe as wire;
 
 use std::net::SocketAddr;
 

@@ -3,7 +3,8 @@
 //! This crate owns every byte tern puts on the wire: the handshake
 //! ([`hello`]), the control messages exchanged on the TLS control connection
 //! ([`control`]), the frames carried by data connections ([`data`]), and
-//! the one line `tern serve --once` prints for its ssh client ([`once`]).
+//! the one line `tern serve --once` prints for its ssh client ([`once`]),
+//! and the UDP packets of the capacity probe ([`probe`]).
 //! It performs no I/O and keeps no state: callers hand it bytes and get typed
 //! frames back, or hand it frames and get bytes. That keeps it small enough to
 //! fuzz exhaustively (see `fuzz/`) and lets the engine's session state
@@ -16,6 +17,7 @@ pub mod control;
 pub mod data;
 pub mod hello;
 pub mod once;
+pub mod probe;
 
 pub use control::{
     ChecksumAlg, Compression, ControlMsg, ErrorCode, Existing, FileMeta, Protect, SessionAccept,

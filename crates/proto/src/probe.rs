@@ -1,5 +1,5 @@
 //! Probe packets: the UDP datagrams between the capacity client and the
-//! responder. Pure: bytes in, typed packets out, no I/O.
+//! responder of `tern-probe`. Pure: bytes in, typed packets out, no I/O.
 //!
 //! A client sends a *train*: `count` requests, numbered `seq` 0..count,
 //! back to back. The responder answers each request that arrived with one
