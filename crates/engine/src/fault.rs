@@ -3,13 +3,20 @@
 //! Tests (and `tern`'s hidden test hooks) wrap a data stream in one of
 //! these to flip a byte in flight, break the connection after some bytes,
 //! slow it down or stall it for good, then check that the engine detects,
-//! repairs (or replaces the stream) and reports it.
+//! repairs (or replaces the stream) and reports it. [`FillsUp`] wraps the
+//! receiver's sink instead: a disk that runs full, without a small file
+//! system to mount (which needs root).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
+use tern_proto::FileMeta;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::fsio::{BlockWrite, Created, Found, Sink};
 
 /// `AsyncWrite::poll_flush` and `poll_shutdown` of a wrapper that changes
 /// only what is written: both go straight to its `inner` stream.
@@ -285,5 +292,93 @@ impl<S: AsyncRead + Unpin> AsyncRead for StallAfter<S> {
         buf.put_slice(&tmp[..got]);
         this.read_left -= got as u64;
         Poll::Ready(Ok(()))
+    }
+}
+
+/// A sink on a disk with `bytes` free: every file written through it
+/// draws on that space, and a write that does not fit fails as a full
+/// disk does (`ENOSPC`), having written nothing.
+pub struct FillsUp<S> {
+    inner: S,
+    free: Arc<AtomicU64>,
+}
+
+impl<S> FillsUp<S> {
+    /// `inner`, with room for `bytes` more.
+    pub fn new(inner: S, bytes: u64) -> FillsUp<S> {
+        FillsUp {
+            inner,
+            free: Arc::new(AtomicU64::new(bytes)),
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for FillsUp<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FillsUp")
+            .field("free", &self.free.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Sink> Sink for FillsUp<S> {
+    fn create_dir(&self, path: &str, mode: u32) -> crate::Result<()> {
+        self.inner.create_dir(path, mode)
+    }
+
+    fn create_file(
+        &self,
+        meta: &FileMeta,
+        block_size: u32,
+        resume: bool,
+    ) -> crate::Result<Created> {
+        let (inner, kept) = self.inner.create_file(meta, block_size, resume)?;
+        let writer = FillingWriter {
+            inner,
+            free: self.free.clone(),
+        };
+        Ok((Arc::new(writer), kept))
+    }
+
+    fn digests(&self) -> bool {
+        self.inner.digests()
+    }
+
+    fn existing(&self, path: &str) -> crate::Result<Option<Found>> {
+        self.inner.existing(path)
+    }
+}
+
+/// One file's writer under [`FillsUp`].
+struct FillingWriter {
+    inner: Arc<dyn BlockWrite>,
+    free: Arc<AtomicU64>,
+}
+
+impl BlockWrite for FillingWriter {
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        let want = data.len() as u64;
+        self.free
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| {
+                free.checked_sub(want)
+            })
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::ENOSPC))?;
+        self.inner.write_at(offset, data)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+
+    fn commit(&self) -> crate::Result<()> {
+        self.inner.commit()
+    }
+
+    fn discard(&self) -> crate::Result<()> {
+        self.inner.discard()
+    }
+
+    fn final_path(&self) -> String {
+        self.inner.final_path()
     }
 }

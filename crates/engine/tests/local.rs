@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use rand::RngCore;
 use tern_engine::compress::{GIVE_UP_AFTER, PROBE_EVERY};
-use tern_engine::fault::{BreakAfter, CorruptAt};
+use tern_engine::fault::{BreakAfter, CorruptAt, FillsUp};
 use tern_engine::fsio::{FsSink, FsSource, Root};
 use tern_engine::integrity::{BlockCheck, digest_of};
 use tern_engine::transfer::{BoxStream, Progress, TransferParams, TransferStats};
 use tern_engine::tuning::{Joined, StreamSupply};
-use tern_engine::{StreamWrap, local};
+use tern_engine::{ErrorKind, StreamWrap, local};
 use tern_proto::data::HEADER_LEN;
 use tern_proto::{ChecksumAlg, Compression, SkipExisting};
 
@@ -149,6 +149,44 @@ async fn a_stream_that_dies_mid_transfer_loses_nothing() {
         received.per_stream_bytes[2], 0,
         "stream 2 delivered nothing"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_that_fills_up_is_a_clear_error_and_leaves_no_partial_file_at_a_final_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let small = random_file(&src.join("a-small.bin"), 100_000);
+    random_file(&src.join("b-big.bin"), 4 << 20);
+    let dest = dir.path().join("dest");
+    let source = Arc::new(FsSource::new(Root::Ambient, vec![src.clone()], true));
+    // Room for the small file and a quarter of the big one.
+    let sink = FsSink::new(Root::Ambient, dest.clone(), 1).unwrap();
+    let sink = Arc::new(FillsUp::new(sink, 1 << 20));
+    let e = local::copy(
+        source,
+        sink,
+        params(2, ChecksumAlg::Xxh3),
+        Arc::new(Progress::default()),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+    assert!(e.to_string().contains("no space left on device"), "{e}");
+    assert!(
+        !dest.join("b-big.bin").exists(),
+        "no partial file at its final name"
+    );
+    // What did arrive under a final name is whole.
+    let arrived = if dest.exists() { walk(&dest) } else { vec![] };
+    for path in arrived {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_file() && !name.starts_with('.') {
+            assert_eq!(name, "a-small.bin");
+            assert_eq!(std::fs::read(&path).unwrap(), small);
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
