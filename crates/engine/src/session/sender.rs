@@ -15,6 +15,15 @@ pub const FEW_FILES: usize = 32;
 /// flight hold less than this many bytes.
 pub const BYTES_IN_FLIGHT: u64 = 64 << 20;
 
+/// What an announced file counts for against [`BYTES_IN_FLIGHT`] until it
+/// is confirmed: its size, or the whole limit when the size is unknown.
+fn payload_in_flight(meta: &FileMeta) -> u64 {
+    match meta.size {
+        FileMeta::UNKNOWN_SIZE => BYTES_IN_FLIGHT,
+        size => size,
+    }
+}
+
 /// Settings of a sender session.
 #[derive(Debug, Clone)]
 pub struct SenderConfig {
@@ -119,6 +128,8 @@ pub struct SenderSession {
     pending: VecDeque<SendEntry>,
     listing_done: bool,
     files: BTreeMap<u32, OutFile>,
+    /// Payload bytes of `files` ([`payload_in_flight`] each).
+    bytes_in_flight: u64,
     /// Files with fresh blocks still to hand out, in order.
     fresh_order: VecDeque<u32>,
     repair_queue: VecDeque<BlockTask>,
@@ -145,6 +156,7 @@ impl SenderSession {
             pending: VecDeque::new(),
             listing_done: false,
             files: BTreeMap::new(),
+            bytes_in_flight: 0,
             fresh_order: VecDeque::new(),
             repair_queue: VecDeque::new(),
             stream_frames: vec![0; n],
@@ -185,16 +197,13 @@ impl SenderSession {
         self.admit();
     }
 
-    /// Payload bytes of the files announced and not yet confirmed (files of
-    /// unknown size count as the limit).
-    fn bytes_in_flight(&self) -> u64 {
-        self.files
-            .values()
-            .map(|f| match f.meta.size {
-                FileMeta::UNKNOWN_SIZE => BYTES_IN_FLIGHT,
-                size => size,
-            })
-            .fold(0, u64::saturating_add)
+    /// Removes an announced file, and its bytes from those in flight.
+    fn take_file(&mut self, file_id: u32) -> Option<OutFile> {
+        let file = self.files.remove(&file_id)?;
+        self.bytes_in_flight = self
+            .bytes_in_flight
+            .saturating_sub(payload_in_flight(&file.meta));
+        Some(file)
     }
 
     /// Announces queued entries while the in-flight limits allow: up to
@@ -208,7 +217,7 @@ impl SenderSession {
         loop {
             let open = self.files.len();
             if open >= self.cfg.max_files_in_flight
-                || (open >= FEW_FILES && self.bytes_in_flight() >= BYTES_IN_FLIGHT)
+                || (open >= FEW_FILES && self.bytes_in_flight >= BYTES_IN_FLIGHT)
             {
                 break;
             }
@@ -227,6 +236,9 @@ impl SenderSession {
                     if !empty && !held {
                         self.fresh_order.push_back(meta.file_id);
                     }
+                    self.bytes_in_flight = self
+                        .bytes_in_flight
+                        .saturating_add(payload_in_flight(&meta));
                     self.files.insert(
                         meta.file_id,
                         OutFile {
@@ -371,7 +383,7 @@ impl SenderSession {
 
     /// The receiver keeps its copy (`Existing::Same`): the file is done.
     fn skip_file(&mut self, file_id: u32) {
-        if let Some(file) = self.files.remove(&file_id) {
+        if let Some(file) = self.take_file(file_id) {
             self.skipped.push(FileOutcome {
                 path: file.meta.path,
                 size: file.meta.size,
@@ -514,7 +526,7 @@ impl SenderSession {
                 Ok(())
             }
             ControlMsg::FileDone { file_id, digest } => {
-                let file = self.files.remove(&file_id).ok_or_else(|| {
+                let file = self.take_file(file_id).ok_or_else(|| {
                     Error::Protocol(format!("completion for unknown file {file_id}"))
                 })?;
                 if file.round_open || file.digest.as_deref() != Some(&digest[..]) {
