@@ -269,28 +269,22 @@ async fn openapi() -> Response {
 #[cfg(test)]
 pub(crate) fn schema_fields(schema: &str) -> Vec<String> {
     let doc: serde_json::Value = serde_json::from_str(OPENAPI).unwrap();
-    let mut names: Vec<String> = doc["components"]["schemas"][schema]["properties"]
-        .as_object()
+    sorted_keys(&doc["components"]["schemas"][schema]["properties"])
         .unwrap_or_else(|| panic!("no schema {schema}"))
-        .keys()
-        .cloned()
-        .collect();
-    names.sort();
-    names
 }
 
 /// The field names of a value as JSON, sorted.
 #[cfg(test)]
 pub(crate) fn json_fields(value: impl serde::Serialize) -> Vec<String> {
-    let mut names: Vec<String> = serde_json::to_value(value)
-        .unwrap()
-        .as_object()
-        .unwrap()
-        .keys()
-        .cloned()
-        .collect();
+    sorted_keys(&serde_json::to_value(value).unwrap()).expect("a JSON object")
+}
+
+/// The keys of a JSON object, sorted; `None` for anything else.
+#[cfg(test)]
+fn sorted_keys(object: &serde_json::Value) -> Option<Vec<String>> {
+    let mut names: Vec<String> = object.as_object()?.keys().cloned().collect();
     names.sort();
-    names
+    Some(names)
 }
 
 #[cfg(test)]
