@@ -190,7 +190,14 @@ async fn a_rate_limited_client_gets_no_estimate_rather_than_a_wrong_one() {
         ..small_trains()
     };
     let c = capacity(r.addr, &opts).await.unwrap();
-    assert_eq!(c.forward.trains_used, 1, "{:?}", c.forward);
+    let f = &c.forward;
+    // The two cut-short trains are counted lost, never measured. The whole
+    // first train is usually used, but a busy host can reorder or bunch
+    // its arrivals on loopback (CI saw one reordered), so it only must not
+    // count as lost, and an estimate exists exactly when it was used.
+    assert_eq!(f.trains_lost, 2, "{f:?}");
+    assert!(f.trains_used <= 1, "{f:?}");
+    assert_eq!(f.estimate_bps.is_some(), f.trains_used == 1, "{f:?}");
     assert!(ResponderStats::get(&r.stats.rate_limited) > 0);
     r.shut_down().await;
 }
