@@ -13,7 +13,12 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 for mode in "" --drs; do
   "$out/drs_xfer" recv "$port" >"$out/recv.log" &
   rpid=$!
-  sleep 0.3
+  # The receiver accepts one connection only: wait for its listening socket
+  # rather than probing it with a connect.
+  for _ in $(seq 100); do
+    ss -Hltn "sport = :$port" | grep -q . && break
+    sleep 0.1
+  done
   timeout 60 "$out/drs_xfer" send 127.0.0.1 "$port" 512 $mode | tee "$out/send.log"
   wait "$rpid"
   grep -q "received 536870912 bytes" "$out/recv.log"

@@ -56,7 +56,7 @@ fn advice_after_the_advisor_measured_500mbit_180ms_is_within_5_and_10_percent() 
     let work = tempfile::tempdir().unwrap();
     std::fs::create_dir(work.path().join("root")).unwrap();
     let dir = |d: &str| work.path().join(d).to_str().unwrap().to_string();
-    std::fs::write(work.path().join("targets"), format!("{SERVER}:4747 3600\n")).unwrap();
+    std::fs::write(work.path().join("targets"), format!("{SERVER}:4747 20\n")).unwrap();
     let (rtt, rate) = (RTT_MS.to_string(), RATE_MBIT.to_string());
     let lab = Lab::up(LAB, &["--rtt", &rtt, "--rate", &rate]);
     lab.prioritize_emulator();
@@ -76,18 +76,7 @@ fn advice_after_the_advisor_measured_500mbit_180ms_is_within_5_and_10_percent() 
     ));
     // The advisor probes at once, and a failed probe waits for the next
     // interval: start it once the daemon listens.
-    let listening = || {
-        let out = lab
-            .command("B", &["ss", "-Hltn", "sport = :4747"])
-            .output()
-            .unwrap();
-        !out.stdout.is_empty()
-    };
-    let up_by = Instant::now() + Duration::from_secs(20);
-    while !listening() {
-        assert!(Instant::now() < up_by, "tern serve did not start in B");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    common::wait_until_listening(LAB, "B", 4747);
     let advisor_state = dir("advisor-state");
     let targets = dir("targets");
     let _advisor = spawn_quiet(lab.command(

@@ -62,6 +62,7 @@ impl Lab {
             "netlab up: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        common::prioritize_emulator(name);
         Lab {
             name: name.into(),
             _turn: turn,
@@ -98,7 +99,7 @@ impl Lab {
         );
         args.extend_from_slice(&["--root", &root, "--state-dir", &state]);
         let child = self.spawn("B", &args);
-        std::thread::sleep(Duration::from_millis(500));
+        common::wait_until_listening(&self.name, "B", 4747);
         child
     }
 
@@ -166,7 +167,7 @@ impl Lab {
     /// iperf3 throughput A→B in Mbit/s (omitting the first seconds).
     fn iperf3(&self, to: &str, secs: u32, extra: &[&str]) -> f64 {
         let mut server = self.spawn("B", &["iperf3", "-s", "-1", "-p", "5301"]);
-        std::thread::sleep(Duration::from_millis(300));
+        common::wait_until_listening(&self.name, "B", 5301);
         let t = secs.to_string();
         let mut args = vec!["iperf3", "-c", to, "-p", "5301", "-t", &t, "-O", "2", "-J"];
         args.extend_from_slice(extra);
@@ -451,7 +452,25 @@ fn a_path_that_goes_silent_fails_the_transfer_with_exit_9() {
             "clear",
         ],
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // Once the test's data flows (not while the client still connects,
+    // which would be a refused connection, exit 7) the path drops
+    // everything, in both directions: no FIN, no RST.
+    let sent = |lab: &Lab| {
+        lab.status()["paths"][0]["a_to_b"]["packets"]
+            .as_u64()
+            .unwrap()
+    };
+    let (before, flowing_by) = (
+        sent(&lab),
+        std::time::Instant::now() + Duration::from_secs(20),
+    );
+    while sent(&lab) < before + 2_000 {
+        assert!(
+            std::time::Instant::now() < flowing_by,
+            "tern perf never sent"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // The path now drops everything, in both directions: no FIN, no RST.
     assert!(lab.netlab(&["set", "--loss", "100%"]).status.success());
     let out = client.wait_with_output().unwrap();

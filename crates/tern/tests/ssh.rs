@@ -75,6 +75,70 @@ fn keygen(path: &Path) {
     assert!(ok, "ssh-keygen {}", path.display());
 }
 
+/// Whether something on `port` at loopback sends an SSH version line.
+fn greets_as_ssh(port: u16) -> bool {
+    use std::io::Read;
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut banner = [0u8; 4];
+    s.read_exact(&mut banner).is_ok() && &banner == b"SSH-"
+}
+
+/// Starts sshd on loopback `port` with its keys and config in `dir`.
+fn spawn_sshd(dir: &Path, port: u16) -> Child {
+    let p = |rel: &str| dir.join(rel);
+    let config = format!(
+        "Port {port}\n\
+         ListenAddress 127.0.0.1\n\
+         HostKey {host_key}\n\
+         AuthorizedKeysFile {keys}\n\
+         PidFile none\n\
+         StrictModes no\n\
+         UsePAM no\n\
+         PasswordAuthentication no\n\
+         KbdInteractiveAuthentication no\n\
+         PubkeyAuthentication yes\n\
+         PermitRootLogin prohibit-password\n\
+         SetEnv HOME={home} XDG_STATE_HOME={state}\n",
+        host_key = p("host_key").display(),
+        keys = p("authorized_keys").display(),
+        home = p("home").display(),
+        state = p("state").display(),
+    );
+    std::fs::write(p("sshd_config"), config).unwrap();
+    let log = std::fs::File::create(p("sshd.log")).unwrap();
+    Command::new(SSHD)
+        .args(["-D", "-e", "-f"])
+        .arg(p("sshd_config"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until `port` greets with an SSH banner (sshd is up, and not
+/// something else that took the port); why not, with sshd's log in `dir`,
+/// if it exited or did not come up.
+fn sshd_greets(child: &mut Child, port: u16, dir: &Path) -> Result<(), String> {
+    let log = || std::fs::read_to_string(dir.join("sshd.log")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !greets_as_ssh(port) {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("exited ({status}): {}", log()));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("not up after 10 s: {}", log()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
@@ -98,53 +162,22 @@ impl Sshd {
         std::os::unix::fs::symlink(tern_bin(), p("bin/tern-remote")).unwrap();
         // The privilege separation directory sshd insists on.
         std::fs::create_dir_all("/run/sshd").unwrap();
-        let port = free_port();
-        let config = format!(
-            "Port {port}\n\
-             ListenAddress 127.0.0.1\n\
-             HostKey {host_key}\n\
-             AuthorizedKeysFile {keys}\n\
-             PidFile none\n\
-             StrictModes no\n\
-             UsePAM no\n\
-             PasswordAuthentication no\n\
-             KbdInteractiveAuthentication no\n\
-             PubkeyAuthentication yes\n\
-             PermitRootLogin prohibit-password\n\
-             SetEnv HOME={home} XDG_STATE_HOME={state}\n",
-            host_key = p("host_key").display(),
-            keys = p("authorized_keys").display(),
-            home = p("home").display(),
-            state = p("state").display(),
-        );
-        std::fs::write(p("sshd_config"), config).unwrap();
-        let log = std::fs::File::create(p("sshd.log")).unwrap();
-        let child = Command::new(SSHD)
-            .args(["-D", "-e", "-f"])
-            .arg(p("sshd_config"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut sshd = Sshd { child, dir, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = sshd.child.try_wait() {
-                panic!("sshd exited ({status}): {}", sshd.log());
+        // A port found free may be taken before sshd binds it: then sshd
+        // exits saying so, and another port is tried.
+        for _ in 0..5 {
+            let port = free_port();
+            let mut child = spawn_sshd(dir.path(), port);
+            match sshd_greets(&mut child, port, dir.path()) {
+                Ok(()) => return Some(Sshd { child, dir, port }),
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("sshd did not start: {log}"),
             }
-            assert!(Instant::now() < deadline, "sshd not up: {}", sshd.log());
-            std::thread::sleep(Duration::from_millis(50));
         }
-        Some(sshd)
+        panic!("sshd found no free port in five tries");
     }
 
     fn p(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.p("sshd.log")).unwrap_or_default()
     }
 
     /// The `--ssh` command logging in with `key`.

@@ -77,18 +77,10 @@ impl Lab {
         Lab { name }
     }
 
-    /// Gives the emulator's threads real-time priority; says so when it
-    /// cannot (no `chrt`), and the numbers may then suffer on a busy host.
+    /// Gives the emulator's threads real-time priority (see
+    /// [`prioritize_emulator`]).
     pub fn prioritize_emulator(&self) {
-        let pid =
-            std::fs::read_to_string(format!("/run/netlab/{}/emulator.pid", self.name)).unwrap();
-        let ok = Command::new("chrt")
-            .args(["-a", "-f", "-p", "50", pid.trim()])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("note: could not give the emulator real-time priority (chrt)");
-        }
+        prioritize_emulator(self.name);
     }
 
     /// A command run in host `A` or `B`.
@@ -119,5 +111,39 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Gives lab `name`'s emulator threads real-time priority, so a busy host
+/// does not deschedule it for milliseconds (a late ping, a rate under the
+/// configured one); says so when it cannot.
+pub fn prioritize_emulator(name: &str) {
+    let pid = std::fs::read_to_string(format!("/run/netlab/{name}/emulator.pid")).unwrap();
+    let ok = Command::new("chrt")
+        .args(["-a", "-f", "-p", "50", pid.trim()])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("note: could not give the emulator real-time priority (chrt)");
+    }
+}
+
+/// Waits until something in `host` of lab `name` listens on TCP `port`
+/// (a daemon just spawned there); fails the test after 20 s.
+pub fn wait_until_listening(name: &str, host: &str, port: u16) {
+    let filter = format!("sport = :{port}");
+    let listening = || {
+        let out = Lab::netlab(name, &["exec", host, "ss", "-Hltn", &filter])
+            .output()
+            .unwrap();
+        !out.stdout.is_empty()
+    };
+    let up_by = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !listening() {
+        assert!(
+            std::time::Instant::now() < up_by,
+            "nothing listens on port {port} in {host} after 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
