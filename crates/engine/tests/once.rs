@@ -334,7 +334,7 @@ async fn reverse_mode_adds_streams_while_a_session_runs_both_ways() {
     o.max_streams = 6;
     o.tuning.script = vec![(ms(200), StreamChange::Grow(6))];
     o.callback = Some(cb);
-    let out = client::perf(&nowhere(), &o, None, Some(ms(1200)), false, progress())
+    let out = client::perf(&nowhere(), &o, None, Some(ms(2500)), false, progress())
         .await
         .unwrap();
     assert_eq!(out.streams, 6);
@@ -354,7 +354,7 @@ async fn reverse_mode_adds_streams_while_a_session_runs_both_ways() {
     o.max_streams = 6;
     o.protect = Protect::Clear;
     o.callback = Some(cb);
-    let back = client::perf(&nowhere(), &o, None, Some(ms(1200)), true, progress())
+    let back = client::perf(&nowhere(), &o, None, Some(ms(2500)), true, progress())
         .await
         .unwrap();
     assert_eq!(back.streams, 6);

@@ -126,7 +126,8 @@ mod tests {
         accepting.abort();
         assert_eq!(r.stats.samples, 4);
         assert_eq!(r.samples_ms.len(), 4);
-        assert!(r.stats.min_ms > 0.0 && r.stats.max_ms < 100.0, "{r:?}");
+        // The median, not the maximum: one connect may wait on a busy host.
+        assert!(r.stats.min_ms > 0.0 && r.stats.median_ms < 100.0, "{r:?}");
         assert!(r.stats.min_ms <= r.stats.median_ms && r.stats.median_ms <= r.stats.max_ms);
     }
 

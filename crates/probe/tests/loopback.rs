@@ -102,7 +102,16 @@ async fn more_trains_go_while_too_few_are_usable_and_no_more_than_the_most() {
     let c = capacity(r.addr, &opts).await.unwrap();
     assert_eq!((c.trains_sent, c.trains_answered), (5, 5));
     assert_eq!(c.forward.estimate_bps, None);
-    assert_eq!(c.forward.trains_disturbed, 5, "{:?}", c.forward);
+    // A busy host may also reorder a train on loopback, which is looked at
+    // first; either way none is used and none is lost.
+    let f = &c.forward;
+    assert_eq!((f.trains_used, f.trains_lost), (0, 0), "{f:?}");
+    assert!(f.trains_disturbed >= 1, "{f:?}");
+    assert_eq!(
+        f.trains_disturbed + f.trains_reordered + f.trains_unresolved,
+        5,
+        "{f:?}"
+    );
     r.shut_down().await;
 }
 
@@ -156,6 +165,14 @@ async fn junk_and_wrong_sizes_get_no_reply_and_a_good_train_still_does() {
             .is_empty(),
         "junk is never answered"
     );
+    // Counted once the responder has read them all, which a busy host may
+    // delay past the silence above.
+    let counted_by = tokio::time::Instant::now() + Duration::from_secs(5);
+    while ResponderStats::get(&r.stats.malformed) < junk.len() as u64
+        && tokio::time::Instant::now() < counted_by
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(ResponderStats::get(&r.stats.malformed), junk.len() as u64);
     for seq in 0..2 {
         sock.send(&Probe::request(7, 3, seq, 2, 600).encode())

@@ -31,18 +31,38 @@ impl Server {
         Server::start_with(root, state, listen, &[])
     }
 
+    /// Starts a daemon; a port of its own (a restart on the port of one
+    /// just killed) is tried again for a few seconds while another socket
+    /// on this busy host holds it.
     fn start_with(root: &Path, state: &Path, listen: &str, extra: &[&str]) -> Server {
-        let mut child = tern()
-            .args(["serve", "--listen", listen, "--grace", "2", "--root"])
-            .arg(root)
-            .arg("--state-dir")
-            .arg(state)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut tries = if listen.ends_with(":0") { 1 } else { 50 };
+        let (mut child, mut lines) = loop {
+            let mut child = tern()
+                .args(["serve", "--listen", listen, "--grace", "2", "--root"])
+                .arg(root)
+                .arg("--state-dir")
+                .arg(state)
+                .args(extra)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut lines = BufReader::new(child.stdout.take().unwrap())
+                .lines()
+                .peekable();
+            if lines.peek().is_some() {
+                break (child, lines);
+            }
+            let mut err = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            let _ = child.wait();
+            tries -= 1;
+            assert!(
+                tries > 0,
+                "tern serve --listen {listen} did not start: {err}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
         let listen = lines.next().unwrap().unwrap();
         let fp_line = lines.next().unwrap().unwrap();
         let port = listen
@@ -502,12 +522,16 @@ fn a_killed_daemon_leaves_no_file_at_the_final_name() {
     let server = env.server();
     let dest = env.p("copy");
     let url = server.url("big");
+    // Paced (7.5 s for the file), so a busy host cannot finish the copy
+    // before the kill comes.
     let args = [
         "cp",
         "--protect",
         "clear",
         "-P",
         "2",
+        "--rate-limit",
+        "320M",
         &url,
         dest.to_str().unwrap(),
     ];
@@ -939,7 +963,11 @@ fn probe_measures_rtt_capacity_and_throughput_of_a_daemon() {
     assert_eq!(v["rtt"]["samples"], 4);
     let rtt = v["rtt"]["median_ms"].as_f64().unwrap();
     assert!(rtt > 0.0 && rtt < 1000.0, "{v}");
-    assert_eq!(v["capacity"]["trains_answered"], 3);
+    // Three trains, more (up to six) while a busy host reorders too many
+    // for the two usable the options ask; every train sent is answered.
+    let sent = v["capacity"]["trains_sent"].as_u64().unwrap();
+    assert!((3..=6).contains(&sent), "{v}");
+    assert_eq!(v["capacity"]["trains_answered"], sent);
     assert_eq!(v["capacity"]["packet_bytes"], 1228);
     for dir in ["forward", "reverse"] {
         let bps = v["capacity"][dir]["estimate_bps"].as_f64().unwrap();
@@ -1219,8 +1247,10 @@ fn a_disk_that_fills_during_a_resumed_copy_is_exit_5_and_a_later_run_completes()
         );
         let report = json(&done);
         let resumed = report["bytes_resumed"].as_u64().unwrap();
+        // At most the blocks in flight are sent again: one per stream (two
+        // of 1 MiB), whole on disk but not yet in the journal at the kill.
         assert!(
-            resumed >= arrived * 8 / 10,
+            resumed > 0 && resumed + (2 << 20) >= arrived,
             "{to}: resumed {resumed} of {arrived}"
         );
         assert!(identical, "{to}: byte-identical after the space came back");

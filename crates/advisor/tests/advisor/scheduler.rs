@@ -169,6 +169,21 @@ async fn exclusive_probes_run_alone_on_their_path_and_the_budget_holds() {
     });
     let status = wait_for(&s, "every pair ran twice", |st| st.completed >= 24).await;
     assert_eq!(status.failed, 0, "{status:?}");
+    // Small probes may fill the first runs ahead of the biggest (admission
+    // keeps no place in line): wait for every probe to have stored for
+    // every host, which must come within a few intervals.
+    let every_probe = ["capacity", "rtt", "rtt2", "throughput"];
+    let all_by = tokio::time::Instant::now() + Duration::from_secs(20);
+    for host in ["a", "b", "c"] {
+        while producers(&store, host).await != every_probe {
+            assert!(
+                tokio::time::Instant::now() < all_by,
+                "{host}: every probe runs and stores: {:?}",
+                producers(&store, host).await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     let _ = stop_tx.send(());
     assert_eq!(
         watch.overlaps.load(Ordering::SeqCst),
@@ -187,16 +202,17 @@ async fn exclusive_probes_run_alone_on_their_path_and_the_budget_holds() {
     assert_eq!(status.targets, 3);
     for host in ["a", "b", "c"] {
         let stored = store.history(host, Some(Kind::Rtt), 100).await.unwrap();
-        let mut producers: Vec<&str> = stored.iter().map(|m| m.producer.as_str()).collect();
-        producers.sort();
-        producers.dedup();
-        assert_eq!(
-            producers,
-            ["capacity", "rtt", "rtt2", "throughput"],
-            "{host}: every probe ran and stored"
-        );
         assert!(stored.iter().all(|m| m.origin == Origin::Active));
     }
+}
+
+/// The probes that stored a result for `host`, sorted, once each.
+async fn producers(store: &Store, host: &str) -> Vec<String> {
+    let stored = store.history(host, Some(Kind::Rtt), 100).await.unwrap();
+    let mut producers: Vec<String> = stored.into_iter().map(|m| m.producer).collect();
+    producers.sort();
+    producers.dedup();
+    producers
 }
 
 #[tokio::test]
@@ -318,7 +334,15 @@ async fn the_rtt_probe_measures_a_real_listener() {
         .unwrap();
     assert_eq!(m.len(), 1);
     assert_eq!(m[0].producer, "rtt_tcp_connect");
-    assert!(m[0].value > 0.0 && m[0].value < 50.0, "{}", m[0].value);
+    assert!(m[0].value > 0.0, "{}", m[0].value);
+    // Loopback is fast: the median (one connect may wait on a busy host,
+    // and the mean with it).
+    let mut kept: Vec<f64> = m[0].details["samples_ms"].as_array().unwrap()[1..]
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    kept.sort_by(f64::total_cmp);
+    assert!(kept[kept.len() / 2] < 50.0, "{}", m[0].details);
     drop(listener);
 }
 
