@@ -263,7 +263,7 @@ impl Report {
             eprintln!("  per stream: {}", parts.join(", "));
         }
         if let Some(t) = &self.tuning {
-            eprintln!("  {}", tuning_line(t));
+            eprintln!("  {}", tuning_line(t, self.direction));
             eprintln!("  {}", t.summary);
             for line in &t.sysctls {
                 eprintln!("  to lift the cap: {line}");
@@ -273,15 +273,24 @@ impl Report {
 }
 
 /// How the transport was tuned, in one line: congestion control, buffer
-/// sizing and peak, and how the stream count changed.
-fn tuning_line(t: &tern_drs::Diagnosis) -> String {
+/// sizing and peak, and how the stream count changed. The buffers named
+/// are those of the way this end moved data (`direction` of the report):
+/// a sender's receive buffers only ever hold the peer's confirmations, and
+/// their small size next to the send buffers read as a starved receiver.
+fn tuning_line(t: &tern_drs::Diagnosis, direction: &str) -> String {
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
-    let mut line = format!(
-        "tuning: congestion control {}, window {}, buffers up to {:.1} MiB send / {:.1} MiB receive in total",
-        t.congestion_control,
-        t.window,
+    let (send, receive) = (
         mib(t.send_buffer_peak_bytes),
-        mib(t.receive_buffer_peak_bytes)
+        mib(t.receive_buffer_peak_bytes),
+    );
+    let buffers = match direction {
+        "push" | "send" => format!("send buffers up to {send:.1} MiB in total"),
+        "pull" | "receive" => format!("receive buffers up to {receive:.1} MiB in total"),
+        _ => format!("buffers up to {send:.1} MiB send / {receive:.1} MiB receive in total"),
+    };
+    let mut line = format!(
+        "tuning: congestion control {}, window {}, {buffers}",
+        t.congestion_control, t.window,
     );
     if t.stream_steps.len() > 1 {
         let steps: Vec<String> = t
@@ -354,5 +363,29 @@ impl ProgressDisplay {
         if let Some(b) = self.bar {
             b.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tuning_line;
+
+    #[test]
+    fn the_tuning_line_names_the_buffers_of_the_way_data_went() {
+        let mut t = tern_drs::diagnose(Vec::new(), tern_drs::HostCaps::default(), &[]);
+        t.send_buffer_peak_bytes = 12 << 20;
+        t.receive_buffer_peak_bytes = 1 << 20;
+        for (direction, says, not) in [
+            ("push", "send buffers up to 12.0 MiB in total", "receive"),
+            ("send", "send buffers up to 12.0 MiB in total", "receive"),
+            ("pull", "receive buffers up to 1.0 MiB in total", "send"),
+            ("receive", "receive buffers up to 1.0 MiB in total", "send"),
+        ] {
+            let line = tuning_line(&t, direction);
+            assert!(line.contains(says), "{direction}: {line}");
+            assert!(!line.contains(not), "{direction}: {line}");
+        }
+        let local = tuning_line(&t, "local");
+        assert!(local.contains("12.0 MiB send / 1.0 MiB receive"), "{local}");
     }
 }
