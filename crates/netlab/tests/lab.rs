@@ -452,9 +452,8 @@ fn a_path_that_goes_silent_fails_the_transfer_with_exit_9() {
             "clear",
         ],
     );
-    // Once the test's data flows (not while the client still connects,
-    // which would be a refused connection, exit 7) the path drops
-    // everything, in both directions: no FIN, no RST.
+    // Cut only once data flows: cut while the client still connects, the
+    // failure would be a refused connection (exit 7).
     let sent = |lab: &Lab| {
         lab.status()["paths"][0]["a_to_b"]["packets"]
             .as_u64()
