@@ -522,7 +522,7 @@ fn a_killed_daemon_leaves_no_file_at_the_final_name() {
     let server = env.server();
     let dest = env.p("copy");
     let url = server.url("big");
-    // Paced (7.5 s for the file), so a busy host cannot finish the copy
+    // Paced (about 8 s for the file), so a busy host cannot finish the copy
     // before the kill comes.
     let args = [
         "cp",
