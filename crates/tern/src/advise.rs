@@ -360,7 +360,31 @@ impl Consulted {
         quiet: bool,
     ) -> Option<WindowArg> {
         let a = self.used.advice.as_ref()?;
-        let advised = a.streams.clamp(1, tern_engine::server::MAX_STREAMS);
+        let mut advised = a.streams.clamp(1, tern_engine::server::MAX_STREAMS);
+        let mut advised_window = a.tern_window_bytes.clamp(4096, 1 << 30);
+        if t.window.is_none() {
+            let cap = (!tern_drs::socket::privileged())
+                .then(|| fixed_window_cap(&tern_drs::HostCaps::read()));
+            let room = if t.streams == Streams::Auto {
+                t.max_streams.max(advised)
+            } else {
+                advised
+            };
+            let (streams, window) = fit_to_cap(advised, advised_window, cap, room);
+            if (streams, window) != (advised, advised_window) && !quiet {
+                eprintln!(
+                    "tern: advisor: a window of {} is over what this unprivileged process may set ({}, twice net.core.wmem_max/rmem_max); {}",
+                    human_bytes(advised_window),
+                    human_bytes(window),
+                    if streams > advised {
+                        format!("{streams} streams of {} instead", human_bytes(window))
+                    } else {
+                        "the transfer may hold less in flight than advised".to_string()
+                    }
+                );
+            }
+            (advised, advised_window) = (streams, window);
+        }
         if t.streams == Streams::Auto {
             opts.streams = advised;
             opts.max_streams = opts.max_streams.max(advised);
@@ -370,9 +394,8 @@ impl Consulted {
         let window = match t.window {
             Some(w) => w,
             None => {
-                let bytes = a.tern_window_bytes.clamp(4096, 1 << 30);
-                self.used.window_bytes = Some(bytes);
-                WindowArg::Fixed(bytes)
+                self.used.window_bytes = Some(advised_window);
+                WindowArg::Fixed(advised_window)
             }
         };
         if !quiet {
@@ -437,6 +460,33 @@ impl Consulted {
     }
 }
 
+/// The largest fixed window a process without privilege can set: the
+/// kernel holds `SO_SNDBUF`/`SO_RCVBUF` to `wmem_max`/`rmem_max` and then
+/// doubles it (`--window` counts that bookkeeping, see
+/// [`tern_drs::socket::set_sndbuf`]). 0 when the caps are unknown, and
+/// then [`fit_to_cap`] leaves the advice alone.
+fn fixed_window_cap(caps: &tern_drs::HostCaps) -> u64 {
+    2 * caps.wmem_max.min(caps.rmem_max)
+}
+
+/// Fits advised `streams` × `window` to a fixed-window `cap` of this host.
+/// The advice comes from the advisor's host (often privileged, or with
+/// larger caps); here the kernel would clamp each window silently and the
+/// transfer would hold less in flight than advised. So the same bytes in
+/// flight are spread over more streams, up to `max_streams`, each window
+/// within the cap (rounded up to 4 KiB). No cap (privileged, or unknown):
+/// the advice as it is.
+fn fit_to_cap(streams: u16, window: u64, cap: Option<u64>, max_streams: u16) -> (u16, u64) {
+    let Some(cap) = cap.filter(|&c| c >= 4096 && window > c) else {
+        return (streams, window);
+    };
+    let in_flight = u64::from(streams) * window;
+    let most = u64::from(max_streams.max(streams));
+    let needed = in_flight.div_ceil(cap).clamp(u64::from(streams), most);
+    let each = in_flight.div_ceil(needed).div_ceil(4096) * 4096;
+    (needed as u16, each.min(cap))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,6 +504,38 @@ mod tests {
         assert_eq!(http_addr("[::1]:9").unwrap(), "[::1]:9".parse().unwrap());
         assert!(http_addr("localhost").is_err());
         assert!(http_addr("99999").is_err());
+    }
+
+    #[test]
+    fn advice_over_the_fixed_window_cap_is_spread_over_more_streams() {
+        const MIB: u64 = 1 << 20;
+        // 8 × 11 MiB advised where 8 MiB is the most a window may be: the
+        // 88 MiB in flight need 11 streams of 8 MiB.
+        assert_eq!(fit_to_cap(8, 11 * MIB, Some(8 * MIB), 16), (11, 8 * MIB));
+        // Spread evenly, rounded up to 4 KiB: 2 × 10 MiB over 3 streams.
+        let (n, each) = fit_to_cap(2, 10 * MIB, Some(8 * MIB), 8);
+        assert_eq!(n, 3);
+        assert_eq!(each, (20 * MIB).div_ceil(3).div_ceil(4096) * 4096);
+        assert!(u64::from(n) * each >= 20 * MIB && each <= 8 * MIB);
+        // No more than max_streams: then each window is the cap.
+        assert_eq!(fit_to_cap(8, 32 * MIB, Some(8 * MIB), 16), (16, 8 * MIB));
+        // Streams fixed by the user (max = the advised count): clamped.
+        assert_eq!(fit_to_cap(4, 12 * MIB, Some(8 * MIB), 4), (4, 8 * MIB));
+        // Within the cap, privileged (no cap) or caps unknown: unchanged.
+        assert_eq!(fit_to_cap(8, 2 * MIB, Some(8 * MIB), 16), (8, 2 * MIB));
+        assert_eq!(fit_to_cap(8, 11 * MIB, None, 16), (8, 11 * MIB));
+        assert_eq!(fit_to_cap(8, 11 * MIB, Some(0), 16), (8, 11 * MIB));
+    }
+
+    #[test]
+    fn the_fixed_window_cap_is_twice_the_smaller_core_maximum() {
+        let caps = tern_drs::HostCaps {
+            wmem_max: 4 << 20,
+            rmem_max: 6 << 20,
+            ..Default::default()
+        };
+        assert_eq!(fixed_window_cap(&caps), 8 << 20);
+        assert_eq!(fixed_window_cap(&tern_drs::HostCaps::default()), 0);
     }
 
     #[test]
