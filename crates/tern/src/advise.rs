@@ -360,30 +360,12 @@ impl Consulted {
         quiet: bool,
     ) -> Option<WindowArg> {
         let a = self.used.advice.as_ref()?;
-        let mut advised = a.streams.clamp(1, tern_engine::server::MAX_STREAMS);
-        let mut advised_window = a.tern_window_bytes.clamp(4096, 1 << 30);
+        let (mut advised, mut advised_window) = (
+            a.streams.clamp(1, tern_engine::server::MAX_STREAMS),
+            a.tern_window_bytes.clamp(4096, 1 << 30),
+        );
         if t.window.is_none() {
-            let cap = (!tern_drs::socket::privileged())
-                .then(|| fixed_window_cap(&tern_drs::HostCaps::read()));
-            let room = if t.streams == Streams::Auto {
-                t.max_streams.max(advised)
-            } else {
-                advised
-            };
-            let (streams, window) = fit_to_cap(advised, advised_window, cap, room);
-            if (streams, window) != (advised, advised_window) && !quiet {
-                eprintln!(
-                    "tern: advisor: a window of {} is over what this unprivileged process may set ({}, twice net.core.wmem_max/rmem_max); {}",
-                    human_bytes(advised_window),
-                    human_bytes(window),
-                    if streams > advised {
-                        format!("{streams} streams of {} instead", human_bytes(window))
-                    } else {
-                        "the transfer may hold less in flight than advised".to_string()
-                    }
-                );
-            }
-            (advised, advised_window) = (streams, window);
+            (advised, advised_window) = fit_to_this_host(t, advised, advised_window, quiet);
         }
         if t.streams == Streams::Auto {
             opts.streams = advised;
@@ -458,6 +440,35 @@ impl Consulted {
         }
         self.used
     }
+}
+
+/// The advice's `streams` × `window` as this process can hold them (see
+/// [`fit_to_cap`]), saying so when they change.
+fn fit_to_this_host(t: &TransferArgs, streams: u16, window: u64, quiet: bool) -> (u16, u64) {
+    let cap =
+        (!tern_drs::socket::privileged()).then(|| fixed_window_cap(&tern_drs::HostCaps::read()));
+    let room = if t.streams == Streams::Auto {
+        t.max_streams.max(streams)
+    } else {
+        streams
+    };
+    let (fitted_streams, fitted_window) = fit_to_cap(streams, window, cap, room);
+    if (fitted_streams, fitted_window) != (streams, window) && !quiet {
+        eprintln!(
+            "tern: advisor: a window of {} is over what this unprivileged process may set ({}, twice net.core.wmem_max/rmem_max); {}",
+            human_bytes(window),
+            human_bytes(fitted_window),
+            if fitted_streams > streams {
+                format!(
+                    "{fitted_streams} streams of {} instead",
+                    human_bytes(fitted_window)
+                )
+            } else {
+                "the transfer may hold less in flight than advised".to_string()
+            }
+        );
+    }
+    (fitted_streams, fitted_window)
 }
 
 /// The largest fixed window a process without privilege can set: the
