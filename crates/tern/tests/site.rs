@@ -178,6 +178,12 @@ impl Site {
 
     /// Runs tern as the holder of `who` (cert, key), trusting the site CA.
     fn run_as(&self, who: &(PathBuf, PathBuf), args: &[&str]) -> Output {
+        self.run_as_trusting(who, &self.p("pki/ca.pem"), args)
+    }
+
+    /// [`Site::run_as`] with the client trusting `ca` (a file or a
+    /// directory) for the daemon's certificate.
+    fn run_as_trusting(&self, who: &(PathBuf, PathBuf), ca: &Path, args: &[&str]) -> Output {
         let mut c = tern();
         c.env("XDG_CONFIG_HOME", self.p("cfg"))
             .arg(args[0])
@@ -186,7 +192,7 @@ impl Site {
             .arg("--key")
             .arg(&who.1)
             .arg("--ca")
-            .arg(self.p("pki/ca.pem"))
+            .arg(ca)
             .args(&args[1..]);
         c.output().unwrap()
     }
@@ -375,18 +381,11 @@ fn a_ca_directory_trusts_every_ca_in_it_and_no_other() {
     assert!(!site.p("root/alice/r.bin").exists());
 
     // The client's --ca takes a directory as well.
-    let out = tern()
-        .env("XDG_CONFIG_HOME", site.p("cfg"))
-        .arg("cp")
-        .arg("--cert")
-        .arg(&from_site.0)
-        .arg("--key")
-        .arg(&from_site.1)
-        .arg("--ca")
-        .arg(site.p("cas"))
-        .args([data, &site.url("alice/d.bin")])
-        .output()
-        .unwrap();
+    let out = site.run_as_trusting(
+        &from_site,
+        &site.p("cas"),
+        &["cp", data, &site.url("alice/d.bin")],
+    );
     ok(&out);
     assert!(site.p("root/alice/d.bin").exists());
     let log = site.stop();
@@ -493,18 +492,7 @@ fn certificates_the_site_does_not_trust_fail_the_handshake() {
     // certificate makes the client refuse it.
     let alice = site.ca.user(&site.p("pki"), "alice", "Alice");
     rogue_ca.write(&site.p("pki/rogue-ca.pem"));
-    let out = tern()
-        .env("XDG_CONFIG_HOME", site.p("cfg"))
-        .arg("cp")
-        .arg("--cert")
-        .arg(&alice.0)
-        .arg("--key")
-        .arg(&alice.1)
-        .arg("--ca")
-        .arg(site.p("pki/rogue-ca.pem"))
-        .args([data, &dest])
-        .output()
-        .unwrap();
+    let out = site.run_as_trusting(&alice, &site.p("pki/rogue-ca.pem"), &["cp", data, &dest]);
     assert_eq!(code(&out), 8, "{}", stderr(&out));
     assert!(
         stderr(&out).contains("certificate is not trusted"),
