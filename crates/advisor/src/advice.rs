@@ -324,8 +324,23 @@ fn capacity(
 /// the caps are unknown.
 pub fn socket_window_max(caps: &HostCaps) -> Option<u64> {
     let autotuned = caps.tcp_rmem[2].min(caps.tcp_wmem[2]) / 2;
-    let explicit = caps.rmem_max.min(caps.wmem_max);
-    let max = autotuned.max(explicit);
+    let max = autotuned.max(explicit_window_max(caps));
+    (max > 0).then_some(max)
+}
+
+/// The largest window an explicit buffer (`SO_SNDBUF`/`SO_RCVBUF`, no
+/// privilege) gives: the kernel holds the request to `wmem_max`/`rmem_max`
+/// and doubles it for bookkeeping, half of which is window.
+fn explicit_window_max(caps: &HostCaps) -> u64 {
+    caps.rmem_max.min(caps.wmem_max)
+}
+
+/// The largest fixed `--window` (`tern_window_bytes`, which counts the
+/// kernel's bookkeeping, so twice the explicit buffer's window) a process
+/// without privilege can set; `None` when the caps are unknown. A fixed
+/// window turns autotuning off, so its maximum does not count here.
+pub fn fixed_window_max(caps: &HostCaps) -> Option<u64> {
+    let max = 2 * explicit_window_max(caps);
     (max > 0).then_some(max)
 }
 
@@ -795,6 +810,17 @@ mod tests {
             now_ms,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn the_fixed_window_max_is_twice_the_smaller_core_maximum() {
+        let caps = HostCaps {
+            wmem_max: 4 << 20,
+            rmem_max: 6 << 20,
+            ..Default::default()
+        };
+        assert_eq!(fixed_window_max(&caps), Some(8 << 20));
+        assert_eq!(fixed_window_max(&HostCaps::default()), None);
     }
 
     #[test]

@@ -445,8 +445,9 @@ impl Consulted {
 /// The advice's `streams` × `window` as this process can hold them (see
 /// [`fit_to_cap`]), saying so when they change.
 fn fit_to_this_host(t: &TransferArgs, streams: u16, window: u64, quiet: bool) -> (u16, u64) {
-    let cap =
-        (!tern_drs::socket::privileged()).then(|| fixed_window_cap(&tern_drs::HostCaps::read()));
+    let cap = (!tern_drs::socket::privileged())
+        .then(|| tern_advisor::advice::fixed_window_max(&tern_drs::HostCaps::read()))
+        .flatten();
     let room = if t.streams == Streams::Auto {
         t.max_streams.max(streams)
     } else {
@@ -471,24 +472,15 @@ fn fit_to_this_host(t: &TransferArgs, streams: u16, window: u64, quiet: bool) ->
     (fitted_streams, fitted_window)
 }
 
-/// The largest fixed window a process without privilege can set: the
-/// kernel holds `SO_SNDBUF`/`SO_RCVBUF` to `wmem_max`/`rmem_max` and then
-/// doubles it (`--window` counts that bookkeeping, see
-/// [`tern_drs::socket::set_sndbuf`]). 0 when the caps are unknown, and
-/// then [`fit_to_cap`] leaves the advice alone.
-fn fixed_window_cap(caps: &tern_drs::HostCaps) -> u64 {
-    2 * caps.wmem_max.min(caps.rmem_max)
-}
-
 /// Fits advised `streams` × `window` to a fixed-window `cap` of this host.
 /// The advice comes from the advisor's host (often privileged, or with
 /// larger caps); here the kernel would clamp each window silently and the
 /// transfer would hold less in flight than advised. So the same bytes in
 /// flight are spread over more streams, up to `max_streams`, each window
-/// within the cap (rounded up to 4 KiB). No cap (privileged, or unknown):
-/// the advice as it is.
+/// within the cap (rounded up to 4 KiB). No cap (privileged, or caps
+/// unknown): the advice as it is.
 fn fit_to_cap(streams: u16, window: u64, cap: Option<u64>, max_streams: u16) -> (u16, u64) {
-    let Some(cap) = cap.filter(|&c| c >= 4096 && window > c) else {
+    let Some(cap) = cap.filter(|&c| window > c) else {
         return (streams, window);
     };
     let in_flight = u64::from(streams) * window;
@@ -532,21 +524,9 @@ mod tests {
         assert_eq!(fit_to_cap(8, 32 * MIB, Some(8 * MIB), 16), (16, 8 * MIB));
         // Streams fixed by the user (max = the advised count): clamped.
         assert_eq!(fit_to_cap(4, 12 * MIB, Some(8 * MIB), 4), (4, 8 * MIB));
-        // Within the cap, privileged (no cap) or caps unknown: unchanged.
+        // Within the cap, or privileged or caps unknown (no cap): unchanged.
         assert_eq!(fit_to_cap(8, 2 * MIB, Some(8 * MIB), 16), (8, 2 * MIB));
         assert_eq!(fit_to_cap(8, 11 * MIB, None, 16), (8, 11 * MIB));
-        assert_eq!(fit_to_cap(8, 11 * MIB, Some(0), 16), (8, 11 * MIB));
-    }
-
-    #[test]
-    fn the_fixed_window_cap_is_twice_the_smaller_core_maximum() {
-        let caps = tern_drs::HostCaps {
-            wmem_max: 4 << 20,
-            rmem_max: 6 << 20,
-            ..Default::default()
-        };
-        assert_eq!(fixed_window_cap(&caps), 8 << 20);
-        assert_eq!(fixed_window_cap(&tern_drs::HostCaps::default()), 0);
     }
 
     #[test]
