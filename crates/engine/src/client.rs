@@ -189,8 +189,8 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
                     expected: want.clone(),
                     actual: seen,
                     known_hosts: match (&opts.known_hosts, from_known_hosts) {
-                        (Some(kh), true) => kh.path.display().to_string(),
-                        _ => "--fingerprint".into(),
+                        (Some(kh), true) => Some(kh.path.display().to_string()),
+                        _ => None,
                     },
                 }
             }

@@ -54,12 +54,7 @@ pub enum Error {
     #[error("not authorized: {0}")]
     Unauthorized(String),
     /// The server's certificate is not the one recorded or pinned.
-    #[error(
-        "the certificate of {host} has changed: expected {expected}, got {actual}.\n\
-         If the server was reinstalled or its state dir was reset, remove the line for {host} \
-         from {known_hosts} (or pin the new one with --fingerprint {actual}); otherwise someone \
-         may be intercepting the connection."
-    )]
+    #[error("{}", fingerprint_mismatch(.host, .expected, .actual, .known_hosts.as_deref()))]
     FingerprintMismatch {
         /// Host as written by the user.
         host: String,
@@ -67,8 +62,9 @@ pub enum Error {
         expected: String,
         /// Fingerprint presented.
         actual: String,
-        /// File that holds the recorded fingerprint.
-        known_hosts: String,
+        /// File that holds the recorded fingerprint; `None` when the user
+        /// pinned it with `--fingerprint`.
+        known_hosts: Option<String>,
     },
     /// The peer sent bytes that do not decode.
     #[error("protocol error: {0}")]
@@ -108,6 +104,33 @@ pub enum Error {
     /// The transfer was interrupted on purpose.
     #[error("interrupted")]
     Aborted,
+}
+
+/// The message of [`Error::FingerprintMismatch`]: what happened and what
+/// to do, which differs between a fingerprint recorded in `known_hosts`
+/// (the server changed since) and one the user pinned (the pin or the
+/// server is wrong).
+fn fingerprint_mismatch(
+    host: &str,
+    expected: &str,
+    actual: &str,
+    known_hosts: Option<&str>,
+) -> String {
+    match known_hosts {
+        Some(file) => format!(
+            "the certificate of {host} has changed: expected {expected}, got {actual}.\n\
+             If the server was reinstalled or its state dir was reset, remove the line for \
+             {host} from {file} (or pin the new one with --fingerprint {actual}); otherwise \
+             someone may be intercepting the connection."
+        ),
+        None => format!(
+            "{host} presented the certificate {actual}, but --fingerprint named {expected}.\n\
+             Compare both with the fingerprint the daemon prints when it starts (\"tern serve: \
+             certificate fingerprint SHA256:…\"): if it is {actual}, the --fingerprint given \
+             is wrong or out of date (the daemon's state dir was reset) and {actual} is the one \
+             to pin; if it is {expected}, someone may be intercepting the connection."
+        ),
+    }
 }
 
 /// What an error means to a caller; each maps to one documented exit code.
@@ -247,6 +270,36 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fingerprint_mismatch_advises_by_where_the_fingerprint_came_from() {
+        let mismatch = |known_hosts: Option<&str>| {
+            Error::FingerprintMismatch {
+                host: "srv:4747".into(),
+                expected: "SHA256:want".into(),
+                actual: "SHA256:got".into(),
+                known_hosts: known_hosts.map(str::to_string),
+            }
+            .to_string()
+        };
+        let recorded = mismatch(Some("/home/u/.config/tern/known_hosts"));
+        assert!(
+            recorded.contains("remove the line for srv:4747 from /home/u/.config/tern/known_hosts"),
+            "{recorded}"
+        );
+        let pinned = mismatch(None);
+        assert!(
+            pinned.contains(
+                "srv:4747 presented the certificate SHA256:got, but --fingerprint named SHA256:want"
+            ),
+            "{pinned}"
+        );
+        assert!(
+            pinned.contains("the fingerprint the daemon prints"),
+            "{pinned}"
+        );
+        assert!(!pinned.contains("remove the line"), "{pinned}");
+    }
 
     #[test]
     fn enospc_is_classified_as_no_space() {

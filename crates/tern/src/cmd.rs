@@ -349,7 +349,7 @@ where
             host: target.host.clone(),
             expected: pinned.clone(),
             actual,
-            known_hosts: "--fingerprint".into(),
+            known_hosts: None,
         }
         .into());
     }

@@ -444,6 +444,57 @@ fn tuning_flags_are_checked_and_reported() {
     assert_eq!(auto["tuning"]["stream_steps"][0]["reason"], "start");
 }
 
+/// A certificate that is not the one expected gets advice true to where
+/// the expectation came from: a pinned `--fingerprint` is checked against
+/// what the daemon prints, a recorded one is removed from known_hosts.
+#[test]
+fn a_wrong_fingerprint_gets_advice_for_where_it_came_from() {
+    let env = Env::new();
+    random_file(&env.p("src.bin"), 1000);
+    let src = env.p("src.bin");
+    let src = src.to_str().unwrap();
+    let server = env.server();
+    let host = format!("127.0.0.1:{}", server.port);
+    let wrong = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+    let pinned = env.run(&["cp", "--fingerprint", wrong, src, &server.url("x")]);
+    assert_eq!(code(&pinned), 8, "{}", stderr(&pinned));
+    let err = stderr(&pinned);
+    assert!(
+        err.contains(&format!(
+            "{host} presented the certificate {}, but --fingerprint named {wrong}",
+            server.fingerprint
+        )),
+        "{err}"
+    );
+    assert!(err.contains("the fingerprint the daemon prints"), "{err}");
+    assert!(!err.contains("remove the line"), "{err}");
+    assert!(
+        !env.p("cfg/tern/known_hosts").exists(),
+        "a pin records nothing"
+    );
+
+    let known_hosts = env.p("cfg/tern/known_hosts");
+    std::fs::create_dir_all(known_hosts.parent().unwrap()).unwrap();
+    std::fs::write(&known_hosts, format!("{host} {wrong}\n")).unwrap();
+    let recorded = env.run(&["cp", src, &server.url("x")]);
+    assert_eq!(code(&recorded), 8, "{}", stderr(&recorded));
+    let err = stderr(&recorded);
+    assert!(
+        err.contains(&format!("expected {wrong}, got {}", server.fingerprint)),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "remove the line for {host} from {}",
+            known_hosts.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("--fingerprint named"), "{err}");
+    assert!(!env.p("root/x").exists());
+}
+
 #[test]
 fn a_changed_server_identity_is_refused_with_advice() {
     let env = Env::new();
