@@ -21,12 +21,14 @@
 //! the formula expects, the stream count (and a locked window) follow
 //! that cell, and [`Advice::sweep`] says so.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use tern_drs::HostCaps;
 
 use crate::Error;
 use crate::estimate::{Estimate, EstimatorConfig, estimate};
-use crate::model::{Kind, Measurement, Origin};
+use crate::model::{Kind, MAX_BDP_BYTES, MAX_RATE_BPS, Measurement, Origin, check_positive, shown};
 
 /// Where the numbers behind a piece of advice came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,6 +169,67 @@ pub struct Advice {
     pub aggregated_by: Option<String>,
     /// Remarks for people.
     pub notes: Vec<String>,
+}
+
+/// The oldest a figure behind advice may be, seconds: a century.
+const MAX_AGE_S: f64 = 100.0 * 366.0 * 86_400.0;
+
+impl Advice {
+    /// Checks that every figure is one a network can have (the bounds of
+    /// [`crate::model`]), as a client should before acting on or
+    /// printing an answer: an advisor of another version, or something
+    /// else on its port, may send anything. The error names the field.
+    pub fn check(&self) -> Result<(), Error> {
+        Kind::Rtt.check("rtt_ms", self.rtt_ms)?;
+        Kind::Capacity.check("capacity_bps", self.capacity_bps)?;
+        let rate = |field: &str, v: f64| check_positive(field, v, MAX_RATE_BPS, "10 Tbit/s");
+        rate("expected_throughput_bps", self.expected_throughput_bps)?;
+        Kind::Rtt.check("rtt.value", self.rtt.value)?;
+        Kind::Rtt.check("rtt.ewma", self.rtt.ewma)?;
+        let capacity_kind = self.capacity.kind;
+        capacity_kind.check("capacity.value", self.capacity.value)?;
+        capacity_kind.check("capacity.ewma", self.capacity.ewma)?;
+        if let Some(sw) = &self.sweep {
+            rate("sweep.best_bps", sw.best_bps)?;
+            rate("sweep.formula_bps", sw.formula_bps)?;
+        }
+        for (field, v, max) in [
+            ("bdp_bytes", self.bdp_bytes, MAX_BDP_BYTES),
+            ("buffer_bytes", self.buffer_bytes, MAX_BDP_BYTES),
+            (
+                "tern_window_bytes",
+                self.tern_window_bytes,
+                2 * MAX_BDP_BYTES,
+            ),
+        ] {
+            if !(1..=max).contains(&v) {
+                return Err(Error::BadRequest(format!(
+                    "{field} must be 1 to {max} (RTT 10 min x 10 Tbit/s), not {v}"
+                )));
+            }
+        }
+        if self.streams == 0 {
+            return Err(Error::BadRequest(
+                "streams must be at least 1, not 0".into(),
+            ));
+        }
+        let sweep_age = self.sweep.as_ref().map_or(0.0, |sw| sw.age_s);
+        for (field, v) in [
+            ("age_s", self.age_s),
+            ("rtt.age_s", self.rtt.age_s),
+            ("capacity.age_s", self.capacity.age_s),
+            ("sweep.age_s", sweep_age),
+        ] {
+            if !(v.is_finite() && (0.0..=MAX_AGE_S).contains(&v)) {
+                return Err(Error::BadRequest(format!(
+                    "{field} must be at least 0 and at most {} (a century), not {}",
+                    shown(MAX_AGE_S),
+                    shown(v)
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The window × streams sweep behind a piece of advice.
@@ -345,13 +408,16 @@ pub fn fixed_window_max(caps: &HostCaps) -> Option<u64> {
 }
 
 fn round_up(n: u64, to: u64) -> u64 {
-    n.div_ceil(to) * to
+    n.div_ceil(to).saturating_mul(to)
 }
 
 /// The sysctls that let one socket hold a window of `bdp` bytes.
 fn sysctls_for(bdp: u64, caps: &HostCaps) -> Vec<String> {
-    let explicit = bdp.next_power_of_two();
-    let autotuned = (2 * bdp).next_power_of_two();
+    let explicit = bdp.checked_next_power_of_two().unwrap_or(u64::MAX);
+    let autotuned = bdp
+        .saturating_mul(2)
+        .checked_next_power_of_two()
+        .unwrap_or(u64::MAX);
     let mut lines = Vec::new();
     for (name, triple) in [("tcp_rmem", caps.tcp_rmem), ("tcp_wmem", caps.tcp_wmem)] {
         if triple[2] < autotuned {
@@ -393,6 +459,24 @@ fn ramp_streams(bdp: u64, rtt_s: f64) -> u64 {
     bdp.div_ceil(reach.max(1)).max(1)
 }
 
+/// The measurements of `series` whose values a network can have
+/// ([`Kind::admits`]): the store may hold older ones recorded before the
+/// bounds were checked, and one absurd value would make every figure
+/// derived from it absurd.
+fn admitted(series: &[Measurement]) -> Cow<'_, [Measurement]> {
+    if series.iter().all(|m| m.kind.admits(m.value)) {
+        Cow::Borrowed(series)
+    } else {
+        Cow::Owned(
+            series
+                .iter()
+                .filter(|m| m.kind.admits(m.value))
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
 /// Advice for `host` from its evidence and this host's caps.
 pub fn advise(
     host: &str,
@@ -401,6 +485,16 @@ pub fn advise(
     cfg: &AdviceConfig,
     now_ms: i64,
 ) -> Result<Advice, Error> {
+    let (rtts, capacities, throughputs) = (
+        admitted(ev.rtt),
+        admitted(ev.capacity),
+        admitted(ev.throughput),
+    );
+    let ev = &Evidence {
+        rtt: &rtts,
+        capacity: &capacities,
+        throughput: &throughputs,
+    };
     let est = &cfg.estimator;
     let rtt_series: Vec<&Measurement> = ev.rtt.iter().collect();
     let Some(rtt) = estimated(&rtt_series, Kind::Rtt, est, now_ms) else {
@@ -416,7 +510,9 @@ pub fn advise(
             rtt.value
         )));
     };
-    let bdp = (rtt.value / 1e3 * capacity.value / 8.0).ceil().max(1.0) as u64;
+    // Both are within bounds, so the product is too; the clamp is for
+    // the arithmetic's sake.
+    let bdp = ((rtt.value / 1e3 * capacity.value / 8.0).ceil().max(1.0) as u64).min(MAX_BDP_BYTES);
     let window_max = socket_window_max(caps);
     let max_streams = cfg.max_streams.max(1);
     let mut notes = Vec::new();
@@ -500,11 +596,12 @@ pub fn advise(
                 ));
                 let buffer = match best_window.parse::<u64>() {
                     // --window counts bookkeeping: the buffer is half.
-                    Ok(locked) => (locked / 2).max(1),
+                    Ok(locked) => (locked / 2).clamp(1, MAX_BDP_BYTES),
                     // Tern sized the cell's buffers: split what carries
                     // the best rate over its streams.
                     Err(_) => {
-                        let carried = ((rtt_s * best.value / 8.0).ceil() as u64).max(bdp);
+                        let carried =
+                            ((rtt_s * best.value / 8.0).ceil() as u64).clamp(bdp, MAX_BDP_BYTES);
                         let per_stream = round_up(carried.div_ceil(u64::from(best_streams)), 4096);
                         window_max.map_or(per_stream, |max| per_stream.min(max))
                     }
@@ -534,7 +631,7 @@ pub fn advise(
         host: host.to_string(),
         buffer_bytes: buffer,
         streams,
-        tern_window_bytes: 2 * buffer,
+        tern_window_bytes: buffer.saturating_mul(2),
         bdp_bytes: bdp,
         expected_throughput_bps: expected,
         rtt_ms: rtt.value,
@@ -679,6 +776,106 @@ mod tests {
         assert_eq!(a.streams, 4);
         assert!(a.expected_throughput_bps < 500e6 * 0.8);
         assert!(a.notes.iter().any(|n| n.contains("needs 6 streams")));
+    }
+
+    /// Values recorded before the bounds were checked (the store may hold
+    /// them) are set aside: they neither shape the advice nor overflow it.
+    #[test]
+    fn values_no_network_can_have_are_set_aside() {
+        let mut rtt = series(Kind::Rtt, &[20.0; 3], Origin::Active);
+        rtt.push(m(
+            Kind::Rtt,
+            1e300,
+            Origin::Passive,
+            9,
+            serde_json::json!({}),
+        ));
+        let mut cap = series(Kind::Capacity, &[1e9; 3], Origin::Active);
+        cap.push(m(
+            Kind::Capacity,
+            1e300,
+            Origin::Passive,
+            9,
+            serde_json::json!({}),
+        ));
+        let tp = vec![m(
+            Kind::Throughput,
+            1e300,
+            Origin::Active,
+            9,
+            serde_json::json!({"sweep": {"best": true}, "streams": 9999, "window": u64::MAX.to_string()}),
+        )];
+        let ev = Evidence {
+            rtt: &rtt,
+            capacity: &cap,
+            throughput: &tp,
+        };
+        let c = caps(64 << 20, 64 << 20);
+        let a = advise("h", &ev, &c, &AdviceConfig::default(), 10).unwrap();
+        assert_eq!(a.rtt_ms, 20.0);
+        assert_eq!(a.capacity_bps, 1e9);
+        assert_eq!(a.bdp_bytes, 2_500_000);
+        assert_eq!(a.rtt.samples + a.capacity.samples, 6);
+        assert_eq!(a.sweep, None, "no sweep cell within bounds");
+        a.check().unwrap();
+        // Only absurd values: nothing to advise on.
+        let absurd = [m(
+            Kind::Rtt,
+            1e300,
+            Origin::Passive,
+            9,
+            serde_json::json!({}),
+        )];
+        let ev = Evidence {
+            rtt: &absurd,
+            capacity: &cap,
+            throughput: &[],
+        };
+        assert!(matches!(
+            advise("h", &ev, &c, &AdviceConfig::default(), 10),
+            Err(Error::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn advice_out_of_bounds_fails_its_check_naming_the_field() {
+        let rtt = series(Kind::Rtt, &[20.0; 3], Origin::Active);
+        let cap = series(Kind::Capacity, &[1e9; 3], Origin::Active);
+        let ev = Evidence {
+            rtt: &rtt,
+            capacity: &cap,
+            throughput: &[],
+        };
+        let good = advise(
+            "h",
+            &ev,
+            &caps(64 << 20, 64 << 20),
+            &AdviceConfig::default(),
+            10,
+        )
+        .unwrap();
+        good.check().unwrap();
+        type Spoil = fn(&mut Advice);
+        let cases: [(&str, Spoil); 9] = [
+            ("capacity_bps", |a| a.capacity_bps = 1e300),
+            ("rtt_ms", |a| a.rtt_ms = f64::NAN),
+            ("expected_throughput_bps", |a| {
+                a.expected_throughput_bps = 2e13
+            }),
+            ("bdp_bytes", |a| a.bdp_bytes = u64::MAX),
+            ("buffer_bytes", |a| a.buffer_bytes = 0),
+            ("tern_window_bytes", |a| a.tern_window_bytes = u64::MAX),
+            ("streams", |a| a.streams = 0),
+            ("capacity.ewma", |a| a.capacity.ewma = 1e300),
+            ("age_s", |a| a.age_s = 1e300),
+        ];
+        for (field, spoil) in cases {
+            let mut a = good.clone();
+            spoil(&mut a);
+            let e = a.check().unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+            assert!(e.len() < 200, "{field}: {e}");
+        }
     }
 
     #[test]

@@ -174,14 +174,28 @@ impl AdvisorClient {
         .await
     }
 
-    /// Advice for a host.
+    /// Advice for a host; advice whose figures no network can have
+    /// ([`Advice::check`]) is refused.
     pub async fn advice(&self, host: &str) -> Result<Advice, Error> {
-        self.call(
-            Method::GET,
-            &format!("/api/v1/advice/{}", segment(host)),
-            None::<&()>,
-        )
-        .await
+        let advice: Advice = self
+            .call(
+                Method::GET,
+                &format!("/api/v1/advice/{}", segment(host)),
+                None::<&()>,
+            )
+            .await?;
+        self.checked(advice)
+    }
+
+    /// `advice` if its figures are ones a network can have, else an error
+    /// that says which is not.
+    pub fn checked(&self, advice: Advice) -> Result<Advice, Error> {
+        let why = match advice.check() {
+            Ok(()) => return Ok(advice),
+            Err(Error::BadRequest(why)) => why,
+            Err(e) => e.to_string(),
+        };
+        Err(self.fail(format!("advice out of range: {why}"), Some(200)))
     }
 
     /// Reports a finished transfer.

@@ -47,6 +47,71 @@ impl Kind {
     }
 }
 
+/// The fastest rate a measurement may report, bits/s: 10 Tbit/s, beyond
+/// any one path today (and far beyond a host's NICs). A larger number is
+/// a bug or a lie, and would make every figure derived from it absurd.
+pub const MAX_RATE_BPS: f64 = 1e13;
+
+/// The longest round trip a measurement may report, ms: 10 minutes,
+/// beyond any path TCP can hold (a geostationary hop is 0.6 s).
+pub const MAX_RTT_MS: f64 = 600_000.0;
+
+/// The longest a reported transfer may have taken, seconds: a year.
+pub const MAX_DURATION_S: f64 = 366.0 * 86_400.0;
+
+/// The most bytes a path can hold in flight within the bounds above
+/// ([`MAX_RTT_MS`] × [`MAX_RATE_BPS`]): what advice derives stays below.
+pub const MAX_BDP_BYTES: u64 = (MAX_RTT_MS / 1e3 * MAX_RATE_BPS / 8.0) as u64;
+
+/// A number for a message: in scientific notation when plain digits would
+/// run long (`1e300`, not 301 digits).
+pub fn shown(v: f64) -> String {
+    if v.is_finite() && v != 0.0 && !(1e-6..1e16).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Checks that `v`, the field `field`, is above 0 and at most `max`
+/// (`what_max` says the bound for people).
+pub fn check_positive(field: &str, v: f64, max: f64, what_max: &str) -> Result<f64, Error> {
+    if v.is_finite() && v > 0.0 && v <= max {
+        Ok(v)
+    } else {
+        Err(Error::BadRequest(format!(
+            "{field} must be above 0 and at most {} ({what_max}), not {}",
+            shown(max),
+            shown(v)
+        )))
+    }
+}
+
+impl Kind {
+    /// The largest value a measurement of this kind may have: the
+    /// smallest is above 0.
+    pub fn max(self) -> f64 {
+        match self {
+            Kind::Rtt => MAX_RTT_MS,
+            Kind::Capacity | Kind::Throughput => MAX_RATE_BPS,
+        }
+    }
+
+    /// Whether a measurement of this kind may have the value `v`.
+    pub fn admits(self, v: f64) -> bool {
+        v.is_finite() && v > 0.0 && v <= self.max()
+    }
+
+    /// Checks that `v`, the field `field`, is a value of this kind.
+    pub fn check(self, field: &str, v: f64) -> Result<f64, Error> {
+        let what_max = match self {
+            Kind::Rtt => "10 min",
+            Kind::Capacity | Kind::Throughput => "10 Tbit/s",
+        };
+        check_positive(field, v, self.max(), what_max)
+    }
+}
+
 /// Whether a number came from watching real transfers or from a probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -180,14 +245,10 @@ impl Sample {
         self
     }
 
-    /// Checks that the value makes sense for its kind.
+    /// Checks that the value makes sense for its kind: above 0 and within
+    /// what a network can do ([`Kind::max`]).
     pub fn validate(&self) -> Result<(), Error> {
-        if !self.value.is_finite() || self.value <= 0.0 {
-            return Err(Error::BadRequest(format!(
-                "{} must be a positive finite number, not {}",
-                self.kind, self.value
-            )));
-        }
+        self.kind.check(self.kind.name(), self.value)?;
         if !self.details.is_object() {
             return Err(Error::BadRequest("details must be a JSON object".into()));
         }
@@ -316,6 +377,15 @@ mod tests {
         assert!(Sample::rtt_ms(0.0).validate().is_err());
         assert!(Sample::rtt_ms(f64::NAN).validate().is_err());
         assert!(Sample::rtt_ms(-1.0).validate().is_err());
+        assert!(Sample::rtt_ms(600_001.0).validate().is_err());
+        Sample::rtt_ms(600_000.0).validate().unwrap();
+        assert!(Sample::capacity_bps(1.0001e13, 0.0).validate().is_err());
+        Sample::capacity_bps(1e13, 0.0).validate().unwrap();
+        let e = Sample::throughput_bps(1e300, 1, "auto").validate();
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("throughput") && e.contains("1e300"), "{e}");
+        assert!(e.len() < 200, "a short message: {e}");
+        assert_eq!(MAX_BDP_BYTES, 750_000_000_000_000);
         let s = Sample::capacity_bps(5e8, 1e7);
         s.validate().unwrap();
         assert_eq!(s.details["dispersion_bps"], 1e7);

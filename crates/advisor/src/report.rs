@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tern_engine::transfer::TransferStats;
 
 use crate::Error;
-use crate::model::{Kind, Sample, validate_host};
+use crate::model::{Kind, MAX_DURATION_S, Sample, shown, validate_host};
 
 /// Fewest bytes a transfer must move for its rate to count.
 pub const MIN_BYTES: u64 = 1 << 20;
@@ -118,27 +118,25 @@ impl TransferReport {
         validate_host(&self.host)?;
         let mut samples = Vec::new();
         let mut ignored = Vec::new();
-        let positive = |name: &str, v: f64| {
-            if v.is_finite() && v > 0.0 {
-                Ok(v)
-            } else {
-                Err(Error::BadRequest(format!(
-                    "{name} must be a positive number, not {v}"
-                )))
-            }
-        };
+        if self.port == Some(0) {
+            return Err(Error::BadRequest(
+                "port must be 1 to 65535: port 0 cannot be probed".into(),
+            ));
+        }
         if let Some(d) = self.duration_s {
-            if !d.is_finite() || d < 0.0 {
+            if !(d.is_finite() && (0.0..=MAX_DURATION_S).contains(&d)) {
                 return Err(Error::BadRequest(format!(
-                    "duration_s must not be negative, not {d}"
+                    "duration_s must be at least 0 and at most {} (a year), not {}",
+                    shown(MAX_DURATION_S),
+                    shown(d)
                 )));
             }
         }
         if let Some(rtt) = self.rtt_ms {
-            samples.push(self.context(Sample::rtt_ms(positive("rtt_ms", rtt)?)));
+            samples.push(self.context(Sample::rtt_ms(Kind::Rtt.check("rtt_ms", rtt)?)));
         }
         if let Some(bps) = self.throughput_bps {
-            let bps = positive("throughput_bps", bps)?;
+            let bps = Kind::Throughput.check("throughput_bps", bps)?;
             let too_small = self.bytes.is_some_and(|b| b < MIN_BYTES);
             let too_short = self.duration_s.is_some_and(|d| d < MIN_SECS);
             if too_small || too_short {

@@ -160,11 +160,13 @@ pub async fn advise_cmd(args: AdviseArgs) -> Result<()> {
     tern_advisor::model::validate_host(&args.host)?;
     let client = AdvisorClient::new(&args.server.unwrap_or_else(default_server))?;
     let answer = client.advice_json(&args.host).await?;
+    let advice: Advice = serde_json::from_value(answer.clone()).context("the advisor's answer")?;
+    // Nothing no network can do is printed or acted on.
+    let advice = client.checked(advice)?;
     if args.json {
         println!("{answer}");
         return Ok(());
     }
-    let advice: Advice = serde_json::from_value(answer).context("the advisor's answer")?;
     print!("{}", describe(&advice, client.url()));
     Ok(())
 }

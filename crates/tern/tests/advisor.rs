@@ -385,6 +385,58 @@ fn seeded_advisor(rtt_ms: f64) -> (Proc, Value) {
     (advisor, advice)
 }
 
+/// An advisor on a port of its own that answers `answers` requests with
+/// `body` (200, JSON), whatever they ask: stands in for one of another
+/// version, or for something else on the advisor's port.
+fn fake_advisor(body: String, answers: usize) -> (String, std::thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        for _ in 0..answers {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut request = Vec::new();
+            let mut byte = [0u8; 1];
+            while !request.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap() == 1 {
+                request.push(byte[0]);
+            }
+            write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+        }
+    });
+    (url, server)
+}
+
+/// Advice no network can have (a capacity of 1e300 bit/s, a product of
+/// 2^64 - 1 bytes) is refused by `tern advise`, naming the field and the
+/// bound, and nothing of it is printed.
+#[test]
+fn tern_advise_refuses_advice_no_network_can_have() {
+    let (_advisor, mut advice) = seeded_advisor(20.0);
+    advice["capacity_bps"] = json!(1e300);
+    advice["capacity"]["value"] = json!(1e300);
+    advice["bdp_bytes"] = json!(u64::MAX);
+    let (url, server) = fake_advisor(advice.to_string(), 2);
+    for json_flag in [None, Some("--json")] {
+        let mut args = vec!["advise", "127.0.0.1", "--server", &url];
+        args.extend(json_flag);
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("advice out of range"), "{args:?}: {err}");
+        assert!(
+            err.contains("capacity_bps") && err.contains("10 Tbit/s"),
+            "{args:?}: {err}"
+        );
+        assert!(err.len() < 400, "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: {:?}", out.stdout);
+    }
+    server.join().unwrap();
+}
+
 /// A transfer's `--json` report shows it started from `advice` (streams,
 /// and the window locked at it) and reported back.
 fn started_from(report: &Value, advice: &Value) {

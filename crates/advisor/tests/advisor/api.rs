@@ -372,6 +372,88 @@ async fn bad_input_gets_a_clear_json_error() {
     }
 }
 
+/// Every number a report may carry is bounded by what a network can do:
+/// beyond the bound it is a 400 whose message names the field and the
+/// bound (in a few words, not a 300-digit number), and nothing is stored.
+#[tokio::test]
+async fn values_no_network_can_have_are_refused_naming_field_and_bound() {
+    for db in every_db().await {
+        let s = service(&db).await;
+        let n = db.name;
+        let base = r#""host":"192.0.2.9","bytes":1000000000"#;
+        let cases: &[(&str, &str, &str)] = &[
+            (r#""throughput_bps":1e300"#, "throughput_bps", "10 Tbit/s"),
+            (
+                r#""throughput_bps":1.0000001e13"#,
+                "throughput_bps",
+                "10 Tbit/s",
+            ),
+            (r#""throughput_bps":0"#, "throughput_bps", "above 0"),
+            (r#""rtt_ms":1e300"#, "rtt_ms", "10 min"),
+            (r#""rtt_ms":600000.001"#, "rtt_ms", "10 min"),
+            (r#""rtt_ms":-1e300"#, "rtt_ms", "above 0"),
+            (r#""rtt_ms":5,"duration_s":1e300"#, "duration_s", "a year"),
+            (
+                r#""rtt_ms":5,"duration_s":31622400.5"#,
+                "duration_s",
+                "a year",
+            ),
+            (r#""rtt_ms":5,"port":0"#, "port", "1 to 65535"),
+        ];
+        for (fields, field, bound) in cases {
+            let body = format!("{{{base},{fields}}}");
+            let (status, got) = call(&s, Method::POST, "/api/v1/report", Some(&body)).await;
+            assert_error(status, &got, StatusCode::BAD_REQUEST, "bad_request");
+            let message = got["message"].as_str().unwrap();
+            assert!(message.contains(field), "{n}: {body}: {message}");
+            assert!(message.contains(bound), "{n}: {body}: {message}");
+            assert!(message.len() < 200, "{n}: {body}: {message}");
+        }
+        // Integers out of their type's range fail to decode, naming the
+        // field.
+        for (fields, field) in [
+            (r#""bytes":-1"#, "bytes"),
+            (r#""bytes":1e300"#, "bytes"),
+            (r#""streams":70000"#, "streams"),
+            (r#""port":1e300"#, "port"),
+        ] {
+            let body = format!(r#"{{"host":"192.0.2.9","rtt_ms":5,{fields}}}"#);
+            let (status, got) = call(&s, Method::POST, "/api/v1/report", Some(&body)).await;
+            assert_error(status, &got, StatusCode::BAD_REQUEST, "bad_json");
+            let message = got["message"].as_str().unwrap();
+            assert!(message.contains(field), "{n}: {body}: {message}");
+        }
+        assert_eq!(s.store().measurement_count().await.unwrap(), 0, "{n}");
+
+        // At the bounds: accepted, and the advice stays within them.
+        let edge = json!({
+            "host": "192.0.2.9", "throughput_bps": 1e13, "rtt_ms": 600000.0,
+            "bytes": u64::MAX, "duration_s": 31622400.0, "limit": "network"
+        });
+        let (status, out) = call(&s, Method::POST, "/api/v1/report", Some(&edge.to_string())).await;
+        assert_eq!(status, StatusCode::CREATED, "{n}: {out}");
+        assert_eq!(out["stored"], 2, "{n}: {out}");
+        let (status, a) = call(&s, Method::GET, "/api/v1/advice/192.0.2.9", None).await;
+        assert_eq!(status, StatusCode::OK, "{n}: {a}");
+        // 10 min x 10 Tbit/s.
+        assert_eq!(a["bdp_bytes"], 750_000_000_000_000u64, "{n}: {a}");
+        assert_eq!(a["capacity_bps"], 1e13, "{n}: {a}");
+        assert_eq!(a["rtt_ms"], 600000.0, "{n}: {a}");
+        assert!(
+            a["expected_throughput_bps"].as_f64().unwrap() <= 1e13,
+            "{n}: {a}"
+        );
+        let buffer = a["buffer_bytes"].as_u64().unwrap();
+        assert_eq!(
+            a["tern_window_bytes"].as_u64(),
+            Some(2 * buffer),
+            "{n}: {a}"
+        );
+        let advice: tern_advisor::Advice = serde_json::from_value(a.clone()).unwrap();
+        advice.check().unwrap();
+    }
+}
+
 /// The advice for `asked`, which must be `from`'s, shared through `by`.
 async fn answered_from(s: &Service, asked: &str, from: &str, by: &str) -> Value {
     let (status, a) = call(s, Method::GET, &format!("/api/v1/advice/{asked}"), None).await;
