@@ -18,9 +18,11 @@ need=()
 # loopback); python3 (with venv, for `pip install ./python`) the advisor's
 # Python client and its tests; postgresql the advisor's store tests on
 # PostgreSQL (scripts/pg-test.sh starts a throwaway cluster; runuser runs it
-# as the postgres user).
+# as the postgres user); rsync the reference of the awkward-tree round trip
+# (crates/tern/tests/awkward.rs compares tern's copies with rsync -a's).
 for tool in mount:util-linux kill:procps cmp:diffutils ip:iproute2 iperf3:iperf3 ping:iputils-ping gcc:gcc \
-    ssh:openssh-client ssh-keygen:openssh-client python3:python3 runuser:util-linux; do
+    ssh:openssh-client ssh-keygen:openssh-client python3:python3 runuser:util-linux \
+    rsync:rsync; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
