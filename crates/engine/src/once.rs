@@ -352,7 +352,7 @@ impl Dialler {
     fn start(target: Endpoint, opts: &ServerOptions) -> Dialler {
         let mut d = Dialler {
             target,
-            connect_timeout: opts.handshake_timeout,
+            connect_timeout: opts.join_timeout,
             io_timeout: opts.io_timeout,
             spares: JoinSet::new(),
             // A control connection, every stream a session may have, and

@@ -13,7 +13,15 @@
 //!
 //! Like mini-redis, [`serve`] takes a bound listener and a shutdown future:
 //! on shutdown it stops accepting, lets running sessions finish for a grace
-//! period, then aborts them. A semaphore caps concurrent sessions.
+//! period, then aborts them.
+//!
+//! A connection is a stranger until it has authenticated: it holds a
+//! handshake slot from a small pool, a few per address, for a short time
+//! ([`limits`]), and only a validated session request turns it into a
+//! session, of which each address may hold a bounded number and all
+//! together `max_sessions` at once (a semaphore; more wait). So neither
+//! idle connections nor sessions that never join their streams lock
+//! legitimate clients out.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -46,6 +54,15 @@ use crate::{Error, Result};
 use tern_drs::WindowMode;
 
 pub use crate::observe::{SessionDone, SessionHook};
+pub use limits::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_JOIN_TIMEOUT, DEFAULT_MAX_HANDSHAKES,
+    DEFAULT_MAX_HANDSHAKES_PER_ADDRESS, DEFAULT_MAX_SESSIONS_PER_ADDRESS, Limit, Refusals,
+    raise_open_file_limit,
+};
+
+mod limits;
+
+use limits::{Handshake, Limiter};
 
 /// Most data streams one session may open.
 pub const MAX_STREAMS: u16 = 128;
@@ -57,11 +74,23 @@ pub const MIN_BLOCK_SIZE: u32 = 4 << 10;
 pub struct ServerOptions {
     /// Only paths beneath this directory are served.
     pub root: PathBuf,
-    /// Concurrent sessions, at most; more wait.
+    /// Authenticated sessions at once, at most; more wait.
     pub max_sessions: usize,
-    /// Time for a new connection to say what it is, and for a session's
-    /// data streams to join.
+    /// Authenticated sessions (running or waiting) one client address may
+    /// hold; more are refused.
+    pub max_sessions_per_address: usize,
+    /// Connections still authenticating, all clients together; more are
+    /// closed at once.
+    pub max_handshakes: usize,
+    /// Of those, from one client address at most (beyond the data
+    /// connections its sessions may open); more are closed at once.
+    pub max_handshakes_per_address: usize,
+    /// Time a new connection has to authenticate: a control connection to
+    /// have its session request validated (TLS, hello, token, request), a
+    /// data connection to join its session.
     pub handshake_timeout: Duration,
+    /// Time an accepted session's data streams have to join.
+    pub join_timeout: Duration,
     /// On shutdown, how long running sessions may go on.
     pub grace: Duration,
     /// Fail a connection whose peer stays silent this long.
@@ -102,7 +131,11 @@ impl ServerOptions {
         ServerOptions {
             root,
             max_sessions: 64,
-            handshake_timeout: Duration::from_secs(20),
+            max_sessions_per_address: DEFAULT_MAX_SESSIONS_PER_ADDRESS,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
+            max_handshakes_per_address: DEFAULT_MAX_HANDSHAKES_PER_ADDRESS,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            join_timeout: DEFAULT_JOIN_TIMEOUT,
             grace: Duration::from_secs(10),
             io_timeout: crate::net::DEFAULT_IO_TIMEOUT,
             stream_script: Vec::new(),
@@ -132,6 +165,8 @@ pub(crate) struct Context {
     pending: Mutex<HashMap<Token, mpsc::Sender<Joining>>>,
     /// Caps concurrent sessions.
     sessions: Semaphore,
+    /// Handshake slots and sessions per address.
+    limiter: Limiter,
     /// Set for `tern serve --once`: its one-time token and one session.
     once: Option<Arc<Gate>>,
 }
@@ -158,6 +193,13 @@ impl Context {
                 identity.server_config(opts.site.as_ref().map(|s| s.client_roots.clone()))?,
             ),
             sessions: Semaphore::new(opts.max_sessions),
+            limiter: Limiter::new(limits::Caps {
+                handshakes: opts.max_handshakes,
+                handshakes_per_address: opts.max_handshakes_per_address,
+                sessions_per_address: opts.max_sessions_per_address,
+                entitled_per_address: limits::ENTITLED_PER_ADDRESS,
+                handshake_timeout: opts.handshake_timeout,
+            }),
             pending: Mutex::new(HashMap::new()),
             opts,
             once,
@@ -181,15 +223,53 @@ pub async fn serve(
     opts: ServerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
-    let ctx = Context::new(Root::confined(&opts.root)?, identity, opts, None)?;
+    Daemon::new(identity, opts)?.run(listener, shutdown).await
+}
+
+/// A daemon ready to serve; what it refused can be read while it runs
+/// (clones share one daemon).
+#[derive(Debug, Clone)]
+pub struct Daemon {
+    ctx: Arc<Context>,
+}
+
+impl Daemon {
+    /// A daemon of `identity` serving `opts.root`.
+    pub fn new(identity: &ServerIdentity, opts: ServerOptions) -> Result<Daemon> {
+        let ctx = Context::new(Root::confined(&opts.root)?, identity, opts, None)?;
+        Ok(Daemon { ctx })
+    }
+
+    /// Connections refused or ended by each limit so far.
+    pub fn refusals(&self) -> Refusals {
+        self.ctx.limiter.refusals()
+    }
+
+    /// Serves until `shutdown` completes, then drains sessions.
+    pub async fn run(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<()> {
+        run_daemon(self.ctx.clone(), listener, shutdown).await
+    }
+}
+
+async fn run_daemon(
+    ctx: Arc<Context>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((conn, peer)) => {
+                // Admitted here, in the order of arrival and before a task
+                // is spent on it: a refused connection is closed at once.
+                Ok((conn, peer)) => if let Some(handshake) = ctx.limiter.admit(peer) {
                     let ctx = ctx.clone();
-                    tasks.spawn(async move { handle_connection(ctx, conn, peer).await });
+                    tasks.spawn(serve_connection(ctx, conn, peer, handshake));
                 }
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
@@ -219,50 +299,91 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serves one connection of any kind (§2.1 of the protocol).
+/// Serves one connection of any kind (§2.1 of the protocol), if the limits
+/// let it in.
 pub(crate) async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr) {
+    if let Some(handshake) = ctx.limiter.admit(peer) {
+        serve_connection(ctx, conn, peer, handshake).await;
+    }
+}
+
+/// Serves one connection that holds a handshake slot.
+async fn serve_connection(
+    ctx: Arc<Context>,
+    conn: TcpStream,
+    peer: SocketAddr,
+    handshake: Handshake,
+) {
     crate::net::prepare(&conn, ctx.opts.io_timeout);
     let probe = {
         use std::os::fd::AsFd;
         conn.as_fd().try_clone_to_owned().ok()
     };
-    let timeout = ctx.opts.handshake_timeout;
+    // One deadline for the whole handshake, so that a peer dribbling bytes
+    // cannot stretch it step by step.
+    let handshaking = Handshaking {
+        peer,
+        handshake,
+        deadline: tokio::time::Instant::now() + ctx.opts.handshake_timeout,
+    };
     let mut first = [0u8; 4];
-    match tokio::time::timeout(timeout, peek_exact(&conn, &mut first)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return tracing::debug!("{peer}: closed before saying anything: {e}"),
-        Err(_) => return tracing::warn!("{peer}: dropped, said nothing for {timeout:?}"),
+    match handshaking.in_time(peek_exact(&conn, &mut first)).await {
+        Some(Ok(())) => {}
+        Some(Err(e)) => return tracing::debug!("{peer}: closed before saying anything: {e}"),
+        None => return,
     }
     if first[0] == 0x16 {
         let _ = conn.set_nodelay(true);
-        let mut tls = match tokio::time::timeout(timeout, ctx.acceptor.accept(conn)).await {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => return tracing::warn!("{peer}: TLS handshake failed: {e}"),
-            Err(_) => return tracing::warn!("{peer}: TLS handshake timed out"),
+        let mut tls = match handshaking.in_time(ctx.acceptor.accept(conn)).await {
+            Some(Ok(tls)) => tls,
+            Some(Err(e)) => return tracing::warn!("{peer}: TLS handshake failed: {e}"),
+            None => return,
         };
         let mut magic = [0u8; 4];
-        if tokio::time::timeout(timeout, tls.read_exact(&mut magic))
-            .await
-            .is_err()
-        {
-            return tracing::warn!("{peer}: dropped, silent after TLS handshake");
+        match handshaking.in_time(tls.read_exact(&mut magic)).await {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return tracing::debug!("{peer}: closed after the TLS handshake: {e}"),
+            None => return,
         }
         if magic == HELLO_MAGIC {
             let key = export_key_fn(&tls);
             let authorization = authorize(&ctx, &tls, peer);
-            return control_session(ctx, Box::new(tls), key, authorization, peer).await;
+            return control_session(ctx, Box::new(tls), key, authorization, handshaking).await;
         }
         if magic == JOIN_MAGIC {
-            return data_join(ctx, Box::new(tls), probe, magic, true, peer).await;
+            return data_join(ctx, Box::new(tls), probe, magic, true, handshaking).await;
         }
         return tracing::warn!(
             "{peer}: dropped, not a tern client (first bytes inside TLS {magic:02x?})"
         );
     }
     if first == JOIN_MAGIC {
-        return data_join(ctx, Box::new(conn), probe, [0; 4], false, peer).await;
+        return data_join(ctx, Box::new(conn), probe, [0; 4], false, handshaking).await;
     }
     tracing::warn!("{peer}: dropped, not a tern client (first bytes {first:02x?})");
+}
+
+/// A connection that has not authenticated yet.
+struct Handshaking {
+    peer: SocketAddr,
+    /// Its handshake slot.
+    handshake: Handshake,
+    /// When its handshake time is up.
+    deadline: tokio::time::Instant,
+}
+
+impl Handshaking {
+    /// Runs one step of the handshake; `None` when the handshake time ran
+    /// out first (counted and reported by the limiter).
+    async fn in_time<T>(&self, step: impl Future<Output = T>) -> Option<T> {
+        match tokio::time::timeout_at(self.deadline, step).await {
+            Ok(done) => Some(done),
+            Err(_) => {
+                self.handshake.timed_out();
+                None
+            }
+        }
+    }
 }
 
 /// Looks up the grants of the client certificate the handshake verified.
@@ -347,8 +468,9 @@ async fn data_join(
     probe: Option<std::os::fd::OwnedFd>,
     consumed: [u8; 4],
     tls: bool,
-    peer: SocketAddr,
+    handshaking: Handshaking,
 ) {
+    let peer = handshaking.peer;
     let mut buf = [0u8; JOIN_LEN];
     let start = if tls {
         buf[..4].copy_from_slice(&consumed);
@@ -356,12 +478,13 @@ async fn data_join(
     } else {
         0
     };
-    let read = tokio::time::timeout(
-        ctx.opts.handshake_timeout,
-        stream.read_exact(&mut buf[start..]),
-    );
-    if !matches!(read.await, Ok(Ok(_))) {
-        return tracing::warn!("{peer}: data connection dropped before joining");
+    match handshaking
+        .in_time(stream.read_exact(&mut buf[start..]))
+        .await
+    {
+        Some(Ok(_)) => {}
+        Some(Err(_)) => return tracing::warn!("{peer}: data connection dropped before joining"),
+        None => return,
     }
     let join = match DataJoin::decode(&buf) {
         Ok(j) => j,
@@ -378,6 +501,8 @@ async fn data_join(
         let _ = stream.write_all(&JoinReply::Refused.encode()).await;
         return;
     };
+    // It knew a live session's token: from here it is that session's.
+    drop(handshaking);
     let _ = session
         .send(Joining {
             stream,
@@ -395,10 +520,10 @@ async fn control_session(
     stream: BoxStream,
     key: KeyExporter,
     authorization: Authorization,
-    peer: SocketAddr,
+    handshaking: Handshaking,
 ) {
-    let _permit = ctx.sessions.acquire().await;
-    match run_control(&ctx, stream, key, &authorization, peer).await {
+    let peer = handshaking.peer;
+    match run_control(&ctx, stream, key, &authorization, handshaking).await {
         Ok(()) => {}
         Err(e) => tracing::warn!("{peer}: session failed: {e}"),
     }
@@ -421,14 +546,17 @@ async fn run_control(
     mut stream: BoxStream,
     key: KeyExporter,
     authorization: &Authorization,
-    peer: SocketAddr,
+    handshaking: Handshaking,
 ) -> Result<()> {
-    let timeout = ctx.opts.handshake_timeout;
+    // Until the session request is validated, every step must end before
+    // the handshake deadline; a step that does not ends the connection,
+    // counted and reported (rate-limited) by the limiter, so `Ok(())`.
+    let peer = handshaking.peer;
     let mut rest = [0u8; HELLO_LEN - 4];
-    tokio::time::timeout(timeout, stream.read_exact(&mut rest))
-        .await
-        .map_err(|_| Error::PeerGone("handshake timed out".into()))?
-        .map_err(|e| Error::PeerGone(e.to_string()))?;
+    let Some(read) = handshaking.in_time(stream.read_exact(&mut rest)).await else {
+        return Ok(());
+    };
+    read.map_err(|e| Error::PeerGone(e.to_string()))?;
     let mut hello = [0u8; HELLO_LEN];
     hello[..4].copy_from_slice(&HELLO_MAGIC);
     hello[4..].copy_from_slice(&rest);
@@ -443,42 +571,55 @@ async fn run_control(
         .map_err(|e| Error::Protocol(e.to_string()))?;
     let mut control = Control::new(stream);
     let claim = match &ctx.once {
-        Some(gate) => Some(
-            gate.admit(&mut control, negotiated.features, timeout)
-                .await?,
-        ),
+        Some(gate) => {
+            // The deadline ends this first: its own timeout is not shorter.
+            let admitted = gate.admit(
+                &mut control,
+                negotiated.features,
+                ctx.opts.handshake_timeout,
+            );
+            let Some(admitted) = handshaking.in_time(admitted).await else {
+                return Ok(());
+            };
+            Some(admitted?)
+        }
         None => None,
     };
-    let open = match tokio::time::timeout(timeout, control.recv()).await {
-        Ok(Ok(ControlMsg::SessionOpen(open))) => open,
-        Ok(Ok(other)) => {
+    let Some(first) = handshaking.in_time(control.recv()).await else {
+        return Ok(());
+    };
+    let open = match first? {
+        ControlMsg::SessionOpen(open) => open,
+        other => {
             return refuse(
                 &mut control,
                 Error::Protocol(format!("expected SessionOpen, got {other:?}")),
             )
             .await;
         }
-        Ok(Err(e)) => return Err(e),
-        Err(_) => return Err(Error::PeerGone("no session request".into())),
     };
     let requested = if negotiated.features.contains(tern_proto::Features::TUNING) {
-        match tokio::time::timeout(timeout, control.recv()).await {
-            Ok(Ok(ControlMsg::Tuning(t))) => Some(t),
-            Ok(Ok(other)) => {
+        let Some(next) = handshaking.in_time(control.recv()).await else {
+            return Ok(());
+        };
+        match next? {
+            ControlMsg::Tuning(t) => Some(t),
+            other => {
                 return refuse(
                     &mut control,
                     Error::Protocol(format!("expected Tuning, got {other:?}")),
                 )
                 .await;
             }
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(Error::PeerGone("no tuning request".into())),
         }
     } else {
         None
     };
     let options = if negotiated.features.contains(tern_proto::Features::OPTIONS) {
-        Some(recv_options(&mut control, timeout).await?)
+        let Some(options) = handshaking.in_time(recv_options(&mut control)).await else {
+            return Ok(());
+        };
+        Some(options?)
     } else {
         None
     };
@@ -502,6 +643,24 @@ async fn run_control(
         Ok(role) => role,
         Err(e) => return refuse(&mut control, e).await,
     };
+    // Authenticated: from here the session counts against its address's
+    // share and the session limit, no longer against the handshake pool.
+    let Ok(_session_slot) = handshaking.handshake.authenticate(max_streams) else {
+        let _ = control
+            .send(&ControlMsg::Error {
+                code: tern_proto::ErrorCode::Aborted,
+                message: format!(
+                    "the server refused the session: {} already holds {} sessions, the most \
+                     one address may; try again when one has ended",
+                    peer.ip().to_canonical(),
+                    ctx.opts.max_sessions_per_address
+                ),
+                file_id: None,
+            })
+            .await;
+        return Ok(());
+    };
+    let _permit = ctx.sessions.acquire().await;
     let token: Token = rand::random();
     let (tx, mut rx) = mpsc::channel(usize::from(max_streams));
     ctx.pending.lock().expect("pending").insert(token, tx);
@@ -527,7 +686,10 @@ async fn run_control(
     };
     let mut taken = vec![false; usize::from(max_streams)];
     let streams = match accepted {
-        Ok(()) => collect_streams(&mut rx, &want, open.streams, &mut taken, timeout).await,
+        Ok(()) => {
+            let timeout = ctx.opts.join_timeout;
+            collect_streams(&mut rx, &want, open.streams, &mut taken, timeout).await
+        }
         Err(e) => Err(e),
     };
     let streams = match streams {
@@ -611,17 +773,15 @@ async fn run_control(
 }
 
 /// Reads the client's `TransferOptions`, which follows its session request.
-async fn recv_options(control: &mut Control, timeout: Duration) -> Result<TransferOptions> {
-    match tokio::time::timeout(timeout, control.recv()).await {
-        Ok(Ok(ControlMsg::TransferOptions(o))) => Ok(o),
-        Ok(Ok(other)) => {
+async fn recv_options(control: &mut Control) -> Result<TransferOptions> {
+    match control.recv().await? {
+        ControlMsg::TransferOptions(o) => Ok(o),
+        other => {
             let e = Error::Protocol(format!("expected TransferOptions, got {other:?}"));
             Err(refuse(control, e)
                 .await
                 .expect_err("refusing fails the session"))
         }
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(Error::PeerGone("no transfer options".into())),
     }
 }
 

@@ -93,9 +93,23 @@ impl Control {
         self.wr.send(msg).await
     }
 
-    /// Receives one message.
+    /// Receives one message. A frame that is too long or does not decode
+    /// is answered with `Error{Protocol}` (best effort, PROTOCOL §4) before
+    /// the error is returned, for the caller to close. (Once split, the
+    /// session's failure handling tells the peer.)
     pub async fn recv(&mut self) -> Result<ControlMsg> {
-        self.rd.recv().await
+        let received = self.rd.recv().await;
+        if let Err(e @ Error::Decode(_)) = &received {
+            let _ = self
+                .wr
+                .send(&ControlMsg::Error {
+                    code: e.wire_code(),
+                    message: e.to_string(),
+                    file_id: None,
+                })
+                .await;
+        }
+        received
     }
 
     /// Splits into halves for concurrent use.

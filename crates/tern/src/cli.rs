@@ -3,6 +3,10 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tern_engine::server::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_JOIN_TIMEOUT, DEFAULT_MAX_HANDSHAKES,
+    DEFAULT_MAX_HANDSHAKES_PER_ADDRESS, DEFAULT_MAX_SESSIONS_PER_ADDRESS,
+};
 
 use crate::size::parse_size;
 
@@ -114,6 +118,14 @@ token, certificate fingerprint) on stdout, serves the client that presents
 the token, and exits when that session ends, when stdin closes or when no
 client came within --once-timeout. Paths are relative to the home directory
 or absolute.
+
+Limits keep floods from locking clients out: a connection holds a handshake
+slot (--max-handshakes, --max-handshakes-per-address) until it has
+authenticated, at most --handshake-timeout seconds; one that gets no slot is
+closed at once. Only then does its session count (--max-sessions,
+--max-sessions-per-address). Each limit that bites is logged (one line per
+limit every 10 s at most). The open-files limit is raised to its hard limit
+at start.
 
 Example:
   tern serve --listen 0.0.0.0:4747 --root /data/export";
@@ -399,9 +411,36 @@ pub struct ServeArgs {
     /// --client-ca. Everything not granted is denied.
     #[arg(long, value_name = "FILE", requires = "client_ca")]
     pub authz: Option<PathBuf>,
-    /// Concurrent sessions at most; more wait their turn.
+    /// Concurrent sessions at most, counted once authenticated; more wait
+    /// their turn.
     #[arg(long, default_value_t = 64)]
     pub max_sessions: usize,
+    /// Sessions (running or waiting) one client address may hold; more are
+    /// refused.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+          default_value_t = DEFAULT_MAX_SESSIONS_PER_ADDRESS as u32)]
+    pub max_sessions_per_address: u32,
+    /// Connections still authenticating, all clients together; more are
+    /// closed at once.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+          default_value_t = DEFAULT_MAX_HANDSHAKES as u32)]
+    pub max_handshakes: u32,
+    /// Connections still authenticating from one address (not counting the
+    /// data connections of its sessions); more are closed at once.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+          default_value_t = DEFAULT_MAX_HANDSHAKES_PER_ADDRESS as u32)]
+    pub max_handshakes_per_address: u32,
+    /// Close a connection that has not authenticated within this many
+    /// seconds (TLS, hello, token, session request; a data connection: its
+    /// join).
+    #[arg(long, value_name = "SECS", value_parser = positive_secs,
+          default_value_t = DEFAULT_HANDSHAKE_TIMEOUT.as_secs_f64())]
+    pub handshake_timeout: f64,
+    /// End a session whose data connections have not all joined within
+    /// this many seconds of its acceptance.
+    #[arg(long, value_name = "SECS", value_parser = positive_secs,
+          default_value_t = DEFAULT_JOIN_TIMEOUT.as_secs_f64())]
+    pub join_timeout: f64,
     /// Seconds running sessions may go on after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 10)]
     pub grace: u64,

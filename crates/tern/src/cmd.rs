@@ -475,6 +475,7 @@ fn sources_of(srcs: &[Location]) -> Result<Sources> {
 }
 
 async fn cp(args: CpArgs, started: Instant) -> Result<()> {
+    raise_open_files();
     let checksum = checksum_of(args.checksum);
     let t = &args.transfer;
     let (dst_arg, src_args) = args.paths.split_last().expect("clap requires two paths");
@@ -740,6 +741,7 @@ fn listen_addr(listen: &str) -> Result<SocketAddr> {
 }
 
 async fn serve_cmd(args: ServeArgs) -> Result<()> {
+    raise_open_files();
     if args.once {
         return serve_once(args).await;
     }
@@ -800,6 +802,7 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
     banner_line(&banner);
     let mut opts = ServerOptions::new(root);
     opts.max_sessions = args.max_sessions;
+    apply_limits(&args, &mut opts);
     opts.grace = Duration::from_secs(args.grace);
     opts.io_timeout = Duration::from_secs_f64(args.io_timeout);
     opts.site = site;
@@ -812,6 +815,28 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
     serve(listener, &identity, opts, advise::stopped(stop)).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Raises the open-files limit to the hard limit, as servers do: a daemon,
+/// or a copy of many streams, needs more than the usual soft default.
+fn raise_open_files() {
+    match tern_engine::server::raise_open_file_limit() {
+        Ok((before, after)) if after > before => {
+            tracing::debug!("open files: soft limit raised from {before} to {after}");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),
+    }
+}
+
+/// What a connection may hold before and after it authenticates, from the
+/// command line (a once server's too).
+fn apply_limits(args: &ServeArgs, opts: &mut ServerOptions) {
+    opts.max_sessions_per_address = args.max_sessions_per_address as usize;
+    opts.max_handshakes = args.max_handshakes as usize;
+    opts.max_handshakes_per_address = args.max_handshakes_per_address as usize;
+    opts.handshake_timeout = Duration::from_secs_f64(args.handshake_timeout);
+    opts.join_timeout = Duration::from_secs_f64(args.join_timeout);
 }
 
 /// The daemon's startup lines: where it listens, its fingerprint, site
@@ -891,6 +916,7 @@ async fn serve_once(args: ServeArgs) -> Result<()> {
     let mut opts = OnceOptions::new(home);
     opts.wait = Duration::from_secs_f64(args.once_timeout);
     opts.server.io_timeout = Duration::from_secs_f64(args.io_timeout);
+    apply_limits(&args, &mut opts.server);
     let ssh = std::env::var("SSH_CONNECTION").ok();
     let server = match &args.connect {
         Some(target) => {
