@@ -351,6 +351,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     .apply(&mut params);
     params.block_check = block_check;
     params.resume = negotiated.features.contains(Features::RESUME);
+    params.entries = negotiated.features.contains(Features::ENTRIES);
     params.pace = opts
         .rate_limit
         .map(|bps| Arc::new(crate::pace::Pace::new(bps, u64::from(accept.block_size))));
@@ -376,6 +377,7 @@ fn session_choices(choices: &Choices, mode: &SessionMode) -> Choices {
             },
             skip_existing: tern_proto::SkipExisting::Never,
             stall_timeout: choices.stall_timeout,
+            keep_special_bits: false,
         },
         _ => *choices,
     }
@@ -513,7 +515,10 @@ pub async fn push(
         top_level: sources.len() as u32,
     };
     let (control, streams, supply, params, id) = open(ep, opts, mode).await?.split();
-    let source = Arc::new(FsSource::new(Root::Ambient, sources, recursive));
+    let source = Arc::new(
+        FsSource::new(Root::Ambient, sources, recursive)
+            .keep_special_bits(opts.choices.keep_special_bits),
+    );
     let stats = transfer::run_sender(control, streams, supply, source, params, progress).await?;
     Ok(outcome(id, stats))
 }
@@ -527,7 +532,10 @@ pub async fn pull(
     dest: PathBuf,
     progress: Arc<Progress>,
 ) -> Result<Outcome> {
-    let sink = Arc::new(FsSink::new(Root::Ambient, dest, sources.len() as u32)?);
+    let sink = Arc::new(
+        FsSink::new(Root::Ambient, dest, sources.len() as u32)?
+            .keep_special_bits(opts.choices.keep_special_bits),
+    );
     let opened = open(ep, opts, SessionMode::Pull { sources, recursive }).await?;
     let (control, streams, supply, params, id) = opened.split();
     let stats = transfer::run_receiver(control, streams, supply, sink, params, progress).await?;

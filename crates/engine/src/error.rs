@@ -22,6 +22,18 @@ pub enum Error {
         /// Why, when more is known than the OS said.
         why: String,
     },
+    /// The peer announced an entry that the transfer did not ask for (a
+    /// pull receives only what it requested, [`crate::expect`]). Not an
+    /// entry's own failure: it ends the session.
+    #[error(
+        "{path}: permission denied (the peer announced this name, which was not requested: {why})"
+    )]
+    NotRequested {
+        /// The name announced, escaped for display.
+        path: String,
+        /// What is wrong with it, and what was asked for.
+        why: String,
+    },
     /// The destination file system is full.
     #[error("{}: no space left on device", .0.display())]
     NoSpace(PathBuf),
@@ -78,6 +90,15 @@ pub enum Error {
         /// The peer's code.
         code: ErrorCode,
         /// The peer's words.
+        message: String,
+    },
+    /// The one entry of a copy failed, at either end (what an
+    /// [`crate::session::EntryFailure`] says, as an error).
+    #[error("{message}")]
+    Entry {
+        /// What kind of failure.
+        code: ErrorCode,
+        /// Which entry, and why.
         message: String,
     },
     /// A connection to the peer was lost.
@@ -192,7 +213,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::NotFound(_) => ErrorKind::NotFound,
-            Error::PermissionDenied { .. } => ErrorKind::Permission,
+            Error::PermissionDenied { .. } | Error::NotRequested { .. } => ErrorKind::Permission,
             Error::NoSpace(_) => ErrorKind::NoSpace,
             Error::Io { .. } => ErrorKind::Io,
             Error::BadRequest(_) => ErrorKind::Usage,
@@ -204,7 +225,7 @@ impl Error {
             Error::PeerGone(_) => ErrorKind::Network,
             Error::DigestMismatch { .. } | Error::TooManyRetries { .. } => ErrorKind::Integrity,
             Error::Aborted => ErrorKind::Aborted,
-            Error::Peer { code, .. } => match code {
+            Error::Peer { code, .. } | Error::Entry { code, .. } => match code {
                 ErrorCode::NotFound => ErrorKind::NotFound,
                 ErrorCode::PermissionDenied => ErrorKind::Permission,
                 ErrorCode::NoSpace => ErrorKind::NoSpace,
@@ -224,6 +245,18 @@ impl Error {
             self.kind(),
             ErrorKind::Network | ErrorKind::Connect | ErrorKind::Aborted
         )
+    }
+
+    /// True when this error concerns one entry of a tree and the rest can
+    /// still be copied (a name the destination refuses, a file that cannot
+    /// be read or created there); false when it concerns the whole
+    /// transfer (no space, the network, the peer, data integrity).
+    pub fn is_per_entry(&self) -> bool {
+        match self {
+            Error::NotFound(_) | Error::PermissionDenied { .. } | Error::BadRequest(_) => true,
+            Error::Io { source, .. } => source.raw_os_error() != Some(libc::EIO),
+            _ => false,
+        }
     }
 
     /// The code to tell the peer about this error.

@@ -322,7 +322,7 @@ impl<S> std::fmt::Debug for FillsUp<S> {
 }
 
 impl<S: Sink> Sink for FillsUp<S> {
-    fn create_dir(&self, path: &str, mode: u32) -> crate::Result<()> {
+    fn create_dir(&self, path: &tern_proto::RelPath, mode: u32) -> crate::Result<()> {
         self.inner.create_dir(path, mode)
     }
 
@@ -344,8 +344,16 @@ impl<S: Sink> Sink for FillsUp<S> {
         self.inner.digests()
     }
 
-    fn existing(&self, path: &str) -> crate::Result<Option<Found>> {
+    fn existing(&self, path: &tern_proto::RelPath) -> crate::Result<Option<Found>> {
         self.inner.existing(path)
+    }
+
+    fn create_entry(&self, entry: &tern_proto::EntryMeta) -> crate::Result<()> {
+        self.inner.create_entry(entry)
+    }
+
+    fn finish(&self) -> Vec<crate::session::EntryFailure> {
+        self.inner.finish()
     }
 }
 

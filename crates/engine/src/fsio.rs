@@ -5,33 +5,83 @@
 //! ([`GenSource`]) and the discard sink ([`DiscardSink`]) implement them, and
 //! `tests::conformance` runs the same checks against each.
 //!
-//! Files are reached through a [`Root`]. On the client it is the ambient
-//! file system (the user's own paths). On the daemon it is a directory
-//! handle opened with `cap-std`, which resolves every path beneath it and
-//! refuses `..`, absolute paths and symlinks that lead outside, at the
-//! kernel-call level rather than by checking strings first and opening
-//! later.
+//! The top of a transfer (a source the user named, a destination
+//! directory) is reached through a [`Root`]: on the client the ambient file
+//! system (the user's own paths, links followed as `cp` follows them); on
+//! the daemon a directory handle opened with `cap-std`, which resolves every
+//! path beneath it and refuses `..`, absolute paths and links that lead
+//! outside. Everything below the top is reached from the top's handle one
+//! component at a time without following any link ([`beneath`]): links in a
+//! tree are copied as links, and one that lies at the destination, or that
+//! this session created, never leads an entry elsewhere.
 //!
-//! A received file is written to `.NAME.tern-partial` beside its final name
-//! and renamed into place only after its digest matched; a failed transfer
-//! leaves the partial file, with a journal of its verified ranges
-//! ([`crate::journal`]), for a later resume, and nothing at the final name.
+//! Names are bytes ([`RelPath`]): any name the file system takes is
+//! copied. A received file is written to a temporary file beside its final
+//! name, `.tern.HASH.partial` (a fixed-length name, so that it fits
+//! wherever the final name fits), and renamed into place only after its
+//! digest matched; a failed transfer leaves it, with a journal of its
+//! verified blocks ([`crate::journal`]), for a later resume, and nothing at
+//! the final name. These names, and the resume marker, are tern's own:
+//! never listed or served as files ([`is_internal`]).
+//!
+//! Receiving a tree follows `rsync -a`: directories get their mode and time
+//! once everything in them has arrived, links are created last (after every
+//! file is in place), and set-user-ID, set-group-ID and sticky bits from
+//! the peer are dropped unless this end's user asked to keep them.
 
-use std::fs::{File, FileTimes, Permissions};
+mod beneath;
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tern_proto::FileMeta;
+use rustix::fs::FileType;
+use tern_proto::{EntryKind, EntryMeta, FileMeta, RelPath};
 
-use crate::journal::{self, JOURNAL_SUFFIX};
-use crate::session::SendEntry;
+use crate::journal;
+use crate::session::{EntryFailure, SendEntry};
 use crate::{Error, Result};
 
-/// Suffix of files still being received.
-pub const PARTIAL_SUFFIX: &str = ".tern-partial";
+/// Suffix of files still being received (`.tern.HASH.partial`).
+pub const PARTIAL_SUFFIX: &str = ".partial";
+
+/// The file inside a destination directory that a copy created, naming the
+/// source it was created from, until that copy completes (so that running
+/// the same command again continues into it instead of below it).
+pub const RESUME_MARKER: &str = ".tern.resume";
+
+/// The temporary name a file is received under, beside `final_name`.
+pub fn partial_name(final_name: &OsStr) -> OsString {
+    let hash = blake3::hash(final_name.as_bytes());
+    OsString::from(format!(
+        ".tern.{}{PARTIAL_SUFFIX}",
+        hex::encode(&hash.as_bytes()[..8])
+    ))
+}
+
+/// The journal kept beside the temporary file of `final_name`.
+pub fn journal_name(final_name: &OsStr) -> OsString {
+    let mut name = partial_name(final_name);
+    name.push(journal::JOURNAL_SUFFIX);
+    name
+}
+
+/// True for tern's own files in a destination: partial files and their
+/// journals (of this version, `.tern.HASH.partial`, and of earlier ones,
+/// `.NAME.tern-partial`) and the resume marker. They are never listed,
+/// sent or served.
+pub fn is_internal(name: &[u8]) -> bool {
+    let ours = name.starts_with(b".tern.")
+        && (name.ends_with(b".partial") || name.ends_with(b".partial.journal"));
+    let older = name.starts_with(b".")
+        && (name.ends_with(b".tern-partial") || name.ends_with(b".tern-partial.journal"));
+    ours || older || name == RESUME_MARKER.as_bytes()
+}
 
 /// Reads blocks of one file.
 pub trait BlockRead: Send + Sync {
@@ -62,18 +112,34 @@ pub trait BlockWrite: Send + Sync {
     fn final_path(&self) -> String;
 }
 
+/// Where a listed item is read from.
+#[derive(Debug, Clone)]
+enum ItemFrom {
+    /// A top-level file, opened through the root by its path.
+    Root(Root),
+    /// An entry below a top-level directory: that directory's handle and
+    /// the path beneath it, resolved without following links.
+    Beneath(Arc<OwnedFd>, PathBuf),
+    /// Generated data.
+    Generated,
+}
+
 /// One thing a source will send.
 #[derive(Debug, Clone)]
 pub struct SourceItem {
     /// What the receiver is told.
     pub entry: SendEntry,
-    /// Where to read it, relative to the source's root.
+    /// Where it is, for messages.
     pub local: PathBuf,
+    from: ItemFrom,
 }
 
 /// Something to send from.
 pub trait Source: Send + Sync {
-    /// Everything to send, directories before their contents.
+    /// Everything to send, directories before their contents. Entries
+    /// below the top that cannot be read are listed as
+    /// [`SendEntry::Failed`]; a top-level source that cannot be read is an
+    /// error.
     fn list(&self) -> Result<Vec<SourceItem>>;
     /// Opens one listed file.
     fn open(&self, item: &SourceItem) -> Result<Arc<dyn BlockRead>>;
@@ -105,19 +171,34 @@ impl std::fmt::Debug for Found {
 
 /// Something to receive into.
 pub trait Sink: Send + Sync {
-    /// Creates a directory announced by the sender.
-    fn create_dir(&self, path: &str, mode: u32) -> Result<()>;
+    /// Creates a directory announced by an older sender (`DirAnnounce`:
+    /// a mode, no time).
+    fn create_dir(&self, path: &RelPath, mode: u32) -> Result<()>;
+    /// Creates a directory, link or pipe (`EntryAnnounce`). Directory
+    /// modes and times and links may be left for [`Sink::finish`].
+    fn create_entry(&self, entry: &EntryMeta) -> Result<()> {
+        match entry.kind {
+            EntryKind::Dir => self.create_dir(&entry.path, entry.mode),
+            EntryKind::Symlink { .. } | EntryKind::Fifo => Ok(()),
+        }
+    }
     /// Opens the temporary file for an announced file. With `resume`, a
     /// partial copy kept from an earlier session of the same version of the
-    /// file is reopened, and the byte ranges its journal vouches for are
-    /// returned; otherwise the file starts empty and the ranges are none.
+    /// file is reopened, and the byte ranges its journal vouches for (and
+    /// that still read back as they were written) are returned; otherwise
+    /// the file starts empty and the ranges are none.
     fn create_file(&self, meta: &FileMeta, block_size: u32, resume: bool) -> Result<Created>;
     /// Whether whole-file digests are computed (not for the discard sink).
     fn digests(&self) -> bool;
     /// The regular file already at the final name of the file announced as
     /// `path`, if there is one.
-    fn existing(&self, _path: &str) -> Result<Option<Found>> {
+    fn existing(&self, _path: &RelPath) -> Result<Option<Found>> {
         Ok(None)
+    }
+    /// Every file is in place: creates what was left for the end (links,
+    /// directory modes and times) and returns what could not be done.
+    fn finish(&self) -> Vec<EntryFailure> {
+        Vec::new()
     }
 }
 
@@ -165,6 +246,12 @@ impl Root {
         }
     }
 
+    /// `p` as messages show it: relative to a confined root (a daemon
+    /// does not tell its clients where its root is).
+    fn shown(&self, p: &Path) -> PathBuf {
+        p.to_path_buf()
+    }
+
     fn err(&self, what: &str, p: &Path, e: io::Error) -> Error {
         // cap-std reports an escape attempt as PermissionDenied; say why.
         if let (Root::Confined { .. }, io::ErrorKind::PermissionDenied) = (self, e.kind()) {
@@ -176,7 +263,16 @@ impl Root {
         Error::io(what, p, e)
     }
 
+    /// Refuses a path whose last name is one of tern's own files.
+    fn refuse_internal(&self, p: &Path) -> Result<()> {
+        match p.file_name() {
+            Some(n) if is_internal(n.as_bytes()) => Err(Error::NotFound(p.to_path_buf())),
+            _ => Ok(()),
+        }
+    }
+
     fn open(&self, p: &Path) -> Result<File> {
+        self.refuse_internal(p)?;
         match self {
             Root::Ambient => File::open(p),
             Root::Confined { dir, .. } => dir.open(p).map(|f| f.into_std()),
@@ -186,6 +282,29 @@ impl Root {
 
     fn stat(&self, p: &Path) -> Result<std::fs::Metadata> {
         self.open(p)?.metadata().map_err(|e| self.err("stat", p, e))
+    }
+
+    /// A handle of the directory `p`, for resolving what lies beneath it.
+    fn open_dir_fd(&self, p: &Path) -> Result<OwnedFd> {
+        let file = match self {
+            Root::Ambient => File::open(p).map_err(|e| self.err("open", p, e))?,
+            Root::Confined { dir, .. } => {
+                // cap-std holds directories as O_PATH handles, which can
+                // neither be listed nor changed: open the one it found
+                // again, for real.
+                let found = dir.open_dir(p).map_err(|e| self.err("open", p, e))?;
+                let fd = beneath::reopen_dir(&found).map_err(|e| self.err("open", p, e))?;
+                File::from(fd)
+            }
+        };
+        let meta = file.metadata().map_err(|e| self.err("stat", p, e))?;
+        if !meta.is_dir() {
+            return Err(Error::BadRequest(format!(
+                "{}: not a directory",
+                p.display()
+            )));
+        }
+        Ok(file.into())
     }
 
     /// Whether `p` is a directory; `Ok(false)` when it does not exist, an
@@ -201,153 +320,67 @@ impl Root {
             Err(e) => Err(self.err("stat", p, e)),
         }
     }
-
-    fn is_dir(&self, p: &Path) -> bool {
-        match self {
-            Root::Ambient => p.is_dir(),
-            Root::Confined { dir, .. } => dir.is_dir(p),
-        }
-    }
-
-    /// Names and kinds in a directory, sorted by name.
-    fn list_dir(&self, p: &Path) -> Result<Vec<(String, EntryKind)>> {
-        let mut out = Vec::new();
-        let mut push = |name: std::ffi::OsString, is_dir: bool, is_file: bool, is_link: bool| {
-            let kind = if is_link {
-                EntryKind::Symlink
-            } else if is_dir {
-                EntryKind::Dir
-            } else if is_file {
-                EntryKind::File
-            } else {
-                EntryKind::Other
-            };
-            out.push((name.to_string_lossy().into_owned(), kind));
-        };
-        match self {
-            Root::Ambient => {
-                for e in std::fs::read_dir(p).map_err(|e| self.err("list", p, e))? {
-                    let e = e.map_err(|e| self.err("list", p, e))?;
-                    let t = e.file_type().map_err(|e| self.err("list", p, e))?;
-                    push(e.file_name(), t.is_dir(), t.is_file(), t.is_symlink());
-                }
-            }
-            Root::Confined { dir, .. } => {
-                for e in dir.read_dir(p).map_err(|e| self.err("list", p, e))? {
-                    let e = e.map_err(|e| self.err("list", p, e))?;
-                    let t = e.file_type().map_err(|e| self.err("list", p, e))?;
-                    push(e.file_name(), t.is_dir(), t.is_file(), t.is_symlink());
-                }
-            }
-        }
-        out.sort();
-        Ok(out)
-    }
-
-    fn create_dir(&self, p: &Path, mode: u32) -> Result<()> {
-        let made = match self {
-            Root::Ambient => std::fs::create_dir(p),
-            Root::Confined { dir, .. } => dir.create_dir(p),
-        };
-        match made {
-            Ok(()) => {
-                let perm = Permissions::from_mode((mode & 0o7777) | 0o700);
-                self.open(p)?
-                    .set_permissions(perm)
-                    .map_err(|e| self.err("chmod", p, e))
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && self.is_dir(p) => Ok(()),
-            Err(e) => Err(self.err("create directory", p, e)),
-        }
-    }
-
-    /// Opens `p` for reading and writing, creating it; `truncate` empties
-    /// an existing file, otherwise its contents are kept (a resume).
-    fn open_rw(&self, p: &Path, truncate: bool) -> Result<File> {
-        match self {
-            Root::Ambient => std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(truncate)
-                .open(p),
-            Root::Confined { dir, .. } => {
-                let mut o = cap_std::fs::OpenOptions::new();
-                o.read(true).write(true).create(true).truncate(truncate);
-                dir.open_with(p, &o).map(|f| f.into_std())
-            }
-        }
-        .map_err(|e| self.err("create", p, e))
-    }
-
-    /// The contents of a small text file, or `None` when it cannot be read.
-    fn read_text(&self, p: &Path) -> Option<String> {
-        let mut text = String::new();
-        io::Read::read_to_string(&mut self.open(p).ok()?, &mut text).ok()?;
-        Some(text)
-    }
-
-    fn remove(&self, p: &Path) -> Result<()> {
-        let removed = match self {
-            Root::Ambient => std::fs::remove_file(p),
-            Root::Confined { dir, .. } => dir.remove_file(p),
-        };
-        match removed {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(self.err("remove", p, e)),
-            _ => Ok(()),
-        }
-    }
-
-    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
-        match self {
-            Root::Ambient => std::fs::rename(from, to),
-            Root::Confined { dir, .. } => dir.rename(from, dir, to),
-        }
-        .map_err(|e| self.err("rename into place", to, e))
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum EntryKind {
-    Dir,
-    File,
-    Symlink,
-    Other,
 }
 
 /// Checks a path that came from the peer: relative, `/`-separated, and
 /// free of `..`, `.` and empty components. `allow_top` accepts `""` and
 /// `"."` as the top itself.
 pub fn checked_relative(path: &str, allow_top: bool) -> Result<PathBuf> {
-    let deny = |why: &str| Error::PermissionDenied {
-        path: path.to_string(),
-        why: why.to_string(),
-    };
     if allow_top && (path.is_empty() || path == "." || path == "/") {
         return Ok(PathBuf::from("."));
     }
     let trimmed = path.trim_end_matches('/');
-    if path.starts_with('/') {
+    let names = checked_names(path.as_bytes(), trimmed.as_bytes())?;
+    Ok(names.iter().collect())
+}
+
+/// The names of an entry's path from the peer, checked as
+/// [`checked_relative`] checks, as bytes.
+pub fn checked_entry_path(path: &RelPath) -> Result<Vec<&OsStr>> {
+    checked_names(path.as_bytes(), path.as_bytes())
+}
+
+fn checked_names<'a>(whole: &[u8], trimmed: &'a [u8]) -> Result<Vec<&'a OsStr>> {
+    let shown = tern_proto::path::escape(whole);
+    let deny = |why: &str| Error::PermissionDenied {
+        path: shown.clone(),
+        why: why.to_string(),
+    };
+    if whole.starts_with(b"/") {
         return Err(deny(
             "absolute paths are not allowed; paths are relative to the root",
         ));
     }
-    if path.contains('\0') {
-        return Err(Error::BadRequest(format!("{path:?}: path contains NUL")));
+    if whole.contains(&0) {
+        return Err(Error::BadRequest(format!("{shown:?}: path contains NUL")));
     }
-    let mut out = PathBuf::new();
-    for part in trimmed.split('/') {
+    let mut out = Vec::new();
+    for part in trimmed.split(|&b| b == b'/') {
         match part {
-            ".." => return Err(deny("'..' would leave the root")),
-            "" | "." => return Err(Error::BadRequest(format!("{path:?}: malformed path"))),
-            p => out.push(p),
+            b".." => return Err(deny("'..' would leave the root")),
+            b"" | b"." => return Err(Error::BadRequest(format!("{shown:?}: malformed path"))),
+            p => out.push(OsStr::from_bytes(p)),
         }
     }
     Ok(out)
 }
 
+/// The mode bits to apply or send: the permission bits, and the
+/// set-user-ID, set-group-ID and sticky bits only when they are kept.
+fn mode_bits(mode: u32, keep_special: bool) -> u32 {
+    if keep_special {
+        mode & 0o7777
+    } else {
+        mode & 0o777
+    }
+}
+
 fn mtime_of(meta: &std::fs::Metadata) -> (i64, u32) {
     (meta.mtime(), meta.mtime_nsec().clamp(0, 999_999_999) as u32)
+}
+
+fn stat_mtime(st: &rustix::fs::Stat) -> (i64, u32) {
+    (st.st_mtime, st.st_mtime_nsec.clamp(0, 999_999_999) as u32)
 }
 
 /// Files and trees on disk.
@@ -356,6 +389,17 @@ pub struct FsSource {
     root: Root,
     sources: Vec<PathBuf>,
     recursive: bool,
+    keep_special: bool,
+}
+
+/// A directory being listed: its handle, where it is, and the
+/// subdirectories still to list.
+struct Frame {
+    fd: OwnedFd,
+    rel: RelPath,
+    below: PathBuf,
+    local: PathBuf,
+    subdirs: std::collections::VecDeque<OsString>,
 }
 
 impl FsSource {
@@ -366,39 +410,226 @@ impl FsSource {
             root,
             sources,
             recursive,
+            keep_special: false,
         }
     }
 
-    fn top_name(&self, src: &Path) -> String {
-        let named = src.components().rev().find_map(|c| match c {
-            Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
-            _ => None,
-        });
-        named
-            .or_else(|| match &self.root {
-                Root::Confined { shown, .. } => {
-                    shown.file_name().map(|n| n.to_string_lossy().into_owned())
-                }
-                Root::Ambient => std::env::current_dir()
-                    .ok()
-                    .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())),
-            })
-            .unwrap_or_else(|| "root".into())
+    /// Sends set-user-ID, set-group-ID and sticky bits too (they are
+    /// dropped by default; the receiver applies them only if its user also
+    /// asked to keep them).
+    pub fn keep_special_bits(self, keep: bool) -> FsSource {
+        FsSource {
+            keep_special: keep,
+            ..self
+        }
     }
 
-    fn file_item(&self, local: PathBuf, rel: String, meta: &std::fs::Metadata) -> SourceItem {
-        let (mtime_s, mtime_ns) = mtime_of(meta);
+    fn top_name(&self, src: &Path) -> RelPath {
+        let named = src.components().rev().find_map(|c| match c {
+            Component::Normal(n) => Some(n.as_bytes().to_vec()),
+            _ => None,
+        });
+        let from_root = || match &self.root {
+            Root::Confined { shown, .. } => shown.file_name().map(|n| n.as_bytes().to_vec()),
+            Root::Ambient => std::env::current_dir()
+                .ok()
+                .and_then(|d| d.file_name().map(|n| n.as_bytes().to_vec())),
+        };
+        RelPath(named.or_else(from_root).unwrap_or_else(|| b"root".to_vec()))
+    }
+
+    fn file_item(&self, from: ItemFrom, local: PathBuf, rel: RelPath, st: FileStat) -> SourceItem {
         SourceItem {
             entry: SendEntry::File(FileMeta {
                 file_id: 0,
                 path: rel,
-                size: meta.len(),
-                mode: meta.mode() & 0o7777,
-                mtime_s,
-                mtime_ns,
+                size: st.size,
+                mode: mode_bits(st.mode, self.keep_special),
+                mtime_s: st.mtime.0,
+                mtime_ns: st.mtime.1,
             }),
             local,
+            from,
         }
+    }
+
+    fn entry_item(
+        &self,
+        local: PathBuf,
+        rel: RelPath,
+        kind: EntryKind,
+        st: FileStat,
+    ) -> SourceItem {
+        SourceItem {
+            entry: SendEntry::Entry(EntryMeta {
+                path: rel,
+                kind,
+                mode: mode_bits(st.mode, self.keep_special),
+                mtime_s: st.mtime.0,
+                mtime_ns: st.mtime.1,
+            }),
+            local,
+            from: ItemFrom::Generated,
+        }
+    }
+
+    /// Lists the tree below the top-level directory `top`.
+    fn walk(
+        &self,
+        top: OwnedFd,
+        rel: RelPath,
+        local: PathBuf,
+        items: &mut Vec<SourceItem>,
+    ) -> Result<()> {
+        let handle = Arc::new(top.try_clone().map_err(|e| Error::io("open", &local, e))?);
+        let mut stack = vec![self.frame(&handle, top, rel, PathBuf::new(), local, items)];
+        while let Some(frame) = stack.last_mut() {
+            let Some(name) = frame.subdirs.pop_front() else {
+                stack.pop();
+                continue;
+            };
+            let rel = frame.rel.join(name.as_bytes());
+            let below = frame.below.join(&name);
+            let local = frame.local.join(&name);
+            let opened = beneath::open_dir(&frame.fd, &name).and_then(|fd| {
+                let st = rustix::fs::fstat(&fd)?;
+                Ok((fd, st))
+            });
+            match opened {
+                Ok((fd, st)) => {
+                    let st = FileStat::of(&st);
+                    items.push(self.entry_item(local.clone(), rel.clone(), EntryKind::Dir, st));
+                    let next = self.frame(&handle, fd, rel, below, local, items);
+                    stack.push(next);
+                }
+                Err(e) => items.push(failed(rel, &Error::io("open directory", &local, e))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists one directory: its files, links and pipes become items now,
+    /// its subdirectories are left in the frame for the walk.
+    fn frame(
+        &self,
+        top: &Arc<OwnedFd>,
+        fd: OwnedFd,
+        rel: RelPath,
+        below: PathBuf,
+        local: PathBuf,
+        items: &mut Vec<SourceItem>,
+    ) -> Frame {
+        let mut subdirs = std::collections::VecDeque::new();
+        let listed = match beneath::list(&fd) {
+            Ok(listed) => listed,
+            Err(e) => {
+                items.push(failed(rel.clone(), &Error::io("list", &local, e)));
+                Vec::new()
+            }
+        };
+        for (name, kind) in listed {
+            if is_internal(name.as_bytes()) {
+                continue;
+            }
+            if kind == FileType::Directory {
+                subdirs.push_back(name);
+                continue;
+            }
+            let child_rel = rel.join(name.as_bytes());
+            let child_local = local.join(&name);
+            match self.child_item(
+                top,
+                &fd,
+                &name,
+                kind,
+                &below,
+                child_rel.clone(),
+                &child_local,
+            ) {
+                Ok(item) => items.push(item),
+                Err(e) => items.push(failed(child_rel, &e)),
+            }
+        }
+        Frame {
+            fd,
+            rel,
+            below,
+            local,
+            subdirs,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn child_item(
+        &self,
+        top: &Arc<OwnedFd>,
+        dir: &OwnedFd,
+        name: &OsStr,
+        kind: FileType,
+        below: &Path,
+        rel: RelPath,
+        local: &Path,
+    ) -> Result<SourceItem> {
+        let io_err = |what: &str, e: io::Error| Error::io(what, local, e);
+        let st = FileStat::of(&beneath::lstat(dir, name).map_err(|e| io_err("stat", e))?);
+        let local = local.to_path_buf();
+        match kind {
+            FileType::RegularFile => {
+                let from = ItemFrom::Beneath(top.clone(), below.join(name));
+                Ok(self.file_item(from, local, rel, st))
+            }
+            FileType::Symlink => {
+                let target = beneath::read_link(dir, name).map_err(|e| io_err("read link", e))?;
+                let kind = EntryKind::Symlink {
+                    target: RelPath(target),
+                };
+                Ok(self.entry_item(local, rel, kind, st))
+            }
+            FileType::Fifo => Ok(self.entry_item(local, rel, EntryKind::Fifo, st)),
+            FileType::Socket => Err(Error::BadRequest(format!(
+                "{}: a socket, not copied",
+                local.display()
+            ))),
+            _ => Err(Error::BadRequest(format!(
+                "{}: a device file, not copied",
+                local.display()
+            ))),
+        }
+    }
+}
+
+/// What an item needs of a file's status.
+#[derive(Debug, Clone, Copy)]
+struct FileStat {
+    size: u64,
+    mode: u32,
+    mtime: (i64, u32),
+}
+
+impl FileStat {
+    fn of(st: &rustix::fs::Stat) -> FileStat {
+        FileStat {
+            size: st.st_size as u64,
+            mode: st.st_mode & 0o7777,
+            mtime: stat_mtime(st),
+        }
+    }
+
+    fn of_meta(meta: &std::fs::Metadata) -> FileStat {
+        FileStat {
+            size: meta.len(),
+            mode: meta.mode() & 0o7777,
+            mtime: mtime_of(meta),
+        }
+    }
+}
+
+fn failed(rel: RelPath, e: &Error) -> SourceItem {
+    tracing::warn!("not copied: {}: {e}", rel);
+    SourceItem {
+        entry: SendEntry::Failed(EntryFailure::here(rel, e)),
+        local: PathBuf::new(),
+        from: ItemFrom::Generated,
     }
 }
 
@@ -408,62 +639,56 @@ impl Source for FsSource {
         for src in &self.sources {
             let meta = self.root.stat(src)?;
             let name = self.top_name(src);
+            let shown = self.root.shown(src);
             if meta.is_file() {
-                items.push(self.file_item(src.clone(), name, &meta));
+                let from = ItemFrom::Root(self.root.clone());
+                let mut item = self.file_item(from, shown, name, FileStat::of_meta(&meta));
+                item.local = src.clone();
+                items.push(item);
                 continue;
             }
             if !meta.is_dir() {
                 return Err(Error::BadRequest(format!(
                     "{}: not a regular file or directory",
-                    src.display()
+                    shown.display()
                 )));
             }
             if !self.recursive {
                 return Err(Error::BadRequest(format!(
                     "{}: is a directory (use -r to copy it)",
-                    src.display()
+                    shown.display()
                 )));
             }
-            let mut stack = vec![(src.clone(), name, meta)];
-            while let Some((local, rel, meta)) = stack.pop() {
-                items.push(SourceItem {
-                    entry: SendEntry::Dir {
-                        path: rel.clone(),
-                        mode: meta.mode() & 0o7777,
-                    },
-                    local: local.clone(),
-                });
-                let mut subdirs = Vec::new();
-                for (child, kind) in self.root.list_dir(&local)? {
-                    let child_local = local.join(&child);
-                    let child_rel = format!("{rel}/{child}");
-                    match kind {
-                        EntryKind::File => {
-                            let m = self.root.stat(&child_local)?;
-                            items.push(self.file_item(child_local, child_rel, &m));
-                        }
-                        EntryKind::Dir => {
-                            let m = self.root.stat(&child_local)?;
-                            subdirs.push((child_local, child_rel, m));
-                        }
-                        EntryKind::Symlink | EntryKind::Other => {
-                            tracing::warn!(
-                                "skipping {}: not a regular file or directory",
-                                child_local.display()
-                            );
-                        }
-                    }
-                }
-                stack.extend(subdirs.into_iter().rev());
-            }
+            items.push(self.entry_item(
+                shown.clone(),
+                name.clone(),
+                EntryKind::Dir,
+                FileStat::of_meta(&meta),
+            ));
+            let top = self.root.open_dir_fd(src)?;
+            self.walk(top, name, shown, &mut items)?;
         }
         Ok(items)
     }
 
     fn open(&self, item: &SourceItem) -> Result<Arc<dyn BlockRead>> {
-        Ok(Arc::new(FileReader {
-            file: self.root.open(&item.local)?,
-        }))
+        let file = match &item.from {
+            ItemFrom::Root(root) => root.open(&item.local)?,
+            ItemFrom::Beneath(top, below) => {
+                let err = |what: &str, e: io::Error| Error::io(what, &item.local, e);
+                let (dir, name) =
+                    beneath::parent_of(top.as_fd(), below).map_err(|e| err("open", e))?;
+                let name = name.ok_or_else(|| err("open", io::ErrorKind::InvalidInput.into()))?;
+                beneath::open_file(&dir, &name).map_err(|e| err("open", e))?
+            }
+            ItemFrom::Generated => {
+                return Err(Error::BadRequest(format!(
+                    "{}: not a file",
+                    item.local.display()
+                )));
+            }
+        };
+        Ok(Arc::new(FileReader { file }))
     }
 
     fn digests(&self) -> bool {
@@ -483,30 +708,67 @@ impl BlockRead for FileReader {
 
 /// Where received files go, resolved like scp: into `dest` when it is an
 /// existing directory, otherwise as `dest` itself (one source only).
+///
+/// Everything is resolved beneath a handle of the directory that holds the
+/// copy (`dest`, or its parent), without following links.
 #[derive(Debug)]
 pub struct FsSink {
-    root: Root,
+    top: OwnedFd,
+    /// `top` as the user sees it.
+    shown: PathBuf,
     plan: DestPlan,
     /// Whether [`Sink::existing`] may look at what is at a final name (not
     /// for a writer who may not read there).
     peek: bool,
+    keep_special: bool,
+    left: Mutex<LeftForTheEnd>,
 }
 
 #[derive(Debug)]
 enum DestPlan {
-    Into(PathBuf),
-    As(PathBuf),
+    /// Into the directory: an entry `T/…` lands at `T/…`, except the
+    /// source this directory was created from (its resume marker names
+    /// it), whose entries land at `…`, as when the copy started.
+    Into { resumed: Option<Vec<u8>> },
+    /// As this name in the directory: `T/…` lands at `NAME/…`.
+    As(OsString),
+}
+
+/// An entry whose last step waits for the end of the session.
+#[derive(Debug)]
+struct Later {
+    /// As announced.
+    rel: RelPath,
+    /// Where it lands, beneath the sink's top.
+    at: PathBuf,
+    /// Its modification time (none for a directory from an older sender).
+    mtime: Option<(i64, u32)>,
+}
+
+/// What [`Sink::finish`] does.
+#[derive(Debug, Default)]
+struct LeftForTheEnd {
+    /// Directories, with their modes.
+    dirs: Vec<(Later, u32)>,
+    /// Links, with their targets.
+    links: Vec<(Later, Vec<u8>)>,
+    /// Pipes, whose times are set at the end.
+    fifos: Vec<Later>,
+    /// The directory holding a resume marker to remove.
+    marker: Option<PathBuf>,
 }
 
 impl FsSink {
     /// Receives `top_level` sources into `dest` (a path under `root`).
     pub fn new(root: Root, dest: PathBuf, top_level: u32) -> Result<FsSink> {
-        let plan = if root.dir_status(&dest)? {
-            DestPlan::Into(dest)
+        let (top, shown, plan) = if root.dir_status(&dest)? {
+            let top = root.open_dir_fd(&dest)?;
+            let resumed = read_marker(&top);
+            (top, root.shown(&dest), DestPlan::Into { resumed })
         } else if top_level > 1 {
             return Err(Error::BadRequest(format!(
                 "{}: not a directory (copying several sources needs an existing directory)",
-                dest.display()
+                root.shown(&dest).display()
             )));
         } else {
             let parent = match dest.parent() {
@@ -514,14 +776,24 @@ impl FsSink {
                 _ => PathBuf::from("."),
             };
             if !root.dir_status(&parent)? {
-                return Err(Error::NotFound(parent));
+                return Err(Error::NotFound(root.shown(&parent)));
             }
-            DestPlan::As(dest)
+            let name = dest
+                .file_name()
+                .filter(|n| !is_internal(n.as_bytes()))
+                .ok_or_else(|| {
+                    Error::BadRequest(format!("{}: not a name to copy to", dest.display()))
+                })?;
+            let top = root.open_dir_fd(&parent)?;
+            (top, root.shown(&parent), DestPlan::As(name.to_os_string()))
         };
         Ok(FsSink {
-            root,
+            top,
+            shown,
             plan,
             peek: true,
+            keep_special: false,
+            left: Mutex::new(LeftForTheEnd::default()),
         })
     }
 
@@ -534,43 +806,220 @@ impl FsSink {
         }
     }
 
-    fn target(&self, rel: &str) -> Result<PathBuf> {
-        let rel = checked_relative(rel, false)?;
+    /// Applies set-user-ID, set-group-ID and sticky bits the sender sent
+    /// (dropped by default), on files this process's user owns.
+    pub fn keep_special_bits(self, keep: bool) -> FsSink {
+        FsSink {
+            keep_special: keep,
+            ..self
+        }
+    }
+
+    /// Where an entry of the transfer lands, beneath `top` (empty: `top`
+    /// itself).
+    fn target(&self, rel: &RelPath) -> Result<PathBuf> {
+        let names = checked_entry_path(rel)?;
+        let (first, rest) = names.split_first().expect("a checked path has a name");
         Ok(match &self.plan {
-            DestPlan::Into(d) => d.join(rel),
-            DestPlan::As(d) => {
-                let rest: PathBuf = rel.components().skip(1).collect();
-                if rest.as_os_str().is_empty() {
-                    d.clone()
-                } else {
-                    d.join(rest)
-                }
+            DestPlan::Into { resumed } if resumed.as_deref() == Some(first.as_bytes()) => {
+                rest.iter().collect()
             }
+            DestPlan::Into { .. } => names.iter().collect(),
+            DestPlan::As(name) => std::iter::once(name.as_os_str())
+                .chain(rest.iter().copied())
+                .collect(),
         })
+    }
+
+    fn shown(&self, at: &Path) -> PathBuf {
+        self.shown.join(at)
+    }
+
+    fn io_err(&self, what: &str, at: &Path, e: io::Error) -> Error {
+        Error::io(what, self.shown(at), e)
+    }
+
+    /// The directory holding `at` and its last name (`None`: `at` is the
+    /// top itself).
+    fn parent_of(&self, at: &Path) -> Result<(beneath::Parent<'_>, Option<OsString>)> {
+        beneath::parent_of(self.top.as_fd(), at).map_err(|e| self.io_err("open directory", at, e))
+    }
+
+    /// Makes a directory of the tree; its own mode and time come at the
+    /// end.
+    fn make_dir(&self, rel: &RelPath, mode: u32, mtime: Option<(i64, u32)>) -> Result<()> {
+        let at = self.target(rel)?;
+        let (parent, name) = self.parent_of(&at)?;
+        if let Some(name) = &name {
+            // Writable by us while it fills, whatever it will end as.
+            beneath::make_dir(&parent, name, (mode & 0o777) | 0o700)
+                .map_err(|e| self.io_err("create directory", &at, e))?;
+        }
+        let mut left = self.left.lock().expect("left");
+        if matches!(self.plan, DestPlan::As(_)) && at.components().count() == 1 {
+            // A copy that creates its destination directory marks it, so
+            // that the same command run again continues into it.
+            let name = name.expect("one name");
+            let dir = beneath::open_dir(&parent, &name)
+                .map_err(|e| self.io_err("open directory", &at, e))?;
+            let first = checked_entry_path(rel)?[0].as_bytes();
+            write_marker(&dir, first).map_err(|e| self.io_err("write resume marker", &at, e))?;
+            left.marker = Some(at.clone());
+        } else if at.as_os_str().is_empty() && left.marker.is_none() {
+            // A resumed copy into the directory it created.
+            left.marker = Some(at.clone());
+        }
+        let later = Later {
+            rel: rel.clone(),
+            at,
+            mtime,
+        };
+        left.dirs.push((later, mode));
+        Ok(())
+    }
+
+    fn mode_for(&self, mode: u32, owner: u32) -> u32 {
+        mode_bits(mode, self.keep_special && owner == beneath::euid())
+    }
+
+    fn finish_links(&self, left: &LeftForTheEnd, failures: &mut Vec<EntryFailure>) {
+        for (link, target) in &left.links {
+            let at = &link.at;
+            let done = self.parent_of(at).and_then(|(parent, name)| {
+                let name = name.ok_or_else(|| {
+                    Error::BadRequest(format!("{}: not a name for a link", at.display()))
+                })?;
+                let (s, ns) = link.mtime.unwrap_or_default();
+                beneath::make_symlink(&parent, &name, target)
+                    .and_then(|()| beneath::set_mtime_nofollow(&parent, &name, s, ns))
+                    .map_err(|e| self.io_err("create link", at, e))
+            });
+            if let Err(e) = done {
+                failures.push(EntryFailure::here(link.rel.clone(), &e));
+            }
+        }
+        for fifo in &left.fifos {
+            let (at, (s, ns)) = (&fifo.at, fifo.mtime.unwrap_or_default());
+            let done = self.parent_of(at).and_then(|(parent, name)| match name {
+                Some(name) => beneath::set_mtime_nofollow(&parent, &name, s, ns)
+                    .map_err(|e| self.io_err("set time", at, e)),
+                None => Ok(()),
+            });
+            if let Err(e) = done {
+                failures.push(EntryFailure::here(fifo.rel.clone(), &e));
+            }
+        }
+    }
+
+    fn finish_dirs(&self, left: &mut LeftForTheEnd, failures: &mut Vec<EntryFailure>) {
+        // Deepest first: setting a directory's time must come after
+        // everything inside it changed it.
+        left.dirs
+            .sort_by_key(|(d, _)| std::cmp::Reverse(d.at.components().count()));
+        for (dir, mode) in &left.dirs {
+            let (rel, at, mtime) = (&dir.rel, &dir.at, dir.mtime);
+            let done = self.parent_of(at).and_then(|(parent, name)| {
+                let fd = match name {
+                    Some(name) => beneath::open_dir(&parent, &name),
+                    None => parent.to_owned_fd(),
+                }
+                .map_err(|e| self.io_err("open directory", at, e))?;
+                let owner = rustix::fs::fstat(&fd)
+                    .map_err(|e| self.io_err("stat", at, e.into()))?
+                    .st_uid;
+                beneath::set_mode_and_mtime(&fd, self.mode_for(*mode, owner), mtime)
+                    .map_err(|e| self.io_err("set mode and time", at, e))
+            });
+            if let Err(e) = done {
+                failures.push(EntryFailure::here(rel.clone(), &e));
+            }
+        }
     }
 }
 
+/// The source name a resume marker in `dir` records, if there is one.
+fn read_marker(dir: &OwnedFd) -> Option<Vec<u8>> {
+    let file = beneath::open_file(dir, OsStr::new(RESUME_MARKER)).ok()?;
+    let mut name = Vec::new();
+    io::Read::read_to_end(&mut io::Read::take(&file, 4096), &mut name).ok()?;
+    let name = name.strip_suffix(b"\n")?.to_vec();
+    (!name.is_empty() && !name.contains(&b'/')).then_some(name)
+}
+
+fn write_marker(dir: &OwnedFd, source: &[u8]) -> io::Result<()> {
+    let file = beneath::open_rw(dir, OsStr::new(RESUME_MARKER), true)?;
+    let mut line = source.to_vec();
+    line.push(b'\n');
+    file.write_all_at(&line, 0)?;
+    file.sync_all()
+}
+
 impl Sink for FsSink {
-    fn create_dir(&self, path: &str, mode: u32) -> Result<()> {
-        self.root.create_dir(&self.target(path)?, mode)
+    fn create_dir(&self, path: &RelPath, mode: u32) -> Result<()> {
+        self.make_dir(path, mode, None)
+    }
+
+    fn create_entry(&self, entry: &EntryMeta) -> Result<()> {
+        let mtime = (entry.mtime_s, entry.mtime_ns);
+        match &entry.kind {
+            EntryKind::Dir => self.make_dir(&entry.path, entry.mode, Some(mtime)),
+            EntryKind::Symlink { target } => {
+                if target.as_bytes().is_empty() || target.as_bytes().contains(&0) {
+                    return Err(Error::BadRequest(format!(
+                        "{}: a link with an empty or malformed target",
+                        entry.path
+                    )));
+                }
+                let at = self.target(&entry.path)?;
+                let mut left = self.left.lock().expect("left");
+                let later = Later {
+                    rel: entry.path.clone(),
+                    at,
+                    mtime: Some(mtime),
+                };
+                left.links.push((later, target.as_bytes().to_vec()));
+                Ok(())
+            }
+            EntryKind::Fifo => {
+                let at = self.target(&entry.path)?;
+                let (parent, name) = self.parent_of(&at)?;
+                let name = name.ok_or_else(|| {
+                    Error::BadRequest(format!("{}: not a name for a pipe", at.display()))
+                })?;
+                let mode = self.mode_for(entry.mode, beneath::euid());
+                beneath::make_fifo(&parent, &name, mode)
+                    .map_err(|e| self.io_err("create named pipe", &at, e))?;
+                drop(parent);
+                let mut left = self.left.lock().expect("left");
+                left.fifos.push(Later {
+                    rel: entry.path.clone(),
+                    at,
+                    mtime: Some(mtime),
+                });
+                Ok(())
+            }
+        }
     }
 
     fn create_file(&self, meta: &FileMeta, block_size: u32, resume: bool) -> Result<Created> {
-        let target = self.target(&meta.path)?;
-        if self.root.is_dir(&target) {
-            return Err(Error::BadRequest(format!(
+        let at = self.target(&meta.path)?;
+        let (parent, name) = self.parent_of(&at)?;
+        let name = name.ok_or_else(|| {
+            Error::BadRequest(format!(
                 "{}: is a directory, cannot replace it with a file",
-                target.display()
-            )));
+                self.shown.display()
+            ))
+        })?;
+        if let Ok(st) = beneath::lstat(&parent, &name) {
+            if beneath::kind(&st) == FileType::Directory {
+                return Err(Error::BadRequest(format!(
+                    "{}: is a directory, cannot replace it with a file",
+                    self.shown(&at).display()
+                )));
+            }
         }
-        let name = target
-            .file_name()
-            .ok_or_else(|| Error::BadRequest(format!("{}: no file name", target.display())))?;
-        let temp = target.with_file_name(format!(".{}{PARTIAL_SUFFIX}", name.to_string_lossy()));
-        let journal_path = temp.with_file_name(format!(
-            ".{}{PARTIAL_SUFFIX}{JOURNAL_SUFFIX}",
-            name.to_string_lossy()
-        ));
+        let temp = partial_name(&name);
+        let journal_file = journal_name(&name);
         let header = journal::Header {
             size: meta.size,
             mtime_s: meta.mtime_s,
@@ -581,61 +1030,81 @@ impl Sink for FsSink {
         // A file of one block has nothing to resume: no journal (which
         // spares small files two extra file operations each).
         let journaled = meta.size > u64::from(block_size);
-        let kept = match self.root.read_text(&journal_path) {
-            Some(text) if resume && journaled => journal::recover(&text, &header),
-            _ => Vec::new(),
+        let recorded = if resume && journaled {
+            beneath::open_file(&parent, &journal_file)
+                .ok()
+                .and_then(|f| {
+                    let mut text = String::new();
+                    io::Read::read_to_string(&mut &f, &mut text).ok()?;
+                    Some(journal::recover(&text, &header))
+                })
+                .unwrap_or_default()
+        } else {
+            Vec::new()
         };
-        let file = self.root.open_rw(&temp, kept.is_empty())?;
+        let file = beneath::open_rw(&parent, &temp, recorded.is_empty())
+            .map_err(|e| self.io_err("create", &at, e))?;
+        // Only blocks that still read back as they were written count: a
+        // partial file changed since (by hand, or by a disk) is sent again
+        // where it changed, never trusted.
+        let kept = journal::still_intact(&recorded, &file);
+        if kept.is_empty() && !recorded.is_empty() {
+            file.set_len(0)
+                .map_err(|e| self.io_err("truncate", &at, e))?;
+        }
         let writer = if journaled {
-            let journal_file = self.root.open_rw(&journal_path, true)?;
-            let data = file.try_clone().map_err(|e| Error::io("open", &temp, e))?;
+            let journal_file = beneath::open_rw(&parent, &journal_file, true)
+                .map_err(|e| self.io_err("create journal", &at, e))?;
+            let data = file.try_clone().map_err(|e| self.io_err("open", &at, e))?;
             let writer = journal::JournalWriter::create(journal_file, data, &header, &kept)
-                .map_err(|e| Error::io("write journal", &journal_path, e))?;
+                .map_err(|e| self.io_err("write journal", &at, e))?;
             Some(writer)
         } else {
             None
         };
-        let mtime = UNIX_EPOCH
-            + Duration::from_secs(meta.mtime_s.max(0) as u64)
-            + Duration::from_nanos(meta.mtime_ns.into());
+        let kept_ranges = journal::ranges(&kept);
+        let dir = parent
+            .to_owned_fd()
+            .map_err(|e| self.io_err("open directory", &at, e))?;
         let writer = FileWriter {
             file,
-            root: self.root.clone(),
+            dir,
             temp,
-            target,
-            journal_path,
+            name,
+            shown: self.shown(&at),
+            journal_name: journal_file,
             journal: Mutex::new(writer),
-            mode: meta.mode & 0o7777,
-            mtime,
+            mode: meta.mode,
+            keep_special: self.keep_special,
+            mtime: (meta.mtime_s, meta.mtime_ns),
         };
-        Ok((Arc::new(writer), kept))
+        Ok((Arc::new(writer), kept_ranges))
     }
 
     fn digests(&self) -> bool {
         true
     }
 
-    fn existing(&self, path: &str) -> Result<Option<Found>> {
+    fn existing(&self, path: &RelPath) -> Result<Option<Found>> {
         if !self.peek {
             return Ok(None);
         }
-        let target = self.target(path)?;
-        if self.root.is_dir(&target) {
+        let at = self.target(path)?;
+        // What cannot be looked at (missing, a link, a directory) is no
+        // copy: the file is sent and replaces it.
+        let Ok((parent, Some(name))) = self.parent_of(&at) else {
             return Ok(None);
-        }
-        // What cannot be looked at (missing, or a link out of the root)
-        // is no copy: the file is sent and replaces it.
-        let file = match self.root.open(&target) {
-            Ok(f) => f,
-            Err(Error::NotFound(_) | Error::PermissionDenied { .. }) => return Ok(None),
-            Err(e) => return Err(e),
         };
-        let meta = file
-            .metadata()
-            .map_err(|e| self.root.err("stat", &target, e))?;
-        if !meta.is_file() {
-            return Ok(None);
+        match beneath::lstat(&parent, &name) {
+            Ok(st) if beneath::kind(&st) == FileType::RegularFile => {}
+            _ => return Ok(None),
         }
+        let file = match beneath::open_file(&parent, &name) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.io_err("open", &at, e)),
+        };
+        let meta = file.metadata().map_err(|e| self.io_err("stat", &at, e))?;
         let (mtime_s, mtime_ns) = mtime_of(&meta);
         Ok(Some(Found {
             size: meta.len(),
@@ -644,25 +1113,51 @@ impl Sink for FsSink {
             file: Arc::new(FileReader { file }),
         }))
     }
+
+    fn finish(&self) -> Vec<EntryFailure> {
+        let mut left = self.left.lock().expect("left");
+        let mut failures = Vec::new();
+        self.finish_links(&left, &mut failures);
+        // The marker goes before directory times are set: removing it
+        // changes its directory's time.
+        if let Some(at) = left.marker.take() {
+            let removed = self.parent_of(&at).and_then(|(parent, name)| {
+                let dir = match name {
+                    Some(name) => beneath::open_dir(&parent, &name),
+                    None => parent.to_owned_fd(),
+                };
+                dir.and_then(|d| beneath::remove(&d, OsStr::new(RESUME_MARKER)))
+                    .map_err(|e| self.io_err("remove resume marker", &at, e))
+            });
+            if let Err(e) = removed {
+                tracing::warn!("{e}");
+            }
+        }
+        self.finish_dirs(&mut left, &mut failures);
+        failures
+    }
 }
 
 struct FileWriter {
     file: File,
-    root: Root,
-    temp: PathBuf,
-    target: PathBuf,
-    journal_path: PathBuf,
+    /// The directory the file is received in.
+    dir: OwnedFd,
+    temp: OsString,
+    name: OsString,
+    shown: PathBuf,
+    journal_name: OsString,
     /// `None` once the file is committed.
     journal: Mutex<Option<journal::JournalWriter>>,
     mode: u32,
-    mtime: SystemTime,
+    keep_special: bool,
+    mtime: (i64, u32),
 }
 
 impl BlockWrite for FileWriter {
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         self.file.write_all_at(data, offset)?;
         match self.journal.lock().expect("journal").as_mut() {
-            Some(j) => j.record(offset, data.len() as u64),
+            Some(j) => j.record(offset, data),
             None => Ok(()),
         }
     }
@@ -672,29 +1167,30 @@ impl BlockWrite for FileWriter {
     }
 
     fn commit(&self) -> Result<()> {
-        let fail = |what: &str, e: io::Error| Error::io(what.to_string(), &self.temp, e);
+        let fail = |what: &str, e: io::Error| Error::io(what.to_string(), &self.shown, e);
         self.file.sync_all().map_err(|e| fail("fsync", e))?;
-        self.file
-            .set_permissions(Permissions::from_mode(self.mode))
-            .map_err(|e| fail("chmod", e))?;
-        self.file
-            .set_times(FileTimes::new().set_modified(self.mtime))
+        let owner = self.file.metadata().map_err(|e| fail("stat", e))?.uid();
+        let keep = self.keep_special && owner == beneath::euid();
+        beneath::set_mode_and_mtime(&self.file, mode_bits(self.mode, keep), Some(self.mtime))
             .map_err(|e| fail("set mtime", e))?;
-        self.root.rename(&self.temp, &self.target)?;
+        beneath::rename(&self.dir, &self.temp, &self.name)
+            .map_err(|e| fail("rename into place", e))?;
         if self.journal.lock().expect("journal").take().is_some() {
-            self.root.remove(&self.journal_path)?;
+            beneath::remove(&self.dir, &self.journal_name)
+                .map_err(|e| fail("remove journal", e))?;
         }
         Ok(())
     }
 
     fn discard(&self) -> Result<()> {
+        let fail = |what: &str, e: io::Error| Error::io(what.to_string(), &self.shown, e);
         self.journal.lock().expect("journal").take();
-        self.root.remove(&self.temp)?;
-        self.root.remove(&self.journal_path)
+        beneath::remove(&self.dir, &self.temp).map_err(|e| fail("remove partial file", e))?;
+        beneath::remove(&self.dir, &self.journal_name).map_err(|e| fail("remove journal", e))
     }
 
     fn final_path(&self) -> String {
-        self.target.display().to_string()
+        self.shown.display().to_string()
     }
 }
 
@@ -735,13 +1231,14 @@ impl Source for GenSource {
         Ok(vec![SourceItem {
             entry: SendEntry::File(FileMeta {
                 file_id: 0,
-                path: "perf".into(),
+                path: RelPath::from("perf"),
                 size: self.size,
                 mode: 0o644,
                 mtime_s: 0,
                 mtime_ns: 0,
             }),
             local: PathBuf::from("perf"),
+            from: ItemFrom::Generated,
         }])
     }
 
@@ -801,7 +1298,7 @@ impl BlockWrite for DiscardWriter {
 }
 
 impl Sink for DiscardSink {
-    fn create_dir(&self, _path: &str, _mode: u32) -> Result<()> {
+    fn create_dir(&self, _path: &RelPath, _mode: u32) -> Result<()> {
         Ok(())
     }
 

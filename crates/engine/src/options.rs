@@ -30,6 +30,9 @@ pub struct Choices {
     pub skip_existing: SkipExisting,
     /// Give up and replace a data stream stalled this long; `None`: never.
     pub stall_timeout: Option<Duration>,
+    /// Send and apply set-user-ID, set-group-ID and sticky bits
+    /// (`--keep-special-bits`); this end's own choice, not sent.
+    pub keep_special_bits: bool,
 }
 
 impl Default for Choices {
@@ -38,6 +41,7 @@ impl Default for Choices {
             compression: Compression::Auto,
             skip_existing: SkipExisting::Mtime,
             stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
+            keep_special_bits: false,
         }
     }
 }
@@ -50,6 +54,7 @@ impl Choices {
             compression: Compression::None,
             skip_existing: SkipExisting::Never,
             stall_timeout: None,
+            keep_special_bits: false,
         }
     }
 

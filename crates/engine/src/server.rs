@@ -103,6 +103,10 @@ pub struct ServerOptions {
     pub site: Option<SiteAuth>,
     /// Told about every completed session (the advisor's discovery feed).
     pub on_session_done: Option<SessionHook>,
+    /// Apply set-user-ID, set-group-ID and sticky bits that clients send
+    /// (`--allow-special-bits`), and send those of served files; without
+    /// it they are dropped both ways.
+    pub allow_special_bits: bool,
 }
 
 /// What a site daemon demands of its clients.
@@ -141,6 +145,7 @@ impl ServerOptions {
             stream_script: Vec::new(),
             site: None,
             on_session_done: None,
+            allow_special_bits: false,
         }
     }
 }
@@ -735,6 +740,7 @@ async fn run_control(
     params.tuning = tuning;
     params.block_check = block_check;
     params.resume = negotiated.features.contains(tern_proto::Features::RESUME);
+    params.entries = negotiated.features.contains(tern_proto::Features::ENTRIES);
     options.apply(&mut params);
     let progress = Arc::new(Progress::default());
     let started = Instant::now();
@@ -848,7 +854,8 @@ fn prepare_role(ctx: &Context, open: &SessionOpen, authz: &Authorization) -> Res
             // (--skip-existing would say, and give digests).
             let readable = grants.is_none_or(|g| g.resolve(&dest, Access::Read).is_ok());
             let (root, dest) = place(dest, Access::Write)?;
-            let sink = FsSink::new(root, dest, *top_level)?;
+            let sink =
+                FsSink::new(root, dest, *top_level)?.keep_special_bits(ctx.opts.allow_special_bits);
             Role::Receive(Arc::new(if readable { sink } else { sink.blind() }))
         }
         SessionMode::Pull { sources, recursive } => {
@@ -877,7 +884,9 @@ fn prepare_role(ctx: &Context, open: &SessionOpen, authz: &Authorization) -> Res
                 Some(sub) => ctx.root.subtree(sub)?,
                 None => ctx.root.clone(),
             };
-            Role::Send(Arc::new(FsSource::new(root, paths, *recursive)), None)
+            let source = FsSource::new(root, paths, *recursive)
+                .keep_special_bits(ctx.opts.allow_special_bits);
+            Role::Send(Arc::new(source), None)
         }
         SessionMode::Perf {
             server_sends,

@@ -50,7 +50,7 @@ pub fn check(
                 found
                     .file
                     .read_at(at, &mut buf[..n])
-                    .map_err(|e| Error::io("read to compare", &meta.path, e))?;
+                    .map_err(|e| Error::io("read to compare", meta.path.display(), e))?;
                 digest.update(&buf[..n]);
                 at += n as u64;
             }

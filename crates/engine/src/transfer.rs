@@ -184,6 +184,9 @@ pub struct TransferParams {
     pub stall_timeout: Option<Duration>,
     /// Of `max_streams`, the highest indices kept to replace streams.
     pub spare_streams: u16,
+    /// Both ends have `ENTRIES`: any names, links, pipes and directory
+    /// times, and per-entry failures that leave the rest of a tree going.
+    pub entries: bool,
 }
 
 impl TransferParams {
@@ -206,6 +209,7 @@ impl TransferParams {
             skip_existing: SkipExisting::Never,
             stall_timeout: None,
             spare_streams: 0,
+            entries: true,
         }
     }
 
@@ -250,6 +254,8 @@ pub struct TransferStats {
     pub bytes_resumed: u64,
     /// Files not sent because the destination already had them.
     pub skipped: Vec<FileOutcome>,
+    /// Entries that could not be copied (the rest of the tree was).
+    pub failed: Vec<crate::session::EntryFailure>,
     /// What compression did (this end's count).
     pub compression: Option<CompressionStats>,
     /// Streams this end gave up because they stalled.
@@ -282,6 +288,7 @@ impl TransferStats {
             blocks_corrupt,
             bytes_resumed: 0,
             skipped: Vec::new(),
+            failed: Vec::new(),
             compression: None,
             streams_stalled: 0,
             streams_lost: 0,
@@ -296,8 +303,10 @@ impl TransferStats {
         s: &StreamCounts,
         bytes_resumed: u64,
         skipped: &[FileOutcome],
+        failed: &[crate::session::EntryFailure],
         compression: CompressionStats,
     ) -> TransferStats {
+        self.failed = failed.to_vec();
         self.streams_stalled = s.stalled.load(Ordering::Relaxed);
         self.streams_lost = s.lost.load(Ordering::Relaxed);
         self.streams_replaced = s.replaced.load(Ordering::Relaxed);

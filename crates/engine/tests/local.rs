@@ -85,11 +85,15 @@ async fn a_tree_arrives_identical_with_modes_and_times() {
     assert_eq!(received.bytes, big.len() as u64 + 10);
     assert_eq!(sent.per_stream_bytes.iter().sum::<u64>(), received.bytes);
     assert_eq!(received.blocks_retransmitted, 0);
-    let leftovers: Vec<_> = walk(&dest)
-        .into_iter()
-        .filter(|p| p.to_string_lossy().ends_with(".tern-partial"))
-        .collect();
+    let leftovers: Vec<_> = walk(&dest).into_iter().filter(|p| is_ours(p)).collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// A partial file, journal or resume marker of tern's.
+fn is_ours(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    p.file_name()
+        .is_some_and(|n| tern_engine::fsio::is_internal(n.as_bytes()))
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -250,7 +254,9 @@ async fn safe_mode_rejects_blocks_under_the_wrong_key() {
         "nothing at the final name"
     );
     assert!(
-        dir.path().join(".forged.bin.tern-partial").exists(),
+        dir.path()
+            .join(tern_engine::fsio::partial_name("forged.bin".as_ref()))
+            .exists(),
         "partial kept for resume"
     );
 }
@@ -504,9 +510,6 @@ async fn files_already_at_the_destination_are_skipped_by_each_policy() {
         copy_skipping(&src, &dest, Size).await.0,
         vec!["run/c".to_string()]
     );
-    let leftovers: Vec<_> = walk(&dest)
-        .into_iter()
-        .filter(|p| p.to_string_lossy().contains(".tern-partial"))
-        .collect();
+    let leftovers: Vec<_> = walk(&dest).into_iter().filter(|p| is_ours(p)).collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }

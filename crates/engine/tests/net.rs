@@ -500,7 +500,9 @@ async fn a_daemon_killed_mid_transfer_leaves_only_a_partial_file() {
     assert_eq!(err.kind(), ErrorKind::Network, "{err}");
     assert!(!dest.exists(), "nothing at the final name");
     assert!(
-        work.path().join(".big.copy.tern-partial").exists(),
+        work.path()
+            .join(tern_engine::fsio::partial_name("big.copy".as_ref()))
+            .exists(),
         "partial kept for resume"
     );
 }

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{DecodeError, MAX_CONTROL_FRAME, Token};
+use crate::{DecodeError, MAX_CONTROL_FRAME, RelPath, Token};
 
 /// Algorithm for the end-to-end (whole-file) digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -241,8 +241,9 @@ pub enum Existing {
 pub struct FileMeta {
     /// Session-unique identifier used by data frames.
     pub file_id: u32,
-    /// Path relative to the transfer's top, `/`-separated, no `..`.
-    pub path: String,
+    /// Path relative to the transfer's top, `/`-separated, no `..`; any
+    /// bytes with `ENTRIES`, UTF-8 otherwise.
+    pub path: RelPath,
     /// Size in bytes; [`FileMeta::UNKNOWN_SIZE`] for perf streams of unknown length.
     pub size: u64,
     /// Unix permission bits.
@@ -256,6 +257,37 @@ pub struct FileMeta {
 impl FileMeta {
     /// Size of a generated perf stream whose length is set by a deadline.
     pub const UNKNOWN_SIZE: u64 = u64::MAX;
+}
+
+/// What kind of entry an [`EntryMeta`] announces (needs `ENTRIES`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EntryKind {
+    /// A directory: created at once, its mode and time applied once
+    /// everything in it has arrived.
+    Dir,
+    /// A symbolic link with this target (bytes, not interpreted).
+    Symlink {
+        /// What the link points to, exactly as `readlink` gave it.
+        target: RelPath,
+    },
+    /// A named pipe.
+    Fifo,
+}
+
+/// An entry that is not a regular file: a directory with its time, a
+/// symbolic link or a named pipe (needs `ENTRIES`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryMeta {
+    /// Path relative to the transfer's top, as in [`FileMeta::path`].
+    pub path: RelPath,
+    /// What it is.
+    pub kind: EntryKind,
+    /// Unix permission bits (ignored for symbolic links).
+    pub mode: u32,
+    /// Modification time, seconds since the epoch (signed).
+    pub mtime_s: i64,
+    /// Modification time, nanoseconds part.
+    pub mtime_ns: u32,
 }
 
 /// Why a session or file failed, as told to the peer. Codes are stable.
@@ -291,7 +323,7 @@ pub enum ControlMsg {
     /// Sender → receiver: a directory to create (possibly empty).
     DirAnnounce {
         /// Path relative to the transfer's top.
-        path: String,
+        path: RelPath,
         /// Unix permission bits.
         mode: u32,
     },
@@ -383,6 +415,21 @@ pub enum ControlMsg {
         file_id: u32,
         /// What was found.
         existing: Existing,
+    },
+    /// Sender → receiver: a directory (with its time), symbolic link or
+    /// named pipe (needs `ENTRIES`).
+    EntryAnnounce(EntryMeta),
+    /// Either side: one entry could not be copied; the session goes on
+    /// without it (needs `ENTRIES`).
+    EntryFailed {
+        /// The entry, relative to the transfer's top.
+        path: RelPath,
+        /// The announced file it was, if any: the sender stops sending it.
+        file_id: Option<u32>,
+        /// Why, for the peer's program.
+        code: ErrorCode,
+        /// Why, for a person.
+        message: String,
     },
 }
 

@@ -56,6 +56,11 @@ impl Features {
     /// Files already at the destination may be skipped: the receiver
     /// answers each announcement with `FileCheck`.
     pub const SKIP: Features = Features(1 << 9);
+    /// Whole trees: paths may hold any bytes (not only UTF-8); the sender
+    /// announces directories with their times, symbolic links and named
+    /// pipes (`EntryAnnounce`); either end reports an entry it could not
+    /// copy (`EntryFailed`) and the session goes on.
+    pub const ENTRIES: Features = Features(1 << 10);
 
     /// Everything this build implements.
     pub const ALL: Features = Features(
@@ -68,7 +73,8 @@ impl Features {
             | Self::TOKEN_AUTH.0
             | Self::OPTIONS.0
             | Self::COMPRESS.0
-            | Self::SKIP.0,
+            | Self::SKIP.0
+            | Self::ENTRIES.0,
     );
 
     /// True when every bit of `other` is set in `self`.

@@ -17,16 +17,18 @@ pub mod control;
 pub mod data;
 pub mod hello;
 pub mod once;
+pub mod path;
 pub mod probe;
 
 pub use control::{
-    ChecksumAlg, Compression, ControlMsg, ErrorCode, Existing, FileMeta, Protect, SessionAccept,
-    SessionMode, SessionOpen, SkipExisting, TransferOptions, TuningRequest, Window, decode_control,
-    encode_control,
+    ChecksumAlg, Compression, ControlMsg, EntryKind, EntryMeta, ErrorCode, Existing, FileMeta,
+    Protect, SessionAccept, SessionMode, SessionOpen, SkipExisting, TransferOptions, TuningRequest,
+    Window, decode_control, encode_control,
 };
 pub use data::{BlockFlags, BlockHeader, Codec, DataFrame, DataJoin, JoinReply, RawLen};
 pub use hello::{Features, Hello};
 pub use once::OnceLine;
+pub use path::RelPath;
 
 /// Highest protocol version this build speaks. Peers use `min(ours, theirs)`.
 pub const PROTOCOL_VERSION: u16 = 1;

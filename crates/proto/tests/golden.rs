@@ -17,9 +17,9 @@ use tern_proto::control::control_body_len;
 use tern_proto::data::HEADER_LEN;
 use tern_proto::{
     BlockFlags, BlockHeader, ChecksumAlg, Codec, Compression, ControlMsg, DataFrame, DataJoin,
-    ErrorCode, Existing, Features, FileMeta, Hello, JoinReply, OnceLine, Protect, RawLen,
-    SessionAccept, SessionMode, SessionOpen, SkipExisting, TransferOptions, TuningRequest, Window,
-    decode_control, encode_control,
+    EntryKind, EntryMeta, ErrorCode, Existing, Features, FileMeta, Hello, JoinReply, OnceLine,
+    Protect, RawLen, RelPath, SessionAccept, SessionMode, SessionOpen, SkipExisting,
+    TransferOptions, TuningRequest, Window, decode_control, encode_control,
 };
 
 /// What a golden vector encodes.
@@ -409,6 +409,37 @@ fn known() -> Vec<(&'static str, Golden)> {
             Golden::Control(ControlMsg::FileCheck {
                 file_id: 3,
                 existing: Existing::Digest(DIGEST.to_vec()),
+            }),
+        ),
+        (
+            "entry_announce_symlink",
+            Golden::Control(ControlMsg::EntryAnnounce(EntryMeta {
+                path: "run42/latest".into(),
+                kind: EntryKind::Symlink {
+                    target: "raw/f0.dat".into(),
+                },
+                mode: 0o777,
+                mtime_s: 1_700_000_000,
+                mtime_ns: 0,
+            })),
+        ),
+        (
+            "entry_announce_dir",
+            Golden::Control(ControlMsg::EntryAnnounce(EntryMeta {
+                path: RelPath(b"caf\xe9".to_vec()),
+                kind: EntryKind::Dir,
+                mode: 0o555,
+                mtime_s: -86_400,
+                mtime_ns: 500_000_000,
+            })),
+        ),
+        (
+            "entry_failed",
+            Golden::Control(ControlMsg::EntryFailed {
+                path: "run42/raw/f1.dat".into(),
+                file_id: Some(2),
+                code: ErrorCode::PermissionDenied,
+                message: "denied".into(),
             }),
         ),
     ]

@@ -17,9 +17,10 @@ use tern_proto::data::{HEADER_LEN, JOIN_LEN, JOIN_REPLY_LEN};
 use tern_proto::hello::HELLO_LEN;
 use tern_proto::{
     BlockFlags, BlockHeader, ChecksumAlg, Codec, Compression, ControlMsg, DataFrame, DataJoin,
-    DecodeError, ErrorCode, Existing, Features, FileMeta, Hello, JoinReply, MAX_BLOCK_SIZE,
-    MAX_CONTROL_FRAME, OnceLine, Protect, RawLen, SessionAccept, SessionMode, SessionOpen,
-    SkipExisting, TransferOptions, TuningRequest, Window, decode_control, encode_control,
+    DecodeError, EntryKind, EntryMeta, ErrorCode, Existing, Features, FileMeta, Hello, JoinReply,
+    MAX_BLOCK_SIZE, MAX_CONTROL_FRAME, OnceLine, Protect, RawLen, RelPath, SessionAccept,
+    SessionMode, SessionOpen, SkipExisting, TransferOptions, TuningRequest, Window, decode_control,
+    encode_control,
 };
 
 // ---------------------------------------------------------------- strategies
@@ -147,7 +148,7 @@ fn session_mode() -> impl Strategy<Value = SessionMode> {
 fn file_meta() -> impl Strategy<Value = FileMeta> {
     (
         any::<u32>(),
-        text(),
+        vec(any::<u8>(), 0..40),
         any::<u64>(),
         any::<u32>(),
         any::<i64>(),
@@ -155,7 +156,7 @@ fn file_meta() -> impl Strategy<Value = FileMeta> {
     )
         .prop_map(|(file_id, path, size, mode, mtime_s, mtime_ns)| FileMeta {
             file_id,
-            path,
+            path: RelPath(path),
             size,
             mode,
             mtime_s,
@@ -182,7 +183,9 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             | ControlMsg::FileHave { .. }
             | ControlMsg::TokenAuth { .. }
             | ControlMsg::TransferOptions(_)
-            | ControlMsg::FileCheck { .. } => {}
+            | ControlMsg::FileCheck { .. }
+            | ControlMsg::EntryAnnounce(_)
+            | ControlMsg::EntryFailed { .. } => {}
         }
     }
     prop_oneof![
@@ -209,7 +212,10 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
                 block_size,
             })
         }),
-        (text(), any::<u32>()).prop_map(|(path, mode)| ControlMsg::DirAnnounce { path, mode }),
+        (text(), any::<u32>()).prop_map(|(path, mode)| ControlMsg::DirAnnounce {
+            path: path.into(),
+            mode
+        }),
         file_meta().prop_map(ControlMsg::FileAnnounce),
         (any::<u32>(), vec(any::<(u64, u32)>(), 0..20))
             .prop_map(|(file_id, ranges)| ControlMsg::BlockRequest { file_id, ranges }),
@@ -297,6 +303,38 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             ]
         )
             .prop_map(|(file_id, existing)| ControlMsg::FileCheck { file_id, existing }),
+        (
+            vec(any::<u8>(), 0..40),
+            prop_oneof![
+                Just(EntryKind::Dir),
+                Just(EntryKind::Fifo),
+                vec(any::<u8>(), 0..40).prop_map(|t| EntryKind::Symlink { target: RelPath(t) })
+            ],
+            any::<u32>(),
+            any::<i64>(),
+            any::<u32>()
+        )
+            .prop_map(|(path, kind, mode, mtime_s, mtime_ns)| {
+                ControlMsg::EntryAnnounce(EntryMeta {
+                    path: RelPath(path),
+                    kind,
+                    mode,
+                    mtime_s,
+                    mtime_ns,
+                })
+            }),
+        (
+            vec(any::<u8>(), 0..40),
+            any::<Option<u32>>(),
+            error_code(),
+            text()
+        )
+            .prop_map(|(path, file_id, code, message)| ControlMsg::EntryFailed {
+                path: RelPath(path),
+                file_id,
+                code,
+                message,
+            }),
     ]
 }
 

@@ -25,6 +25,7 @@ Exit codes:
   10  integrity: digest mismatch, or blocks still bad after repairs
   11  protocol error: the peer sent something invalid
   12  ssh: could not log in, or could not start tern on the remote host
+  23  partial: some entries could not be copied (listed); everything else was
   130 interrupted";
 
 /// Move large data sets over long, fast networks at the speed the path allows.
@@ -349,6 +350,12 @@ pub struct CpArgs {
     /// copies); `never` sends everything.
     #[arg(long, value_enum, default_value_t = SkipArg::Mtime)]
     pub skip_existing: SkipArg,
+    /// Keep set-user-ID, set-group-ID and sticky bits. They are dropped by
+    /// default, as a receiver must never be made to create privileged files
+    /// by its peer; a daemon applies them only when started with
+    /// --allow-special-bits, and only on files its user owns.
+    #[arg(long)]
+    pub keep_special_bits: bool,
     #[command(flatten)]
     pub transfer: TransferArgs,
     #[command(flatten)]
@@ -460,6 +467,12 @@ pub struct ServeArgs {
     /// address and port.
     #[arg(long)]
     pub no_udp_probe: bool,
+    /// Apply set-user-ID, set-group-ID and sticky bits that clients send
+    /// with --keep-special-bits, and send those of served files to clients
+    /// that ask. Without it they are dropped both ways, so that no client
+    /// can make this daemon create privileged files.
+    #[arg(long)]
+    pub allow_special_bits: bool,
 }
 
 /// The advisor's settings, shared by `tern serve --http` and `tern advisor`.
@@ -679,6 +692,25 @@ pub mod exit {
     pub const GENERAL: u8 = 1;
     pub const USAGE: u8 = 2;
     pub const SSH: u8 = 12;
+    /// As rsync's 23: the copy completed except for the entries listed.
+    pub const PARTIAL: u8 = 23;
+
+    /// A copy that completed except for `0` entries, listed in its report.
+    #[derive(Debug)]
+    pub struct Partial(pub usize);
+
+    impl std::fmt::Display for Partial {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let entries = if self.0 == 1 { "entry" } else { "entries" };
+            write!(
+                f,
+                "{} {entries} could not be copied (listed above); everything else was",
+                self.0
+            )
+        }
+    }
+
+    impl std::error::Error for Partial {}
 
     /// A usage error found by tern itself (not by clap).
     #[derive(Debug)]
@@ -696,6 +728,9 @@ pub mod exit {
     pub fn code_for(e: &anyhow::Error) -> u8 {
         if e.downcast_ref::<Usage>().is_some() {
             return USAGE;
+        }
+        if e.downcast_ref::<Partial>().is_some() {
+            return PARTIAL;
         }
         if e.downcast_ref::<crate::ssh::SshFailure>().is_some() {
             return SSH;

@@ -83,6 +83,7 @@ fn choices_of(t: &TransferArgs) -> Choices {
         },
         skip_existing: SkipExisting::Never,
         stall_timeout: (t.stall_timeout > 0.0).then(|| Duration::from_secs_f64(t.stall_timeout)),
+        keep_special_bits: false,
     }
 }
 
@@ -497,6 +498,7 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
             (Location::Remote { endpoint, path }, Sources::Local(sources)) => {
                 let (mut opts, consulted) = remote_options(t, checksum, endpoint).await?;
                 opts.choices.skip_existing = skip_of(args.skip_existing);
+                opts.choices.keep_special_bits = args.keep_special_bits;
                 let o = with_retries(t.retries, || async {
                     Ok(client::push(endpoint, &opts, sources.clone(), recursive, path.clone(), progress.clone()).await?)
                 })
@@ -506,7 +508,9 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
             (Location::Ssh { target, path }, Sources::Local(sources)) => {
                 let mut opts = ssh_client_options(t, checksum)?;
                 opts.choices.skip_existing = skip_of(args.skip_existing);
-                let ssh = ssh_options(&args.ssh)?;
+                opts.choices.keep_special_bits = args.keep_special_bits;
+                let mut ssh = ssh_options(&args.ssh)?;
+                ssh.allow_special_bits = args.keep_special_bits;
                 let o = with_retries(t.retries, || {
                     let (sources, path, progress) = (sources.clone(), path.clone(), progress.clone());
                     over_ssh(target, &ssh, reverse, &opts, move |ep, o| async move {
@@ -519,6 +523,7 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
             (Location::Local(dest), Sources::Daemon(endpoint, paths)) => {
                 let (mut opts, consulted) = remote_options(t, checksum, &endpoint).await?;
                 opts.choices.skip_existing = skip_of(args.skip_existing);
+                opts.choices.keep_special_bits = args.keep_special_bits;
                 let o = with_retries(t.retries, || async {
                     Ok(client::pull(&endpoint, &opts, paths.clone(), recursive, dest.clone(), progress.clone()).await?)
                 })
@@ -528,7 +533,9 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
             (Location::Local(dest), Sources::Ssh(target, paths)) => {
                 let mut opts = ssh_client_options(t, checksum)?;
                 opts.choices.skip_existing = skip_of(args.skip_existing);
-                let ssh = ssh_options(&args.ssh)?;
+                opts.choices.keep_special_bits = args.keep_special_bits;
+                let mut ssh = ssh_options(&args.ssh)?;
+                ssh.allow_special_bits = args.keep_special_bits;
                 let o = with_retries(t.retries, || {
                     let (paths, dest, progress) = (paths.clone(), dest.clone(), progress.clone());
                     over_ssh(&target, &ssh, reverse, &opts, move |ep, o| async move {
@@ -582,7 +589,23 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
         advisor,
     })
     .emit(t.json);
-    Ok(())
+    partial_result(&outcome.stats)
+}
+
+/// A copy that completed except for some entries is exit 23 (as rsync's);
+/// one whose only entry failed fails as that entry did (a single file into
+/// an unwritable directory is a permission error, 4, as it always was).
+fn partial_result(stats: &tern_engine::transfer::TransferStats) -> Result<()> {
+    match stats.failed.as_slice() {
+        [] => Ok(()),
+        [only] if stats.files.is_empty() && stats.skipped.is_empty() => {
+            bail!(tern_engine::Error::Entry {
+                code: only.code,
+                message: format!("{}: {}", only.path, only.message),
+            })
+        }
+        failed => bail!(crate::cli::exit::Partial(failed.len())),
+    }
 }
 
 async fn copy_local(
@@ -603,12 +626,13 @@ async fn copy_local(
             )));
         }
     }
-    let sink = Arc::new(FsSink::new(
-        Root::Ambient,
-        dest.to_path_buf(),
-        sources.len() as u32,
-    )?);
-    let source = Arc::new(FsSource::new(Root::Ambient, sources, args.recursive));
+    let keep = args.keep_special_bits;
+    let sink = Arc::new(
+        FsSink::new(Root::Ambient, dest.to_path_buf(), sources.len() as u32)?
+            .keep_special_bits(keep),
+    );
+    let source =
+        Arc::new(FsSource::new(Root::Ambient, sources, args.recursive).keep_special_bits(keep));
     // In-memory pipes: no TCP to tune, so a fixed count (auto means 4).
     let streams = match t.streams {
         Streams::Auto => 4,
@@ -812,6 +836,7 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
         crate::probe::start_responder(bound).await
     };
     opts.on_session_done = advisor.as_ref().map(|a| a.advisor.session_hook());
+    opts.allow_special_bits = args.allow_special_bits;
     serve(listener, &identity, opts, advise::stopped(stop)).await?;
     tracing::info!("stopped");
     Ok(())
@@ -917,6 +942,7 @@ async fn serve_once(args: ServeArgs) -> Result<()> {
     opts.wait = Duration::from_secs_f64(args.once_timeout);
     opts.server.io_timeout = Duration::from_secs_f64(args.io_timeout);
     apply_limits(&args, &mut opts.server);
+    opts.server.allow_special_bits = args.allow_special_bits;
     let ssh = std::env::var("SSH_CONNECTION").ok();
     let server = match &args.connect {
         Some(target) => {

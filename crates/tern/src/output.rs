@@ -61,6 +61,18 @@ impl CompressionReport {
     }
 }
 
+/// An entry that could not be copied.
+#[derive(Debug, Serialize)]
+pub struct FailedEntry {
+    /// Path relative to the transfer's top, bytes that are not UTF-8
+    /// escaped as `\xNN`.
+    pub path: String,
+    /// Why.
+    pub error: String,
+    /// Which end saw it: `local` or `peer`.
+    pub seen_by: &'static str,
+}
+
 /// One file's end-to-end digest.
 #[derive(Debug, Serialize)]
 pub struct ChecksumReport {
@@ -95,6 +107,8 @@ pub struct Report {
     pub files_skipped: usize,
     /// Their bytes.
     pub bytes_skipped: u64,
+    /// Entries that could not be copied; the rest of the tree was.
+    pub failed: Vec<FailedEntry>,
     /// What compression did, as this end counted it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<CompressionReport>,
@@ -184,6 +198,16 @@ impl Report {
             bytes_resumed: i.stats.bytes_resumed,
             files_skipped: i.stats.skipped.len(),
             bytes_skipped: i.stats.skipped.iter().map(|f| f.size).sum(),
+            failed: i
+                .stats
+                .failed
+                .iter()
+                .map(|f| FailedEntry {
+                    path: f.path.display(),
+                    error: f.message.clone(),
+                    seen_by: if f.by_peer { "peer" } else { "local" },
+                })
+                .collect(),
             compression: i.stats.compression.as_ref().map(CompressionReport::new),
             streams_stalled: i.stats.streams_stalled,
             streams_lost: i.stats.streams_lost,
@@ -196,6 +220,27 @@ impl Report {
         }
     }
 
+    /// Lists on stderr the entries that could not be copied.
+    fn emit_failed(&self) {
+        if self.failed.is_empty() {
+            return;
+        }
+        let entries = if self.failed.len() == 1 {
+            "entry"
+        } else {
+            "entries"
+        };
+        eprintln!("  not copied: {} {entries}", self.failed.len());
+        for f in &self.failed {
+            let at = if f.seen_by == "peer" {
+                " (at the peer)"
+            } else {
+                ""
+            };
+            eprintln!("    {}: {}{at}", f.path, f.error);
+        }
+    }
+
     /// Prints the report: JSON on stdout, or a summary on stderr.
     pub fn emit(&self, json: bool) {
         if json {
@@ -203,6 +248,9 @@ impl Report {
                 "{}",
                 serde_json::to_string(self).expect("report serializes")
             );
+            // What was not copied goes to stderr whatever the format, as
+            // rsync's errors do.
+            self.emit_failed();
             return;
         }
         let files = match self.files {
@@ -233,6 +281,7 @@ impl Report {
                 human_bytes(self.bytes_skipped)
             );
         }
+        self.emit_failed();
         if let Some(c) = self
             .compression
             .as_ref()

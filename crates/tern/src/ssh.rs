@@ -61,6 +61,10 @@ pub struct SshOptions {
     remote_tern: String,
     /// Wait this long for the once line, login included.
     timeout: Duration,
+    /// The remote tern applies and sends set-user-ID, set-group-ID and
+    /// sticky bits (`cp --keep-special-bits`: the same user at both ends
+    /// asked for them).
+    pub allow_special_bits: bool,
 }
 
 impl SshOptions {
@@ -75,6 +79,7 @@ impl SshOptions {
             command,
             remote_tern: args.remote_tern.clone(),
             timeout: Duration::from_secs_f64(args.ssh_timeout),
+            allow_special_bits: false,
         })
     }
 }
@@ -128,6 +133,9 @@ impl Remote {
         let mut remote = vec![opts.remote_tern.clone(), "serve".into(), "--once".into()];
         if let Some(port) = connect_back {
             remote.extend(["--connect".into(), format!(":{port}")]);
+        }
+        if opts.allow_special_bits {
+            remote.push("--allow-special-bits".into());
         }
         let mut cmd = Command::new(&opts.command[0]);
         cmd.args(&opts.command[1..])

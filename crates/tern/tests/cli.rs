@@ -586,7 +586,7 @@ fn a_killed_daemon_leaves_no_file_at_the_final_name() {
         &url,
         dest.to_str().unwrap(),
     ];
-    let partial = env.p(".copy.tern-partial");
+    let partial = partial_of(&env.p("copy"));
     let _restarted = kill_daemon_mid_copy(&env, server, &args, &partial, 4 << 20);
     assert!(!dest.exists(), "nothing at the final name");
     assert!(partial.exists(), "partial file kept for resume");
@@ -769,6 +769,16 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The partial file a file is received under.
+fn partial_of(file: &Path) -> PathBuf {
+    file.with_file_name(tern_engine::fsio::partial_name(file.file_name().unwrap()))
+}
+
+/// The resume journal kept beside it.
+fn journal_of(file: &Path) -> PathBuf {
+    file.with_file_name(tern_engine::fsio::journal_name(file.file_name().unwrap()))
+}
+
 /// Bytes a (sparse) partial file holds on disk.
 fn bytes_on_disk(path: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -888,7 +898,7 @@ fn a_push_cut_by_a_killed_daemon_resumes_where_it_stopped() {
         src.to_str().unwrap(),
         &url,
     ];
-    let partial = env.p("root/.big.bin.tern-partial");
+    let partial = partial_of(&env.p("root/big.bin"));
     let (arrived, _server) = kill_daemon_mid_copy(&env, server, &args, &partial, 256 << 20);
     assert!(!env.p("root/big.bin").exists());
     assert!(arrived < 1 << 30, "the kill came before the end");
@@ -905,7 +915,7 @@ fn a_push_cut_by_a_killed_daemon_resumes_where_it_stopped() {
     assert!(resumed < 1 << 30);
     assert!(same_file(&src, &env.p("root/big.bin")), "byte-identical");
     assert!(!partial.exists());
-    assert!(!env.p("root/.big.bin.tern-partial.journal").exists());
+    assert!(!journal_of(&env.p("root/big.bin")).exists());
 }
 
 #[test]
@@ -924,7 +934,7 @@ fn a_lost_connection_is_retried_and_the_copy_resumes_by_itself() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let partial = env.p("root/.mid.bin.tern-partial");
+    let partial = partial_of(&env.p("root/mid.bin"));
     kill_daemon_at(server, &mut client, &partial, 128 << 20);
     // Back within the client's first back-off (1 s).
     let _server = Server::start_on(
@@ -1097,7 +1107,7 @@ fn a_copy_whose_client_was_killed_resumes_when_run_again() {
         (
             src.to_str().unwrap(),
             up.as_str(),
-            env.p("root/.up.bin.tern-partial"),
+            partial_of(&env.p("root/up.bin")),
             env.p("root/up.bin"),
         ),
         // Pull: the killed client's own journal, never flushed, counts in
@@ -1105,7 +1115,7 @@ fn a_copy_whose_client_was_killed_resumes_when_run_again() {
         (
             &server.url("big.bin"),
             down.to_str().unwrap(),
-            env.p(".down.bin.tern-partial"),
+            partial_of(&env.p("down.bin")),
             down.clone(),
         ),
     ];
@@ -1143,7 +1153,7 @@ fn a_pull_cut_by_a_killed_daemon_resumes_where_it_stopped() {
         .chain(SLOW_COPY)
         .chain([url.as_str(), dest.to_str().unwrap()])
         .collect();
-    let partial = env.p(".big.bin.tern-partial");
+    let partial = partial_of(&env.p("big.bin"));
     let (arrived, _server) = kill_daemon_mid_copy(&env, server, &args, &partial, 24 << 20);
     assert!(!dest.exists(), "nothing at the final name");
     assert!(arrived < 96 << 20, "the kill came before the end");
@@ -1164,7 +1174,7 @@ fn a_source_changed_between_runs_is_sent_again_whole() {
     let src = env.p("src.bin");
     let server = env.server();
     let url = server.url("up.bin");
-    let partial = env.p("root/.up.bin.tern-partial");
+    let partial = partial_of(&env.p("root/up.bin"));
     let slow: Vec<&str> = SLOW_COPY
         .into_iter()
         .chain([src.to_str().unwrap(), url.as_str()])
@@ -1240,14 +1250,14 @@ fn a_disk_that_fills_during_a_resumed_copy_is_exit_5_and_a_later_run_completes()
         (
             src.to_str().unwrap(),
             into_small.as_str(),
-            small.join(".up.bin.tern-partial"),
+            partial_of(&small.join("up.bin")),
             small.join("up.bin"),
         ),
         // The client does.
         (
             &root_server.url("src.bin"),
             pulled.to_str().unwrap(),
-            small.join(".down.bin.tern-partial"),
+            partial_of(&small.join("down.bin")),
             pulled.clone(),
         ),
     ];

@@ -1,5 +1,6 @@
 //! Source and sink conformance, and the daemon root's confinement.
 
+use std::fs::Permissions;
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
@@ -10,7 +11,7 @@ fn source_conformance(source: &dyn Source) -> Vec<(String, Vec<u8>)> {
     let mut files = Vec::new();
     for item in source.list().unwrap() {
         if let SendEntry::File(meta) = &item.entry {
-            assert!(!meta.path.starts_with('/'), "{} is relative", meta.path);
+            assert!(!meta.path.0.starts_with(b"/"), "{} is relative", meta.path);
             let reader = source.open(&item).unwrap();
             // Read block by block, as stream workers do.
             let mut data = vec![0u8; meta.size as usize];
@@ -23,7 +24,7 @@ fn source_conformance(source: &dyn Source) -> Vec<(String, Vec<u8>)> {
                     || reader.read_at(meta.size, &mut tail).is_err()
                     || reader.is_constant()
             );
-            files.push((meta.path.clone(), data));
+            files.push((meta.path.display(), data));
         }
     }
     files
@@ -75,7 +76,11 @@ fn file_source_lists_trees_in_order_and_reads_them() {
         .unwrap()
         .into_iter()
         .filter_map(|i| match i.entry {
-            SendEntry::Dir { path, .. } => Some(path),
+            SendEntry::Entry(EntryMeta {
+                path,
+                kind: EntryKind::Dir,
+                ..
+            }) => Some(path.display()),
             _ => None,
         })
         .collect();
@@ -115,16 +120,19 @@ fn file_sink_renames_only_on_commit_and_keeps_metadata() {
         !dir.path().join("out.dat").exists(),
         "nothing at the final name before commit"
     );
-    assert!(dir.path().join(".out.dat.tern-partial").exists());
+    let partial = dir.path().join(partial_name(OsStr::new("out.dat")));
+    assert!(partial.exists());
     assert!(
-        !dir.path().join(".out.dat.tern-partial.journal").exists(),
+        !dir.path()
+            .join(journal_name(OsStr::new("out.dat")))
+            .exists(),
         "one block: nothing to resume, no journal"
     );
     w.commit().unwrap();
     let m = std::fs::metadata(dir.path().join("out.dat")).unwrap();
     assert_eq!(m.permissions().mode() & 0o777, 0o640);
     assert_eq!(m.mtime(), 1_600_000_000);
-    assert!(!dir.path().join(".out.dat.tern-partial").exists());
+    assert!(!partial.exists());
     sink_conformance(&sink, "src.dat");
     sink_conformance(&DiscardSink, "x");
 }
@@ -134,12 +142,12 @@ fn sink_resolves_destinations_like_scp() {
     let dir = tempfile::tempdir().unwrap();
     // Existing directory: sources go inside it.
     let sink = FsSink::new(Root::Ambient, dir.path().to_path_buf(), 2).unwrap();
-    sink.create_dir("tree", 0o755).unwrap();
+    sink.create_dir(&"tree".into(), 0o755).unwrap();
     sink_conformance(&sink, "tree/f");
     assert!(dir.path().join("tree/f").is_file());
     // New name, one source tree: the tree is renamed.
     let sink = FsSink::new(Root::Ambient, dir.path().join("copy"), 1).unwrap();
-    sink.create_dir("tree", 0o755).unwrap();
+    sink.create_dir(&"tree".into(), 0o755).unwrap();
     sink_conformance(&sink, "tree/f");
     assert!(dir.path().join("copy/f").is_file());
     // Several sources into something that is not a directory.
@@ -231,9 +239,10 @@ fn a_partial_file_is_resumed_only_for_the_same_version_of_its_source() {
     w.write_at(0, b"0123").unwrap();
     w.write_at(8, b"89").unwrap();
     drop(w); // the transfer died: partial and journal stay
-    let partial = dir.path().join(".big.dat.tern-partial");
+    let partial = dir.path().join(partial_name(OsStr::new("big.dat")));
+    let journal = dir.path().join(journal_name(OsStr::new("big.dat")));
     assert!(partial.exists());
-    assert!(dir.path().join(".big.dat.tern-partial.journal").exists());
+    assert!(journal.exists());
 
     let (w, kept) = sink.create_file(&meta, 4, true).unwrap();
     assert_eq!(kept, vec![(0, 4), (8, 2)]);
@@ -263,9 +272,257 @@ fn a_partial_file_is_resumed_only_for_the_same_version_of_its_source() {
     w.write_at(0, b"0123456789").unwrap();
     w.commit().unwrap();
     assert!(!partial.exists());
-    assert!(!dir.path().join(".big.dat.tern-partial.journal").exists());
+    assert!(!journal.exists());
     assert_eq!(
         std::fs::read(dir.path().join("big.dat")).unwrap(),
         b"0123456789"
     );
+}
+
+fn file_meta(path: &[u8], size: u64, mode: u32) -> FileMeta {
+    FileMeta {
+        file_id: 1,
+        path: RelPath(path.to_vec()),
+        size,
+        mode,
+        mtime_s: -86_400,
+        mtime_ns: 250_000_000,
+    }
+}
+
+fn receive(sink: &FsSink, meta: &FileMeta, data: &[u8]) {
+    let (w, _) = sink.create_file(meta, 1 << 20, true).unwrap();
+    w.write_at(0, data).unwrap();
+    w.commit().unwrap();
+}
+
+#[test]
+fn special_bits_are_dropped_unless_this_end_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = FsSink::new(Root::Ambient, dir.path().to_path_buf(), 2).unwrap();
+    receive(&plain, &file_meta(b"suid", 3, 0o6755), b"abc");
+    let m = std::fs::metadata(dir.path().join("suid")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o7777, 0o755);
+    // Times before 1970 land as they were.
+    assert_eq!((m.mtime(), m.mtime_nsec()), (-86_400, 250_000_000));
+    let keeping = FsSink::new(Root::Ambient, dir.path().to_path_buf(), 2)
+        .unwrap()
+        .keep_special_bits(true);
+    receive(&keeping, &file_meta(b"kept", 3, 0o4755), b"abc");
+    let m = std::fs::metadata(dir.path().join("kept")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o7777, 0o4755);
+    // A sender strips them too unless asked.
+    std::fs::set_permissions(dir.path().join("kept"), Permissions::from_mode(0o4755)).unwrap();
+    let mode_sent = |keep| {
+        let src = FsSource::new(Root::Ambient, vec![dir.path().join("kept")], false)
+            .keep_special_bits(keep);
+        match &src.list().unwrap()[0].entry {
+            SendEntry::File(m) => m.mode,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(mode_sent(false), 0o755);
+    assert_eq!(mode_sent(true), 0o4755);
+}
+
+#[test]
+fn names_are_bytes_and_temporary_names_fit_whatever_the_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FsSink::new(Root::Ambient, dir.path().to_path_buf(), 2).unwrap();
+    let long = vec![b'x'; 255];
+    for name in [&b"caf\xe9"[..], b"new\nline", b"-dash", &long] {
+        receive(&sink, &file_meta(name, 2, 0o644), b"ok");
+        let at = dir.path().join(OsStr::from_bytes(name));
+        assert_eq!(std::fs::read(&at).unwrap(), b"ok", "{:?}", at);
+        assert!(partial_name(OsStr::from_bytes(name)).len() < 64);
+    }
+    let src = FsSource::new(Root::Ambient, vec![dir.path().to_path_buf()], true);
+    let mut names: Vec<Vec<u8>> = src
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter_map(|i| match i.entry {
+            SendEntry::File(m) => Some(m.path.0),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    let top = dir.path().file_name().unwrap().as_bytes().to_vec();
+    let mut want: Vec<Vec<u8>> = [&b"caf\xe9"[..], b"new\nline", b"-dash", &long]
+        .iter()
+        .map(|n| [&top[..], b"/", n].concat())
+        .collect();
+    want.sort();
+    assert_eq!(names, want);
+}
+
+#[test]
+fn partial_files_and_markers_are_never_listed_or_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let top = dir.path().join("t");
+    std::fs::create_dir(&top).unwrap();
+    std::fs::write(top.join("real"), b"r").unwrap();
+    for internal in [
+        partial_name(OsStr::new("x")),
+        journal_name(OsStr::new("x")),
+        OsString::from(".old.tern-partial"),
+        OsString::from(RESUME_MARKER),
+    ] {
+        std::fs::write(top.join(&internal), b"secret").unwrap();
+        let read = FsSource::new(Root::confined(&top).unwrap(), vec![internal.into()], false);
+        assert_eq!(read.list().unwrap_err().kind(), ErrorKind::NotFound);
+    }
+    let src = FsSource::new(Root::Ambient, vec![top], true);
+    let files: Vec<String> = source_conformance(&src).into_iter().map(|f| f.0).collect();
+    assert_eq!(files, vec!["t/real"]);
+}
+
+#[test]
+fn a_partial_file_changed_between_runs_keeps_only_its_intact_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FsSink::new(Root::Ambient, dir.path().join("f"), 1).unwrap();
+    let meta = file_meta(b"f", 12, 0o644);
+    let (w, _) = sink.create_file(&meta, 4, true).unwrap();
+    w.write_at(0, b"0123").unwrap();
+    w.write_at(4, b"4567").unwrap();
+    drop(w);
+    let partial = dir.path().join(partial_name(OsStr::new("f")));
+    let mut bytes = std::fs::read(&partial).unwrap();
+    bytes[5] = b'X';
+    std::fs::write(&partial, &bytes).unwrap();
+    let (_, kept) = sink.create_file(&meta, 4, true).unwrap();
+    assert_eq!(kept, vec![(0, 4)], "the changed block is sent again");
+}
+
+#[test]
+fn a_tree_resumes_into_the_directory_its_first_run_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("dest");
+    let first = FsSink::new(Root::Ambient, dest.clone(), 1).unwrap();
+    first.create_dir(&"tree".into(), 0o755).unwrap();
+    assert!(dest.join(RESUME_MARKER).exists());
+    drop(first); // the run died before finishing
+    // The same command again: dest exists now, but it is the copy of
+    // "tree", so entries of "tree" land in it, not below it.
+    let again = FsSink::new(Root::Ambient, dest.clone(), 1).unwrap();
+    again.create_dir(&"tree".into(), 0o755).unwrap();
+    receive(&again, &file_meta(b"tree/f", 1, 0o644), b"1");
+    assert!(dest.join("f").is_file());
+    assert!(again.finish().is_empty());
+    assert!(!dest.join(RESUME_MARKER).exists(), "done: the marker goes");
+    // Another source into the existing directory goes below it, as cp does.
+    let other = FsSink::new(Root::Ambient, dest.clone(), 1).unwrap();
+    other.create_dir(&"tree".into(), 0o755).unwrap();
+    receive(&other, &file_meta(b"tree/g", 1, 0o644), b"1");
+    assert!(dest.join("tree/g").is_file());
+}
+
+#[test]
+fn a_link_at_the_destination_is_never_followed() {
+    let outside = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("sub")).unwrap();
+    let sink = FsSink::new(Root::Ambient, dir.path().to_path_buf(), 2).unwrap();
+    assert!(
+        sink.create_file(&file_meta(b"sub/evil", 1, 0o644), 4, true)
+            .is_err()
+    );
+    assert!(sink.create_dir(&"sub/d".into(), 0o755).is_err());
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn links_and_pipes_are_listed_as_themselves_and_made_at_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let top = dir.path().join("t");
+    std::fs::create_dir(&top).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", top.join("out")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &top.join("pipe"),
+        FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o640),
+        0,
+    )
+    .unwrap();
+    let src = FsSource::new(Root::Ambient, vec![top], true);
+    let entries: Vec<EntryMeta> = src
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter_map(|i| match i.entry {
+            SendEntry::Entry(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    let dest = dir.path().join("copy");
+    let sink = FsSink::new(Root::Ambient, dest.clone(), 1).unwrap();
+    for e in &entries {
+        sink.create_entry(e).unwrap();
+    }
+    assert!(
+        std::fs::symlink_metadata(dest.join("out")).is_err(),
+        "links wait for the end"
+    );
+    assert!(sink.finish().is_empty());
+    assert_eq!(
+        std::fs::read_link(dest.join("out")).unwrap(),
+        Path::new("/etc/hostname")
+    );
+    let pipe = std::fs::symlink_metadata(dest.join("pipe")).unwrap();
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&pipe.file_type()));
+    assert_eq!(pipe.permissions().mode() & 0o777, 0o640);
+}
+
+#[test]
+fn paths_longer_than_path_max_are_listed_and_received() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "d".repeat(200);
+    let depth = 25; // 25 × 201 bytes: past PATH_MAX (4096)
+    let top = dir.path().join("deep");
+    std::fs::create_dir(&top).unwrap();
+    let mut fd = rustix::fs::open(
+        &top,
+        rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    for _ in 0..depth {
+        rustix::fs::mkdirat(&fd, name.as_str(), rustix::fs::Mode::from_raw_mode(0o755)).unwrap();
+        fd = rustix::fs::openat(
+            &fd,
+            name.as_str(),
+            rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+    }
+    let leaf = rustix::fs::openat(
+        &fd,
+        "leaf",
+        rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CREATE,
+        rustix::fs::Mode::from_raw_mode(0o644),
+    )
+    .unwrap();
+    rustix::io::write(&leaf, b"deep").unwrap();
+    let src = FsSource::new(Root::Ambient, vec![top], true);
+    let items = src.list().unwrap();
+    let dest = dir.path().join("copy");
+    let sink = FsSink::new(Root::Ambient, dest, 1).unwrap();
+    let mut files = 0;
+    for item in &items {
+        match &item.entry {
+            SendEntry::Entry(e) => sink.create_entry(e).unwrap(),
+            SendEntry::File(m) => {
+                assert!(m.path.0.len() > 4096);
+                let mut data = vec![0u8; m.size as usize];
+                src.open(item).unwrap().read_at(0, &mut data).unwrap();
+                receive(&sink, m, &data);
+                files += 1;
+            }
+            SendEntry::Failed(f) => panic!("{f:?}"),
+        }
+    }
+    assert_eq!(files, 1);
+    assert!(sink.finish().is_empty());
 }

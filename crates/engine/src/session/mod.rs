@@ -24,6 +24,8 @@ pub use sender::{
     BYTES_IN_FLIGHT, BlockTask, DigestNeed, FEW_FILES, SendEntry, SenderConfig, SenderSession,
 };
 
+use tern_proto::{ErrorCode, RelPath};
+
 /// Default number of repair rounds before a file is declared bad.
 pub const DEFAULT_MAX_REPAIR_ROUNDS: u32 = 8;
 
@@ -36,6 +38,62 @@ pub struct FileOutcome {
     pub size: u64,
     /// Whole-file digest (empty when digests are off, as in perf).
     pub digest: Vec<u8>,
+}
+
+/// An entry that could not be copied; the rest of the tree was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryFailure {
+    /// Path relative to the transfer's top.
+    pub path: RelPath,
+    /// What kind of failure, as on the wire.
+    pub code: ErrorCode,
+    /// Why, for a person.
+    pub message: String,
+    /// Which end saw it: `true` when the peer reported it.
+    pub by_peer: bool,
+}
+
+impl EntryFailure {
+    /// A failure seen at this end.
+    pub fn here(path: RelPath, e: &crate::Error) -> EntryFailure {
+        EntryFailure {
+            path,
+            code: e.wire_code(),
+            message: e.to_string(),
+            by_peer: false,
+        }
+    }
+
+    /// A failure the peer reported (`EntryFailed`), checked against the
+    /// file ids announced so far (`below`: every id under it was).
+    pub(crate) fn from_peer(
+        msg: (RelPath, Option<u32>, ErrorCode, String),
+        below: u32,
+    ) -> crate::Result<(EntryFailure, Option<u32>)> {
+        let (path, file_id, code, message) = msg;
+        if let Some(id) = file_id.filter(|&id| id >= below) {
+            return Err(crate::Error::Protocol(format!(
+                "failure reported for file {id}, which was never announced"
+            )));
+        }
+        let failure = EntryFailure {
+            path,
+            code,
+            message,
+            by_peer: true,
+        };
+        Ok((failure, file_id))
+    }
+
+    /// The message that tells the peer about a failure seen here.
+    pub(crate) fn to_wire(&self, file_id: Option<u32>) -> tern_proto::ControlMsg {
+        tern_proto::ControlMsg::EntryFailed {
+            path: self.path.clone(),
+            file_id,
+            code: self.code,
+            message: self.message.clone(),
+        }
+    }
 }
 
 /// A growable set of block indices.

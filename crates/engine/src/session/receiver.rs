@@ -1,10 +1,10 @@
 //! The receiving side of a session.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use tern_proto::{BlockHeader, ControlMsg, Existing, FileMeta};
+use tern_proto::{BlockHeader, ControlMsg, EntryMeta, Existing, FileMeta, RelPath};
 
-use super::{BlockSet, FileOutcome};
+use super::{BlockSet, EntryFailure, FileOutcome};
 use crate::{Error, Result};
 
 /// Settings of a receiver session.
@@ -18,6 +18,8 @@ pub struct ReceiverConfig {
     pub max_repair_rounds: u32,
     /// Compare whole-file digests (off for perf, whose data is discarded).
     pub verify_digest: bool,
+    /// Both ends have `ENTRIES` (see [`super::SenderConfig::entries`]).
+    pub entries: bool,
 }
 
 /// What the driver must do for the receiver.
@@ -28,10 +30,21 @@ pub enum RecvAction {
     /// Create this directory.
     CreateDir {
         /// Path relative to the transfer's top.
-        path: String,
+        path: RelPath,
         /// Permission bits.
         mode: u32,
     },
+    /// Create this directory, link or pipe (`EntryAnnounce`); on failure
+    /// call [`ReceiverSession::entry_failed`].
+    Entry(EntryMeta),
+    /// The sender gave this file up: drop its temporary file.
+    Drop {
+        /// The file.
+        file_id: u32,
+    },
+    /// Every file is in place: create the links and apply the directory
+    /// modes and times, then call [`ReceiverSession::tree_finished`].
+    FinishTree,
     /// Open a temporary file for this announced file.
     OpenFile(FileMeta),
     /// Every block arrived and the digests match: flush, set metadata and
@@ -101,6 +114,12 @@ pub struct ReceiverSession {
     skipped: Vec<FileOutcome>,
     highest_file_id: u32,
     bytes_resumed: u64,
+    failed: Vec<EntryFailure>,
+    /// Files given up on at either end: late messages about them are
+    /// ignored.
+    failed_ids: BTreeSet<u32>,
+    finishing: bool,
+    bad_digest: Option<u32>,
 }
 
 impl ReceiverSession {
@@ -125,6 +144,10 @@ impl ReceiverSession {
             skipped: Vec::new(),
             highest_file_id: 0,
             bytes_resumed: 0,
+            failed: Vec::new(),
+            failed_ids: BTreeSet::new(),
+            finishing: false,
+            bad_digest: None,
         }
     }
 
@@ -158,6 +181,33 @@ impl ReceiverSession {
                         existing: None,
                     },
                 );
+                Ok(())
+            }
+            ControlMsg::EntryAnnounce(meta) if self.cfg.entries => {
+                self.actions.push_back(RecvAction::Entry(meta));
+                Ok(())
+            }
+            ControlMsg::EntryFailed {
+                path,
+                file_id,
+                code,
+                message,
+            } if self.cfg.entries => {
+                let msg = (path, file_id, code, message);
+                let below = self.highest_file_id.saturating_add(1);
+                let (failure, file_id) = EntryFailure::from_peer(msg, below)?;
+                if let Some(id) = file_id {
+                    self.failed_ids.insert(id);
+                    if self.files.remove(&id).is_some() {
+                        self.actions.push_back(RecvAction::Drop { file_id: id });
+                    }
+                }
+                self.failed.push(failure);
+                self.maybe_close();
+                Ok(())
+            }
+            ControlMsg::FileSent { file_id, .. } if self.failed_ids.contains(&file_id) => {
+                // Crossed our failure report on the way.
                 Ok(())
             }
             ControlMsg::FileSent {
@@ -272,9 +322,23 @@ impl ReceiverSession {
         Ok(BlockVerdict::Write)
     }
 
+    /// True for a file given up at either end (`EntryFailed`).
+    pub fn was_given_up(&self, file_id: u32) -> bool {
+        self.failed_ids.contains(&file_id)
+    }
+
+    /// The file whose whole-file digest did not match, once one did.
+    pub fn digest_failed(&self) -> Option<u32> {
+        self.bad_digest
+    }
+
     /// A block judged [`BlockVerdict::Write`] is on disk.
     pub fn block_written(&mut self, stream: usize, header: &BlockHeader) -> Result<()> {
         let bs = u64::from(self.cfg.block_size);
+        if self.was_given_up(header.file_id) && !self.files.contains_key(&header.file_id) {
+            self.count_frame(stream);
+            return Ok(());
+        }
         let file = self.file_mut(header.file_id)?;
         file.received.insert(header.offset / bs);
         file.prefix_blocks += file.received.run_from(file.prefix_blocks);
@@ -346,7 +410,7 @@ impl ReceiverSession {
                 existing: Existing::Same,
             }));
         self.skipped.push(FileOutcome {
-            path: file.meta.path,
+            path: file.meta.path.display(),
             size: file.meta.size,
             digest: Vec::new(),
         });
@@ -384,7 +448,7 @@ impl ReceiverSession {
                 digest: digest.clone(),
             }));
         self.skipped.push(FileOutcome {
-            path: file.meta.path,
+            path: file.meta.path.display(),
             size: file.meta.size,
             digest,
         });
@@ -484,7 +548,7 @@ impl ReceiverSession {
                 file.rounds += 1;
                 if file.rounds > max_rounds {
                     return Err(Error::TooManyRetries {
-                        path: file.meta.path.clone(),
+                        path: file.meta.path.display(),
                         rounds: max_rounds,
                     });
                 }
@@ -506,8 +570,9 @@ impl ReceiverSession {
             return Ok(());
         };
         if *ours != sent.digest {
+            self.bad_digest = Some(file_id);
             return Err(Error::DigestMismatch {
-                path: file.meta.path.clone(),
+                path: file.meta.path.display(),
                 sender: hex::encode(&sent.digest),
                 receiver: hex::encode(ours),
             });
@@ -530,7 +595,7 @@ impl ReceiverSession {
                 digest: digest.clone(),
             }));
         self.finished.push(FileOutcome {
-            path: file.meta.path,
+            path: file.meta.path.display(),
             size: file.meta.size,
             digest,
         });
@@ -539,12 +604,65 @@ impl ReceiverSession {
     }
 
     fn maybe_close(&mut self) {
-        if self.sender_closed && self.files.is_empty() && !self.close_sent {
-            self.close_sent = true;
-            self.actions.push_back(RecvAction::Send(ControlMsg::Close {
-                per_stream_bytes: self.stream_bytes.clone(),
-            }));
+        if self.sender_closed && self.files.is_empty() && !self.finishing {
+            self.finishing = true;
+            self.actions.push_back(RecvAction::FinishTree);
         }
+    }
+
+    /// The driver finished [`RecvAction::FinishTree`]; `failures` are the
+    /// links and directories it could not create or set. The session
+    /// closes.
+    pub fn tree_finished(&mut self, failures: Vec<EntryFailure>) -> Result<()> {
+        for failure in failures {
+            self.record_failure(failure, None)?;
+        }
+        self.close_sent = true;
+        self.actions.push_back(RecvAction::Send(ControlMsg::Close {
+            per_stream_bytes: self.stream_bytes.clone(),
+        }));
+        Ok(())
+    }
+
+    /// A directory, link or pipe could not be created here. With
+    /// `ENTRIES` the sender is told and the session goes on; without, or
+    /// when the error is not about this entry alone, it fails.
+    pub fn entry_failed(&mut self, path: RelPath, e: Error) -> Result<()> {
+        if !self.cfg.entries || !e.is_per_entry() {
+            return Err(e);
+        }
+        self.record_failure(EntryFailure::here(path, &e), None)
+    }
+
+    /// An announced file could not be opened or created here: as
+    /// [`Self::entry_failed`], and the sender stops sending it. The
+    /// driver drops whatever it opened for the file.
+    pub fn file_failed(&mut self, file_id: u32, e: Error) -> Result<()> {
+        if !self.cfg.entries || !e.is_per_entry() {
+            return Err(e);
+        }
+        let Some(file) = self.files.remove(&file_id) else {
+            return Ok(());
+        };
+        self.failed_ids.insert(file_id);
+        self.record_failure(EntryFailure::here(file.meta.path, &e), Some(file_id))?;
+        self.maybe_close();
+        Ok(())
+    }
+
+    fn record_failure(&mut self, failure: EntryFailure, file_id: Option<u32>) -> Result<()> {
+        tracing::warn!("not copied: {}: {}", failure.path, failure.message);
+        if self.cfg.entries {
+            self.actions
+                .push_back(RecvAction::Send(failure.to_wire(file_id)));
+        }
+        self.failed.push(failure);
+        Ok(())
+    }
+
+    /// Entries not copied, seen at either end.
+    pub fn failed(&self) -> &[EntryFailure] {
+        &self.failed
     }
 
     /// The next action for the driver, if any.

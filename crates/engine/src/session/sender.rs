@@ -1,11 +1,11 @@
 //! The sending side of a session.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
-use tern_proto::{ControlMsg, Existing, FileMeta};
+use tern_proto::{ControlMsg, EntryKind, EntryMeta, ErrorCode, Existing, FileMeta, RelPath};
 
-use super::{BlockSet, FileOutcome};
+use super::{BlockSet, EntryFailure, FileOutcome};
 use crate::{Error, Result};
 
 /// Files announced at once whatever their size.
@@ -42,6 +42,9 @@ pub struct SenderConfig {
     /// The receiver answers every announcement with `FileCheck` (a skip
     /// policy is in force): no block of a file is handed out before.
     pub await_checks: bool,
+    /// Both ends have `ENTRIES`: any bytes in names, links, pipes and
+    /// directory times, and per-entry failures that do not end the session.
+    pub entries: bool,
 }
 
 /// Whether the driver should compute a file's whole-file digest now.
@@ -58,15 +61,12 @@ pub enum DigestNeed {
 /// Something to send, in the order the receiver should create it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendEntry {
-    /// A directory (created even if empty).
-    Dir {
-        /// Path relative to the transfer's top.
-        path: String,
-        /// Permission bits.
-        mode: u32,
-    },
+    /// A directory (created even if empty), symbolic link or named pipe.
+    Entry(EntryMeta),
     /// A file; its `file_id` is assigned by the session.
     File(FileMeta),
+    /// Something the source could not read: reported, not sent.
+    Failed(EntryFailure),
 }
 
 /// One block a stream worker should read and send.
@@ -143,6 +143,10 @@ pub struct SenderSession {
     blocks_retransmitted: u64,
     finished: Vec<FileOutcome>,
     skipped: Vec<FileOutcome>,
+    failed: Vec<EntryFailure>,
+    /// Files given up on (a failure at either end): late messages about
+    /// them are ignored.
+    forgotten: BTreeSet<u32>,
     bytes_total: u64,
     bytes_resumed: u64,
 }
@@ -169,6 +173,8 @@ impl SenderSession {
             blocks_retransmitted: 0,
             finished: Vec::new(),
             skipped: Vec::new(),
+            failed: Vec::new(),
+            forgotten: BTreeSet::new(),
             bytes_total: 0,
             bytes_resumed: 0,
         }
@@ -184,7 +190,7 @@ impl SenderSession {
                 self.next_file_id += 1;
                 Some(meta.file_id)
             }
-            SendEntry::Dir { .. } => None,
+            SendEntry::Entry(_) | SendEntry::Failed(_) => None,
         };
         self.pending.push_back(entry);
         self.admit();
@@ -225,9 +231,11 @@ impl SenderSession {
                 break;
             };
             match entry {
-                SendEntry::Dir { path, mode } => self
-                    .outbox
-                    .push_back(ControlMsg::DirAnnounce { path, mode }),
+                SendEntry::Entry(meta) => self.announce_entry(meta),
+                SendEntry::Failed(failure) => self.fail_here(failure, None),
+                SendEntry::File(meta) if !self.cfg.entries && !meta.path.is_utf8() => {
+                    self.fail_here(old_peer(meta.path, "a name that is not UTF-8"), None);
+                }
                 SendEntry::File(meta) => {
                     let empty = meta.size == 0;
                     let held = self.cfg.await_checks;
@@ -259,6 +267,62 @@ impl SenderSession {
             }
         }
         self.maybe_close();
+    }
+
+    /// Announces a directory, link or pipe: as `EntryAnnounce` when the
+    /// receiver knows it, a directory as `DirAnnounce` otherwise, and what
+    /// an older receiver cannot take as a failure of this end.
+    fn announce_entry(&mut self, meta: EntryMeta) {
+        if self.cfg.entries {
+            self.outbox.push_back(ControlMsg::EntryAnnounce(meta));
+            return;
+        }
+        let unsupported = match meta.kind {
+            _ if !meta.path.is_utf8() => "a name that is not UTF-8",
+            EntryKind::Dir => {
+                self.outbox.push_back(ControlMsg::DirAnnounce {
+                    path: meta.path,
+                    mode: meta.mode,
+                });
+                return;
+            }
+            EntryKind::Symlink { .. } => "a symbolic link",
+            EntryKind::Fifo => "a named pipe",
+        };
+        self.fail_here(old_peer(meta.path, unsupported), None);
+    }
+
+    /// Records an entry this end could not send, and tells the receiver
+    /// when it can hear it.
+    fn fail_here(&mut self, failure: EntryFailure, file_id: Option<u32>) {
+        if self.cfg.entries {
+            self.outbox.push_back(failure.to_wire(file_id));
+        }
+        self.failed.push(failure);
+    }
+
+    /// An announced file cannot be sent on (its source could not be read):
+    /// the receiver is told to drop it, and the session goes on. Only with
+    /// `ENTRIES`; without it the failure ends the session.
+    pub fn file_failed(&mut self, file_id: u32, e: Error) -> Result<()> {
+        let Some(path) = self.files.get(&file_id).map(|f| f.meta.path.clone()) else {
+            return Ok(());
+        };
+        if !self.cfg.entries || !e.is_per_entry() {
+            return Err(e);
+        }
+        self.forget_file(file_id);
+        self.fail_here(EntryFailure::here(path, &e), Some(file_id));
+        self.admit();
+        Ok(())
+    }
+
+    /// Drops a file from everything that would send it.
+    fn forget_file(&mut self, file_id: u32) {
+        self.forgotten.insert(file_id);
+        self.take_file(file_id);
+        self.fresh_order.retain(|&id| id != file_id);
+        self.repair_queue.retain(|t| t.file_id != file_id);
     }
 
     fn maybe_close(&mut self) {
@@ -385,7 +449,7 @@ impl SenderSession {
     fn skip_file(&mut self, file_id: u32) {
         if let Some(file) = self.take_file(file_id) {
             self.skipped.push(FileOutcome {
-                path: file.meta.path,
+                path: file.meta.path.display(),
                 size: file.meta.size,
                 digest: file.digest.unwrap_or_default(),
             });
@@ -479,6 +543,17 @@ impl SenderSession {
 
     /// Feeds a control message from the receiver.
     pub fn handle_control(&mut self, msg: ControlMsg) -> Result<()> {
+        let about = match &msg {
+            ControlMsg::BlockRequest { file_id, .. }
+            | ControlMsg::FileDone { file_id, .. }
+            | ControlMsg::FileHave { file_id, .. }
+            | ControlMsg::FileCheck { file_id, .. } => Some(*file_id),
+            _ => None,
+        };
+        if about.is_some_and(|id| self.forgotten.contains(&id)) {
+            // Crossed our failure report on the way.
+            return Ok(());
+        }
         match msg {
             ControlMsg::BlockRequest { file_id, ranges } => {
                 let bs = u64::from(self.cfg.block_size);
@@ -494,7 +569,7 @@ impl SenderSession {
                 file.rounds += 1;
                 if file.rounds > max_rounds {
                     return Err(Error::TooManyRetries {
-                        path: file.meta.path.clone(),
+                        path: file.meta.path.display(),
                         rounds: max_rounds,
                     });
                 }
@@ -535,7 +610,7 @@ impl SenderSession {
                     )));
                 }
                 let done = FileOutcome {
-                    path: file.meta.path,
+                    path: file.meta.path.display(),
                     size: file.meta.size,
                     digest,
                 };
@@ -592,6 +667,21 @@ impl SenderSession {
                         self.compare_digests(file_id);
                     }
                 }
+                Ok(())
+            }
+            ControlMsg::EntryFailed {
+                path,
+                file_id,
+                code,
+                message,
+            } if self.cfg.entries => {
+                let msg = (path, file_id, code, message);
+                let (failure, file_id) = EntryFailure::from_peer(msg, self.next_file_id)?;
+                if let Some(id) = file_id {
+                    self.forget_file(id);
+                }
+                self.failed.push(failure);
+                self.admit();
                 Ok(())
             }
             ControlMsg::Error { code, message, .. } => Err(Error::Peer { code, message }),
@@ -663,5 +753,22 @@ impl SenderSession {
     /// Files not sent because the receiver already had them.
     pub fn skipped(&self) -> &[FileOutcome] {
         &self.skipped
+    }
+
+    /// Entries not copied, seen at either end.
+    pub fn failed(&self) -> &[EntryFailure] {
+        &self.failed
+    }
+}
+
+/// An entry a receiver without `ENTRIES` cannot take.
+fn old_peer(path: RelPath, what: &str) -> EntryFailure {
+    EntryFailure {
+        path,
+        code: ErrorCode::BadRequest,
+        message: format!(
+            "not copied: {what}, which the receiving tern is too old to take (update it)"
+        ),
+        by_peer: false,
     }
 }

@@ -36,6 +36,10 @@ struct Sim {
     kill: Option<(usize, u64)>,
     opened: Vec<FileMeta>,
     dirs: Vec<String>,
+    /// Files the receiver was told to drop.
+    dropped: Vec<u32>,
+    /// Files the receiver cannot create, by path.
+    refuse: Vec<String>,
     finalized: Vec<u32>,
     /// Receiver's digest differs from the sender's for this file.
     bad_digest_for: Option<u32>,
@@ -65,12 +69,14 @@ impl Sim {
                 max_repair_rounds: 3,
                 deadline: None,
                 await_checks: false,
+                entries: true,
             }),
             r: ReceiverSession::new(ReceiverConfig {
                 streams,
                 block_size: BS,
                 max_repair_rounds: 3,
                 verify_digest: true,
+                entries: true,
             }),
             links: latencies
                 .iter()
@@ -90,6 +96,8 @@ impl Sim {
             kill: None,
             opened: vec![],
             dirs: vec![],
+            dropped: vec![],
+            refuse: vec![],
             finalized: vec![],
             bad_digest_for: None,
             repair_blocks_seen: 0,
@@ -108,6 +116,7 @@ impl Sim {
             max_repair_rounds: 3,
             deadline: None,
             await_checks: true,
+            entries: true,
         });
         self.existing = Some(existing);
         self
@@ -229,18 +238,30 @@ impl Sim {
                 RecvAction::Send(msg) => self
                     .to_s
                     .push_back((self.now_ms + self.ctrl_latency_ms, msg)),
-                RecvAction::CreateDir { path, .. } => self.dirs.push(path),
+                RecvAction::CreateDir { path, .. } => self.dirs.push(path.display()),
+                RecvAction::Entry(meta) => self.dirs.push(meta.path.display()),
+                RecvAction::Drop { file_id } => self.dropped.push(file_id),
+                RecvAction::FinishTree => self.r.tree_finished(Vec::new())?,
+                RecvAction::OpenFile(meta)
+                    if self.refuse.iter().any(|p| meta.path == p.as_str()) =>
+                {
+                    let why = Error::PermissionDenied {
+                        path: meta.path.display(),
+                        why: "refused by the test".into(),
+                    };
+                    self.r.file_failed(meta.file_id, why)?;
+                }
                 RecvAction::OpenFile(meta) => {
                     let found = self.existing.as_ref().map(|ex| {
                         ex.iter()
-                            .find(|(p, _)| *p == meta.path)
+                            .find(|(p, _)| meta.path == p.as_str())
                             .map_or(Existing::Absent, |(_, e)| e.clone())
                     });
                     if found == Some(Existing::Same) {
                         self.r.skip_existing(meta.file_id)?;
                         continue;
                     }
-                    let kept = self.kept.iter().find(|(p, _)| *p == meta.path);
+                    let kept = self.kept.iter().find(|(p, _)| meta.path == p.as_str());
                     if let Some((_, ranges)) = kept {
                         self.r.resumed(meta.file_id, ranges.clone())?;
                     }
@@ -277,10 +298,13 @@ fn files_complete_across_streams_with_different_latencies() {
     queue(
         &mut sim,
         vec![
-            SendEntry::Dir {
+            SendEntry::Entry(tern_proto::EntryMeta {
                 path: "d".into(),
+                kind: tern_proto::EntryKind::Dir,
                 mode: 0o755,
-            },
+                mtime_s: 0,
+                mtime_ns: 0,
+            }),
             Sim::file("d/a", 10_500),
             Sim::file("d/empty", 0),
             Sim::file("d/b", 3_000),
@@ -412,6 +436,7 @@ fn perf_streams_end_at_the_deadline() {
         max_repair_rounds: 1,
         deadline: Some(start + Duration::from_millis(10)),
         await_checks: false,
+        entries: true,
     });
     s.push(Sim::file("perf", FileMeta::UNKNOWN_SIZE));
     s.finish_listing();
@@ -556,6 +581,7 @@ fn one_stream_sender(await_checks: bool) -> SenderSession {
         max_repair_rounds: 3,
         deadline: None,
         await_checks,
+        entries: true,
     })
 }
 
@@ -676,6 +702,7 @@ fn many_small_files_are_announced_ahead_but_large_ones_only_a_few() {
             max_repair_rounds: 3,
             deadline: None,
             await_checks: false,
+            entries: true,
         });
         for i in 0..1000 {
             s.push(Sim::file(&format!("f{i}"), size));
@@ -691,4 +718,113 @@ fn many_small_files_are_announced_ahead_but_large_ones_only_a_few() {
     assert_eq!(announced(1 << 30), FEW_FILES);
     // 1 MiB files: until 64 MiB are in flight.
     assert_eq!(announced(1 << 20), (BYTES_IN_FLIGHT / (1 << 20)) as usize);
+}
+
+fn failure_paths(failed: &[EntryFailure]) -> Vec<(String, bool)> {
+    failed
+        .iter()
+        .map(|f| (f.path.display(), f.by_peer))
+        .collect()
+}
+
+#[test]
+fn a_file_the_receiver_cannot_create_is_reported_and_the_rest_arrive() {
+    let mut sim = Sim::new(&[1, 3], &[1, 1], 2);
+    sim.refuse = vec!["d/b".into()];
+    queue(
+        &mut sim,
+        vec![
+            Sim::file("d/a", 3_000),
+            Sim::file("d/b", 5_000),
+            Sim::file("d/c", 2_000),
+        ],
+    );
+    sim.run(10_000).unwrap();
+    assert_eq!(paths(sim.r.finished()), vec!["d/a", "d/c"]);
+    assert_eq!(sim.s.finished().len(), 2);
+    assert_eq!(failure_paths(sim.r.failed()), vec![("d/b".into(), false)]);
+    assert_eq!(failure_paths(sim.s.failed()), vec![("d/b".into(), true)]);
+    assert_eq!(
+        sim.s.failed()[0].code,
+        tern_proto::ErrorCode::PermissionDenied
+    );
+}
+
+#[test]
+fn a_file_the_sender_cannot_read_is_dropped_by_the_receiver() {
+    let mut sim = Sim::new(&[1], &[1], 2);
+    queue(
+        &mut sim,
+        vec![
+            Sim::file("a", 3_000),
+            Sim::file("b", 30_000),
+            Sim::file("c", 10),
+        ],
+    );
+    // File 2 turns out unreadable after it was announced.
+    let gone = Error::io("read", "b", std::io::Error::from_raw_os_error(libc::EACCES));
+    sim.s.file_failed(2, gone).unwrap();
+    sim.run(10_000).unwrap();
+    assert_eq!(paths(sim.r.finished()), vec!["a", "c"]);
+    assert_eq!(failure_paths(sim.s.failed()), vec![("b".into(), false)]);
+    assert_eq!(failure_paths(sim.r.failed()), vec![("b".into(), true)]);
+    assert!(sim.r.was_given_up(2));
+}
+
+#[test]
+fn a_failure_that_concerns_the_whole_transfer_still_ends_it() {
+    let mut s = one_stream_sender(false);
+    s.push(Sim::file("a", 3_000));
+    s.finish_listing();
+    let full = Error::NoSpace("a".into());
+    assert_eq!(
+        s.file_failed(1, full).unwrap_err().kind(),
+        crate::ErrorKind::NoSpace
+    );
+}
+
+#[test]
+fn an_older_receiver_is_sent_no_links_pipes_or_names_it_cannot_decode() {
+    let mut s = SenderSession::new(SenderConfig {
+        streams: 1,
+        block_size: BS,
+        max_files_in_flight: 4,
+        max_repair_rounds: 3,
+        deadline: None,
+        await_checks: false,
+        entries: false,
+    });
+    let entry = |path: &[u8], kind| {
+        SendEntry::Entry(tern_proto::EntryMeta {
+            path: tern_proto::RelPath(path.to_vec()),
+            kind,
+            mode: 0o755,
+            mtime_s: 0,
+            mtime_ns: 0,
+        })
+    };
+    s.push(entry(b"d", tern_proto::EntryKind::Dir));
+    s.push(entry(
+        b"d/link",
+        tern_proto::EntryKind::Symlink { target: "x".into() },
+    ));
+    s.push(entry(b"d/pipe", tern_proto::EntryKind::Fifo));
+    s.push(entry(b"d/caf\xe9", tern_proto::EntryKind::Dir));
+    s.push(SendEntry::File(FileMeta {
+        file_id: 0,
+        path: tern_proto::RelPath(b"d/f\xff".to_vec()),
+        size: 0,
+        mode: 0o644,
+        mtime_s: 0,
+        mtime_ns: 0,
+    }));
+    s.finish_listing();
+    let sent: Vec<ControlMsg> = std::iter::from_fn(|| s.poll_control()).collect();
+    assert!(
+        matches!(&sent[..], [ControlMsg::DirAnnounce { path, mode: 0o755 }, ControlMsg::Close { .. }] if *path == "d"),
+        "{sent:?}"
+    );
+    let failed: Vec<String> = s.failed().iter().map(|f| f.path.display()).collect();
+    assert_eq!(failed, vec!["d/link", "d/pipe", "d/caf\\xe9", "d/f\\xff"]);
+    assert!(s.failed().iter().all(|f| !f.by_peer));
 }

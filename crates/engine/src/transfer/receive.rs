@@ -106,6 +106,7 @@ pub async fn run_receiver(
             block_size: params.block_size,
             max_repair_rounds: params.max_repair_rounds,
             verify_digest: verify,
+            entries: params.entries,
         })),
         wake: Notify::new(),
         failure: Failure::default(),
@@ -182,6 +183,7 @@ pub async fn run_receiver(
     }
     drop(guard);
     if let Some(e) = shared.failure.take() {
+        discard_bad_digest(&shared).await;
         return Err(e);
     }
     let session = shared.session.lock().expect("session");
@@ -198,9 +200,26 @@ pub async fn run_receiver(
         &shared.streams,
         session.bytes_resumed(),
         session.skipped(),
+        session.failed(),
         shared.compression.report(params.compression),
     );
     Ok(stats)
+}
+
+/// A file whose digest did not match after all repairs leaves no partial
+/// file behind: its next run starts it over rather than trusting data that
+/// just failed (which could fail the same way forever).
+async fn discard_bad_digest(shared: &Arc<RecvShared>) {
+    let bad = shared.session.lock().expect("session").digest_failed();
+    let Some(id) = bad else {
+        return;
+    };
+    let w = shared.writers.lock().expect("writers").remove(&id);
+    if let Some(w) = w {
+        if let Err(e) = blocking(move || w.discard()).await {
+            tracing::warn!("{e}");
+        }
+    }
 }
 
 /// Gives up streams whose read has waited past the stall timeout for
@@ -301,8 +320,33 @@ async fn receiver_actions(
             }
             RecvAction::CreateDir { path, mode } => {
                 let sink = shared.sink.clone();
-                blocking(move || sink.create_dir(&path, mode))
+                let at = path.clone();
+                let made = blocking(move || sink.create_dir(&at, mode)).await;
+                entry_made(&shared, path, made)
+            }
+            RecvAction::Entry(meta) => {
+                let sink = shared.sink.clone();
+                let path = meta.path.clone();
+                let made = blocking(move || sink.create_entry(&meta)).await;
+                entry_made(&shared, path, made)
+            }
+            RecvAction::Drop { file_id } => {
+                let w = shared.writers.lock().expect("writers").remove(&file_id);
+                match w {
+                    Some(w) => blocking(move || w.discard()).await.map(|()| false),
+                    None => Ok(false),
+                }
+            }
+            RecvAction::FinishTree => {
+                let sink = shared.sink.clone();
+                let failures = tokio::task::spawn_blocking(move || sink.finish())
                     .await
+                    .unwrap_or_default();
+                shared
+                    .session
+                    .lock()
+                    .expect("session")
+                    .tree_finished(failures)
                     .map(|()| false)
             }
             RecvAction::OpenFile(meta) => {
@@ -319,7 +363,10 @@ async fn receiver_actions(
                     Ok(Opened::File(w, kept, existing))
                 })
                 .await;
-                opened.and_then(|opened| file_opened(&shared, id, opened, verify, &digest_tx))
+                match opened {
+                    Ok(opened) => file_opened(&shared, id, opened, verify, &digest_tx),
+                    Err(e) => file_not_opened(&shared, id, e),
+                }
             }
             RecvAction::Finalize { file_id } => {
                 let w = shared.writers.lock().expect("writers").remove(&file_id);
@@ -415,6 +462,29 @@ fn file_opened(
             }
         }
     }
+    shared.opened_upto.store(id, Ordering::SeqCst);
+    shared.wake.notify_waiters();
+    Ok(false)
+}
+
+/// A directory, link or pipe was created, or could not be: with `ENTRIES`
+/// the session goes on without it.
+fn entry_made(shared: &RecvShared, path: tern_proto::RelPath, made: Result<()>) -> Result<bool> {
+    match made {
+        Ok(()) => Ok(false),
+        Err(e) => shared
+            .session
+            .lock()
+            .expect("session")
+            .entry_failed(path, e)
+            .map(|()| false),
+    }
+}
+
+/// An announced file could not be opened here: with `ENTRIES` the session
+/// goes on without it (its blocks are dropped as they come).
+fn file_not_opened(shared: &RecvShared, id: u32, e: Error) -> Result<bool> {
+    shared.session.lock().expect("session").file_failed(id, e)?;
     shared.opened_upto.store(id, Ordering::SeqCst);
     shared.wake.notify_waiters();
     Ok(false)
@@ -637,13 +707,22 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
             }
             Ok(BlockVerdict::Duplicate) => {}
             Ok(BlockVerdict::Write) => {
-                let Some(w) = shared
+                let w = shared
                     .writers
                     .lock()
                     .expect("writers")
                     .get(&h.file_id)
-                    .cloned()
-                else {
+                    .cloned();
+                let Some(w) = w else {
+                    if shared
+                        .session
+                        .lock()
+                        .expect("session")
+                        .was_given_up(h.file_id)
+                    {
+                        // Given up at either end while this block came.
+                        continue;
+                    }
                     return shared.failure.fail(
                         Error::Protocol(format!("block for closed file {}", h.file_id)),
                         &shared.wake,

@@ -106,6 +106,28 @@ impl SendShared {
         Ok(r)
     }
 
+    /// A file could not be read: with `ENTRIES` it is reported and the
+    /// session goes on without it (true); otherwise the session fails.
+    fn give_up_file(&self, file_id: u32, e: Error) -> bool {
+        let given_up = self
+            .session
+            .lock()
+            .expect("session")
+            .file_failed(file_id, e);
+        self.readers.lock().expect("readers").remove(&file_id);
+        match given_up {
+            Ok(()) => {
+                self.control_wake.notify_one();
+                self.wake.notify_waiters();
+                true
+            }
+            Err(e) => {
+                self.failure.fail(e, &self.wake);
+                false
+            }
+        }
+    }
+
     /// Stream `k` failed or stalled: it gets no more blocks, what it
     /// carried is repaired, and a replacement is asked for when streams
     /// are replaced.
@@ -171,6 +193,7 @@ pub async fn run_sender(
         max_repair_rounds: params.max_repair_rounds,
         deadline: params.deadline,
         await_checks: params.skip_existing != tern_proto::SkipExisting::Never,
+        entries: params.entries,
     });
     session.expect_joined(0);
     let mut by_id = HashMap::new();
@@ -282,6 +305,7 @@ pub async fn run_sender(
         &shared.streams,
         session.bytes_resumed(),
         session.skipped(),
+        session.failed(),
         shared.compress.counters.report(params.compression),
     );
     Ok(stats)
@@ -468,7 +492,12 @@ async fn sender_digests(
             .unwrap_or_else(|e| Err(Error::Protocol(format!("digest task failed: {e}"))));
             match computed {
                 Ok(d) => d,
-                Err(e) => return shared.failure.fail(e, &shared.wake),
+                Err(e) => {
+                    if shared.give_up_file(file_id, e) {
+                        continue 'files;
+                    }
+                    return;
+                }
             }
         } else {
             Vec::new()
@@ -644,12 +673,23 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
         };
         let reader = match shared.reader(task.file_id) {
             Ok(r) => r,
-            Err(e) => return shared.failure.fail(e, &shared.wake),
+            Err(e) => {
+                if shared.give_up_file(task.file_id, e) {
+                    continue;
+                }
+                return;
+            }
         };
         let taken = bufs.take().expect("buffers are put back after each block");
         let (mut b, prepared) = match prepare_block(&shared, &reader, &task, taken).await {
             Ok(done) => done,
-            Err(e) => return shared.failure.fail(e, &shared.wake),
+            Err(e) => {
+                if shared.give_up_file(task.file_id, e) {
+                    bufs = Some(Buffers::new(block_size, &shared.compress));
+                    continue;
+                }
+                return;
+            }
         };
         let raw = &b.raw[HEADER_LEN..HEADER_LEN + task.len as usize];
         let check = shared.check.compute(task.file_id, task.offset, raw);
