@@ -839,3 +839,108 @@ async fn without_a_stall_timeout_a_stalled_stream_holds_the_copy() {
     assert!(!b.p("root/x.bin").exists(), "nothing at the final name");
     b.d.task.abort();
 }
+
+/// A client cannot make a daemon create privileged files, nor a daemon a
+/// client: set-user-ID, set-group-ID and sticky bits arrive only when the
+/// receiving side allowed them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn special_bits_arrive_only_where_the_receiver_allows_them() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("tool");
+    std::fs::write(&src, b"#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let mode_of = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let mut asking = opts(1, Protect::Private);
+    asking.choices.keep_special_bits = true;
+    for allow in [false, true] {
+        let root = work.path().join(format!("root-{allow}"));
+        std::fs::create_dir(&root).unwrap();
+        let mut server = ServerOptions::new(root.clone());
+        server.allow_special_bits = allow;
+        let d = daemon_with(server).await;
+        // A client that sends the bits (as any client can).
+        push_file(&d, &asking, &src, "tool").await;
+        let want = if allow { 0o4755 } else { 0o755 };
+        assert_eq!(
+            mode_of(&root.join("tool")),
+            want,
+            "push, daemon allows: {allow}"
+        );
+        // The daemon sends them only when allowed; the client keeps them
+        // only when it asked.
+        for (client, keep) in [(&opts(1, Protect::Private), false), (&asking, true)] {
+            let back = work.path().join(format!("back-{allow}-{keep}"));
+            client::pull(
+                &d.ep,
+                client,
+                vec!["tool".into()],
+                false,
+                back.clone(),
+                Arc::new(Progress::default()),
+            )
+            .await
+            .unwrap();
+            let want = if allow && keep { 0o4755 } else { 0o755 };
+            assert_eq!(
+                mode_of(&back),
+                want,
+                "pull, daemon allows {allow}, client keeps {keep}"
+            );
+        }
+        d.task.abort();
+    }
+}
+
+/// Partial files of other transfers (and their journals, and resume
+/// markers) are not files a daemon serves: not by name, not in a tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_files_of_other_transfers_are_never_served() {
+    let root = tempfile::tempdir().unwrap();
+    let tree = root.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    std::fs::write(tree.join("done"), b"done").unwrap();
+    let internal = [
+        tern_engine::fsio::partial_name("busy".as_ref()),
+        tern_engine::fsio::journal_name("busy".as_ref()),
+        ".busy.tern-partial".into(),
+        tern_engine::fsio::RESUME_MARKER.into(),
+    ];
+    for name in &internal {
+        std::fs::write(tree.join(name), b"half").unwrap();
+    }
+    let d = daemon(root.path()).await;
+    let work = tempfile::tempdir().unwrap();
+    for name in &internal {
+        let asked = format!("tree/{}", name.to_str().unwrap());
+        let err = client::pull(
+            &d.ep,
+            &opts(1, Protect::Clear),
+            vec![asked.clone()],
+            false,
+            work.path().join("one"),
+            Arc::new(Progress::default()),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{asked}: {err}");
+    }
+    let got = client::pull(
+        &d.ep,
+        &opts(1, Protect::Clear),
+        vec!["tree".into()],
+        true,
+        work.path().join("all"),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    let names: Vec<&str> = got.stats.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(names, vec!["tree/done"]);
+    let listed: Vec<_> = std::fs::read_dir(work.path().join("all"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(listed, vec![std::ffi::OsString::from("done")]);
+    d.task.abort();
+}

@@ -86,8 +86,15 @@ with one source, DST may be a new name; with several, DST must be an existing
 directory.
 
 Every block is checked on arrival and sent again if damaged; each file is
-written to .NAME.tern-partial and renamed into place only after its whole-file
-digest matched. A failed transfer leaves no file at the final name.
+written to .tern.HASH.partial beside its final name and renamed into place
+only after its whole-file digest matched. A failed transfer leaves no file at
+the final name, and running the same command again resumes it.
+
+With -r, trees are copied as rsync -a copies them: names as bytes, modes and
+nanosecond times of files and directories, symbolic links as links, named
+pipes; not hard links, sparseness, owners or (unless --keep-special-bits)
+set-user-ID, set-group-ID and sticky bits. An entry that cannot be copied is
+listed and the rest is copied (exit 23).
 
 Examples:
   tern cp run42.root alice@dtn.example.org:incoming/

@@ -1460,3 +1460,55 @@ fn a_stalled_stream_is_replaced_and_reported() {
         stderr(&out)
     );
 }
+
+/// A partial file changed between a kill and the rerun (by hand, or by a
+/// failing disk): the rerun sends again only the blocks that changed and
+/// completes; it never fails the same way run after run.
+#[test]
+fn a_partial_file_damaged_between_runs_is_repaired_by_the_rerun() {
+    let env = Env::new();
+    let src = env.p("big.bin");
+    random_file_streamed(&src, 64 << 20);
+    let server = env.server();
+    let up = server.url("up.bin");
+    let partial = partial_of(&env.p("root/up.bin"));
+    let args: Vec<&str> = SLOW_COPY
+        .iter()
+        .copied()
+        .chain([src.to_str().unwrap(), up.as_str()])
+        .collect();
+    let mut client = spawn_cp(&env, &args);
+    let arrived = kill_client_at(&mut client, &partial, 16 << 20);
+    assert!(arrived < 64 << 20, "the kill came before the end");
+    // The daemon writes what was still on its way, then notices the
+    // client is gone: wait until the partial file stops growing.
+    let mut held = bytes_on_disk(&partial);
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = bytes_on_disk(&partial);
+        if now == held {
+            break;
+        }
+        held = now;
+    }
+    // Overwrite 1 MiB at the start of the kept data.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&partial)
+            .unwrap();
+        f.write_all_at(&vec![0x5a; 1 << 20], 0).unwrap();
+    }
+    let mut again: Vec<&str> = vec!["cp", "--json"];
+    again.extend(&args);
+    let out = env.run(&again);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(same_file(&src, &env.p("root/up.bin")), "byte-identical");
+    let resumed = json(&out)["bytes_resumed"].as_u64().unwrap();
+    assert!(resumed > 0, "the intact blocks were kept");
+    assert!(
+        resumed <= held - (1 << 20),
+        "the damaged blocks were not kept: resumed {resumed} of {held}"
+    );
+}
