@@ -439,7 +439,7 @@ fn links_and_pipes_are_listed_as_themselves_and_made_at_the_end() {
     std::os::unix::fs::symlink("/etc/hostname", top.join("out")).unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &top.join("pipe"),
+        top.join("pipe"),
         FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o640),
         0,
