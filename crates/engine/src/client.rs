@@ -536,6 +536,10 @@ pub async fn pull(
         FsSink::new(Root::Ambient, dest, sources.len() as u32)?
             .keep_special_bits(opts.choices.keep_special_bits),
     );
+    // The server chooses the names it announces: only what was asked for
+    // is received (crate::expect).
+    let requested = crate::expect::Requested::new(sources.iter().map(|s| s.as_bytes()), recursive);
+    let sink = Arc::new(crate::expect::GuardedSink::new(sink, requested));
     let opened = open(ep, opts, SessionMode::Pull { sources, recursive }).await?;
     let (control, streams, supply, params, id) = opened.split();
     let stats = transfer::run_receiver(control, streams, supply, sink, params, progress).await?;

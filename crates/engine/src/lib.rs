@@ -21,6 +21,7 @@ pub mod authz;
 pub mod client;
 pub mod compress;
 pub mod error;
+pub mod expect;
 pub mod fault;
 pub mod fsio;
 pub mod integrity;
