@@ -505,3 +505,67 @@ async fn an_ssh_bootstrap_pull_from_an_honest_fake_works() {
         assert_report(&dest);
     }
 }
+
+/// Issue 12, item 2: a client allowed to write cannot make a daemon (here
+/// running as whoever runs the tests, root in CI) create set-user-ID,
+/// set-group-ID or sticky files, whatever modes it announces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fake_client_cannot_plant_privileged_files_on_a_daemon() {
+    use std::os::unix::fs::PermissionsExt;
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let identity = ServerIdentity::load_or_create(state.path()).unwrap();
+    let fingerprint = identity.fingerprint.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ep = Endpoint {
+        host: "127.0.0.1".into(),
+        port: listener.local_addr().unwrap().port(),
+    };
+    let opts = ServerOptions::new(root.path().to_path_buf());
+    let daemon = tokio::spawn(async move {
+        serve(listener, &identity, opts, std::future::pending())
+            .await
+            .unwrap();
+    });
+    let planted = [("suid", 0o6755, 0o755), ("sticky", 0o1777, 0o777)];
+    let mut s = FakeClient::push(&ep, &fingerprint, "", 2, &fake::Ask::default())
+        .await
+        .unwrap();
+    for (name, mode, _) in planted {
+        let spec = FileSpec::new(name, b"#!/bin/sh\n".to_vec()).mode(mode);
+        assert_eq!(s.send_file(&spec).await.unwrap(), Answer::Done);
+    }
+    s.close().await.unwrap();
+    for (name, _, landed) in planted {
+        let mode = std::fs::metadata(root.path().join(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, landed, "{name}: {mode:o}");
+    }
+    daemon.abort();
+}
+
+/// Issue 12, item 2, the other way: a daemon cannot make a pulling client
+/// create privileged files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fake_daemon_cannot_plant_privileged_files_on_a_client() {
+    use std::os::unix::fs::PermissionsExt;
+    init_tracing();
+    let d = FakeDaemon::start(|mut s: Session| async move {
+        let spec = FileSpec::new("report.pdf", report()).mode(0o6755);
+        s.send_file(&spec).await?;
+        s.close().await
+    })
+    .await;
+    let work = tempfile::tempdir().unwrap();
+    pull_from(&d, &["report.pdf"], false, work.path())
+        .await
+        .unwrap();
+    d.finished().await.unwrap();
+    let at = work.path().join("report.pdf");
+    assert_report(&at);
+    let mode = std::fs::metadata(&at).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o755, "{mode:o}");
+}
