@@ -726,15 +726,18 @@ mod tests {
         }
     }
 
-    /// Tells [`known_hosts_writer_process`] it runs as a writer, and how:
+    /// Tells the test below that it runs as one of its writers, and how:
     /// `INDEX PATH`.
     const WRITER_ENV: &str = "TERN_TEST_KNOWN_HOSTS_WRITER";
     const WRITER_THREADS: usize = 8;
 
-    /// Processes (this test binary, running the helper below) meeting
-    /// hosts at once: the lock holds across processes too.
+    /// Processes (this test binary, running this same test as a writer)
+    /// meeting hosts at once: the lock holds across processes too.
     #[test]
     fn processes_recording_at_once_leave_one_line_per_host() {
+        if let Ok(spec) = std::env::var(WRITER_ENV) {
+            return known_hosts_writer_process(&spec);
+        }
         const PROCESSES: usize = 6;
         use std::process::{Command, Stdio};
         let dir = tempfile::tempdir().unwrap();
@@ -743,9 +746,8 @@ mod tests {
             .map(|i| {
                 Command::new(std::env::current_exe().unwrap())
                     .args([
-                        "--ignored",
                         "--exact",
-                        "tls::tests::known_hosts_writer_process",
+                        "tls::tests::processes_recording_at_once_leave_one_line_per_host",
                         "--test-threads=1",
                     ])
                     .env(WRITER_ENV, format!("{i} {}", path.display()))
@@ -775,12 +777,7 @@ mod tests {
 
     /// One writer of the test above, in a process of its own: its threads
     /// record a host all share and one each of their own.
-    #[test]
-    #[ignore = "a helper that processes_recording_at_once_leave_one_line_per_host runs"]
-    fn known_hosts_writer_process() {
-        let Ok(spec) = std::env::var(WRITER_ENV) else {
-            return;
-        };
+    fn known_hosts_writer_process(spec: &str) {
         let (index, path) = spec.split_once(' ').unwrap();
         let kh = KnownHosts {
             path: PathBuf::from(path),
