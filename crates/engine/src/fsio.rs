@@ -76,9 +76,15 @@ pub fn journal_name(final_name: &OsStr) -> OsString {
 /// `.NAME.tern-partial`) and the resume marker. They are never listed,
 /// sent or served.
 pub fn is_internal(name: &[u8]) -> bool {
-    let ours = name.starts_with(b".tern.")
-        && (name.ends_with(b".partial") || name.ends_with(b".partial.journal"));
-    let older = name.starts_with(b".")
+    let hashed = |rest: &[u8]| {
+        rest.len() > 16 && rest[..16].iter().all(u8::is_ascii_hexdigit) && {
+            let tail = &rest[16..];
+            tail == b".partial" || tail == b".partial.journal"
+        }
+    };
+    let ours = name.strip_prefix(b".tern.").is_some_and(hashed);
+    let older = name.len() > 1
+        && name.starts_with(b".")
         && (name.ends_with(b".tern-partial") || name.ends_with(b".tern-partial.journal"));
     ours || older || name == RESUME_MARKER.as_bytes()
 }
@@ -271,13 +277,31 @@ impl Root {
         }
     }
 
+    /// Opens a regular file (never waiting on a pipe: `O_NONBLOCK`).
     fn open(&self, p: &Path) -> Result<File> {
+        use std::os::unix::fs::OpenOptionsExt;
         self.refuse_internal(p)?;
-        match self {
-            Root::Ambient => File::open(p),
-            Root::Confined { dir, .. } => dir.open(p).map(|f| f.into_std()),
+        let nonblock = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+        let file = match self {
+            Root::Ambient => std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nonblock)
+                .open(p),
+            Root::Confined { dir, .. } => {
+                let mut o = cap_std::fs::OpenOptions::new();
+                cap_std::fs::OpenOptionsExt::custom_flags(o.read(true), nonblock);
+                dir.open_with(p, &o).map(|f| f.into_std())
+            }
         }
-        .map_err(|e| self.err("open", p, e))
+        .map_err(|e| self.err("open", p, e))?;
+        let meta = file.metadata().map_err(|e| self.err("stat", p, e))?;
+        if !meta.is_file() && !meta.is_dir() {
+            return Err(Error::BadRequest(format!(
+                "{}: not a regular file or directory",
+                p.display()
+            )));
+        }
+        Ok(file)
     }
 
     fn stat(&self, p: &Path) -> Result<std::fs::Metadata> {
@@ -636,9 +660,16 @@ fn failed(rel: RelPath, e: &Error) -> SourceItem {
 impl Source for FsSource {
     fn list(&self) -> Result<Vec<SourceItem>> {
         let mut items = Vec::new();
+        let mut tops = std::collections::HashSet::new();
         for src in &self.sources {
             let meta = self.root.stat(src)?;
             let name = self.top_name(src);
+            if !tops.insert(name.clone()) {
+                // Both would land at the same place, one over the other.
+                return Err(Error::BadRequest(format!(
+                    "two sources are named {name}: copy them separately or rename one"
+                )));
+            }
             let shown = self.root.shown(src);
             if meta.is_file() {
                 let from = ItemFrom::Root(self.root.clone());
@@ -819,6 +850,14 @@ impl FsSink {
     /// itself).
     fn target(&self, rel: &RelPath) -> Result<PathBuf> {
         let names = checked_entry_path(rel)?;
+        if names.iter().any(|n| is_internal(n.as_bytes())) {
+            // Never sent by a tern that lists honestly: a peer planting a
+            // resume marker or a partial file of its choice.
+            return Err(Error::PermissionDenied {
+                path: rel.display(),
+                why: "a name tern keeps for its own files".into(),
+            });
+        }
         let (first, rest) = names.split_first().expect("a checked path has a name");
         Ok(match &self.plan {
             DestPlan::Into { resumed } if resumed.as_deref() == Some(first.as_bytes()) => {
@@ -940,6 +979,11 @@ impl FsSink {
 /// The source name a resume marker in `dir` records, if there is one.
 fn read_marker(dir: &OwnedFd) -> Option<Vec<u8>> {
     let file = beneath::open_file(dir, OsStr::new(RESUME_MARKER)).ok()?;
+    // Only a marker this user wrote counts: in a shared directory another
+    // user could otherwise steer a copy into it.
+    if file.metadata().ok()?.uid() != beneath::euid() {
+        return None;
+    }
     let mut name = Vec::new();
     io::Read::read_to_end(&mut io::Read::take(&file, 4096), &mut name).ok()?;
     let name = name.strip_suffix(b"\n")?.to_vec();
@@ -947,7 +991,7 @@ fn read_marker(dir: &OwnedFd) -> Option<Vec<u8>> {
 }
 
 fn write_marker(dir: &OwnedFd, source: &[u8]) -> io::Result<()> {
-    let file = beneath::open_rw(dir, OsStr::new(RESUME_MARKER), true)?;
+    let file = beneath::create_new(dir, OsStr::new(RESUME_MARKER))?;
     let mut line = source.to_vec();
     line.push(b'\n');
     file.write_all_at(&line, 0)?;
@@ -1033,6 +1077,7 @@ impl Sink for FsSink {
         let recorded = if resume && journaled {
             beneath::open_file(&parent, &journal_file)
                 .ok()
+                .filter(|f| f.metadata().is_ok_and(|m| m.uid() == beneath::euid()))
                 .and_then(|f| {
                     let mut text = String::new();
                     io::Read::read_to_string(&mut &f, &mut text).ok()?;
@@ -1042,8 +1087,24 @@ impl Sink for FsSink {
         } else {
             Vec::new()
         };
-        let file = beneath::open_rw(&parent, &temp, recorded.is_empty())
-            .map_err(|e| self.io_err("create", &at, e))?;
+        // A partial file is reused only when this user made it: one planted
+        // by another user (the names are predictable) is replaced, never
+        // written into and renamed into place as theirs.
+        let reused = match recorded.is_empty() {
+            true => None,
+            false => beneath::open_own(&parent, &temp).map_err(|e| self.io_err("open", &at, e))?,
+        };
+        let recorded = if reused.is_some() {
+            recorded
+        } else {
+            Vec::new()
+        };
+        let file = match reused {
+            Some(f) => f,
+            None => {
+                beneath::create_new(&parent, &temp).map_err(|e| self.io_err("create", &at, e))?
+            }
+        };
         // Only blocks that still read back as they were written count: a
         // partial file changed since (by hand, or by a disk) is sent again
         // where it changed, never trusted.
@@ -1053,7 +1114,7 @@ impl Sink for FsSink {
                 .map_err(|e| self.io_err("truncate", &at, e))?;
         }
         let writer = if journaled {
-            let journal_file = beneath::open_rw(&parent, &journal_file, true)
+            let journal_file = beneath::create_new(&parent, &journal_file)
                 .map_err(|e| self.io_err("create journal", &at, e))?;
             let data = file.try_clone().map_err(|e| self.io_err("open", &at, e))?;
             let writer = journal::JournalWriter::create(journal_file, data, &header, &kept)

@@ -513,3 +513,76 @@ async fn files_already_at_the_destination_are_skipped_by_each_policy() {
     let leftovers: Vec<_> = walk(&dest).into_iter().filter(|p| is_ours(p)).collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A source whose files named in `unreadable` cannot be opened (as a file
+/// that vanished or lost its permissions after it was listed).
+struct Unreadable {
+    inner: FsSource,
+    unreadable: Vec<&'static str>,
+}
+
+impl tern_engine::fsio::Source for Unreadable {
+    fn list(&self) -> tern_engine::Result<Vec<tern_engine::fsio::SourceItem>> {
+        self.inner.list()
+    }
+    fn open(
+        &self,
+        item: &tern_engine::fsio::SourceItem,
+    ) -> tern_engine::Result<Arc<dyn tern_engine::fsio::BlockRead>> {
+        let name = item
+            .local
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("");
+        if self.unreadable.contains(&name) {
+            let denied = std::io::Error::from_raw_os_error(libc::EACCES);
+            return Err(tern_engine::Error::io("open", &item.local, denied));
+        }
+        self.inner.open(item)
+    }
+    fn digests(&self) -> bool {
+        true
+    }
+}
+
+/// A file that cannot be read after it was listed is reported, and the
+/// rest of the tree arrives: the copy neither fails nor waits forever for
+/// the block that was never read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_file_is_reported_and_the_rest_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("run");
+    std::fs::create_dir(&src).unwrap();
+    for name in ["a", "b", "c"] {
+        random_file(&src.join(name), 3 * BS as usize + 7);
+    }
+    let dest = dir.path().join("copy");
+    for streams in [1, 3] {
+        let _ = std::fs::remove_dir_all(&dest);
+        let source = Arc::new(Unreadable {
+            inner: FsSource::new(Root::Ambient, vec![src.clone()], true),
+            unreadable: vec!["b"],
+        });
+        let sink = Arc::new(FsSink::new(Root::Ambient, dest.clone(), 1).unwrap());
+        // As tern cp runs it: each file waits for the receiver's look at
+        // the destination, then its digest and its blocks start together.
+        let mut p = params(streams, ChecksumAlg::Xxh3);
+        p.skip_existing = SkipExisting::Mtime;
+        let copied = local::copy(source, sink, p, Arc::new(Progress::default()), None);
+        let (sent, received) = tokio::time::timeout(std::time::Duration::from_secs(60), copied)
+            .await
+            .expect("the copy ended")
+            .unwrap();
+        let mut done: Vec<&str> = received.files.iter().map(|f| f.path.as_str()).collect();
+        done.sort();
+        assert_eq!(done, vec!["run/a", "run/c"], "{streams} streams");
+        let failed: Vec<String> = sent.failed.iter().map(|f| f.path.display()).collect();
+        assert_eq!(failed, vec!["run/b"]);
+        assert_eq!(received.failed.len(), 1);
+        assert!(!dest.join("b").exists());
+        assert!(std::fs::read_dir(&dest).unwrap().all(|e| {
+            let n = e.unwrap().file_name();
+            !tern_engine::fsio::is_internal(std::os::unix::ffi::OsStrExt::as_bytes(n.as_os_str()))
+        }));
+    }
+}

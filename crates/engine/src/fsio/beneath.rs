@@ -118,13 +118,32 @@ pub(crate) fn open_file(dir: impl AsFd, name: &OsStr) -> io::Result<std::fs::Fil
     Ok(file)
 }
 
-/// Opens (creating it with mode 0600 when missing) the file `name` in
-/// `dir` for reading and writing, refusing a link; `truncate` empties it.
-pub(crate) fn open_rw(dir: impl AsFd, name: &OsStr, truncate: bool) -> io::Result<std::fs::File> {
-    let mut flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    if truncate {
-        flags |= OFlags::TRUNC;
+/// Opens the regular file `name` in `dir` for reading and writing if it
+/// belongs to this process's user; one of another user's is removed
+/// (`None`), as is anything else at the name.
+pub(crate) fn open_own(dir: impl AsFd, name: &OsStr) -> io::Result<Option<std::fs::File>> {
+    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(_) => {
+            remove(&dir, name)?;
+            return Ok(None);
+        }
+    };
+    let st = rustix::fs::fstat(&fd)?;
+    if kind(&st) != FileType::RegularFile || st.st_uid != euid() {
+        remove(&dir, name)?;
+        return Ok(None);
     }
+    Ok(Some(std::fs::File::from(fd)))
+}
+
+/// Creates `name` in `dir` afresh (mode 0600), removing whatever was at the
+/// name: the file is this process's own, whoever made the name before.
+pub(crate) fn create_new(dir: impl AsFd, name: &OsStr) -> io::Result<std::fs::File> {
+    remove(&dir, name)?;
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))?;
     Ok(std::fs::File::from(fd))
 }

@@ -526,3 +526,70 @@ fn paths_longer_than_path_max_are_listed_and_received() {
     assert_eq!(files, 1);
     assert!(sink.finish().is_empty());
 }
+
+/// Names another user (or a hostile peer) planted at the destination:
+/// a resume marker or partial file that is not this user's is never
+/// trusted, and a peer may not announce tern's own names at all.
+#[test]
+fn planted_markers_and_partials_are_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let sink = FsSink::new(Root::Ambient, shared.clone(), 1).unwrap();
+    for planted in [".tern.resume", "tree/.tern.0123456789abcdef.partial"] {
+        let err = sink.create_dir(&planted.into(), 0o755).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Permission, "{planted}");
+    }
+    if beneath::euid() != 0 {
+        eprintln!("planted_markers_and_partials_are_not_trusted: other users' files need root");
+        return;
+    }
+    let nobody = 65534;
+    let chown =
+        |p: &Path| rustix::fs::chown(p, Some(rustix::fs::Uid::from_raw(nobody)), None).unwrap();
+    std::fs::write(shared.join(RESUME_MARKER), b"tree\n").unwrap();
+    chown(&shared.join(RESUME_MARKER));
+    let partial = shared.join("tree").join(partial_name(OsStr::new("f")));
+    std::fs::create_dir(shared.join("tree")).unwrap();
+    std::fs::write(&partial, b"").unwrap();
+    chown(&partial);
+    let sink = FsSink::new(Root::Ambient, shared.clone(), 1).unwrap();
+    sink.create_dir(&"tree".into(), 0o755).unwrap();
+    receive(&sink, &file_meta(b"tree/f", 6, 0o600), b"secret");
+    let landed = std::fs::metadata(shared.join("tree/f")).unwrap();
+    assert_eq!(
+        landed.uid(),
+        0,
+        "the copy is this user's, not the planter's"
+    );
+    assert!(
+        !shared.join("f").exists(),
+        "another user's marker redirects nothing"
+    );
+}
+
+#[test]
+fn two_sources_of_one_name_and_pipes_named_as_sources_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["a/tree", "b/tree"] {
+        std::fs::create_dir_all(dir.path().join(d)).unwrap();
+    }
+    let both = FsSource::new(
+        Root::Ambient,
+        vec![dir.path().join("a/tree"), dir.path().join("b/tree")],
+        true,
+    );
+    assert_eq!(both.list().unwrap_err().kind(), ErrorKind::Usage);
+    let pipe = dir.path().join("pipe");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &pipe,
+        FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    // Opening a pipe would wait for a writer forever.
+    let src = FsSource::new(Root::Ambient, vec![pipe], false);
+    assert_eq!(src.list().unwrap_err().kind(), ErrorKind::Usage);
+}

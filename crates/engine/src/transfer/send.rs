@@ -643,6 +643,39 @@ async fn prepare_block(
     Ok((bufs, prepared))
 }
 
+/// Writes a frame in place of a block that could not be read: the stream
+/// was already counted for it (a `FileSent` mark may include it), so the
+/// receiver must see a frame. Its check never matches, so it is discarded
+/// (and its file is given up by then). False when the stream failed.
+async fn send_filler(
+    shared: &SendShared,
+    k: usize,
+    stream: &mut BoxStream,
+    task: &BlockTask,
+) -> bool {
+    let header = DataFrame::Block(BlockHeader {
+        flags: BlockFlags::default(),
+        file_id: task.file_id,
+        offset: task.offset,
+        length: task.len,
+        check: [0xa5; tern_proto::BLOCK_CHECK_LEN],
+    });
+    let mut frame = header.encode().to_vec();
+    frame.resize(HEADER_LEN + task.len as usize, 0);
+    let written = match crate::pace::write_all(stream, &frame, shared.pace.as_deref()).await {
+        Ok(()) => stream.flush().await,
+        Err(e) => Err(e),
+    };
+    match written {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("data stream {k} failed: {e}");
+            shared.lose_stream(k);
+            false
+        }
+    }
+}
+
 async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream, block_size: u32) {
     let mut bufs = Some(Buffers::new(block_size, &shared.compress));
     loop {
@@ -674,7 +707,9 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
         let reader = match shared.reader(task.file_id) {
             Ok(r) => r,
             Err(e) => {
-                if shared.give_up_file(task.file_id, e) {
+                if shared.give_up_file(task.file_id, e)
+                    && send_filler(&shared, k, &mut stream, &task).await
+                {
                     continue;
                 }
                 return;
@@ -684,7 +719,9 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
         let (mut b, prepared) = match prepare_block(&shared, &reader, &task, taken).await {
             Ok(done) => done,
             Err(e) => {
-                if shared.give_up_file(task.file_id, e) {
+                if shared.give_up_file(task.file_id, e)
+                    && send_filler(&shared, k, &mut stream, &task).await
+                {
                     bufs = Some(Buffers::new(block_size, &shared.compress));
                     continue;
                 }
