@@ -76,6 +76,35 @@ impl HostCaps {
     }
 }
 
+/// The congestion controls this process may set on its sockets, and the
+/// one it picks when not told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsableCongestion {
+    /// The one picked when none is named ([`HostCaps::preferred_congestion`]).
+    pub preferred: String,
+    /// Every one this process may set: all the kernel has when privileged,
+    /// else those it allows unprivileged users.
+    pub usable: Vec<String>,
+}
+
+/// [`UsableCongestion`] of this process, read from the kernel once: every
+/// session of a daemon is judged by the same list.
+pub fn usable_congestion() -> &'static UsableCongestion {
+    static USABLE: std::sync::OnceLock<UsableCongestion> = std::sync::OnceLock::new();
+    USABLE.get_or_init(|| {
+        let caps = HostCaps::read();
+        let privileged = crate::socket::privileged();
+        UsableCongestion {
+            preferred: caps.preferred_congestion(privileged),
+            usable: if privileged {
+                caps.congestion_available.clone()
+            } else {
+                caps.congestion_allowed.clone()
+            },
+        }
+    })
+}
+
 fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(str::to_string).collect()
 }

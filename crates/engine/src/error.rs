@@ -23,7 +23,7 @@ pub enum Error {
         why: String,
     },
     /// The peer announced an entry that the transfer did not ask for (a
-    /// pull receives only what it requested, [`crate::expect`]). Not an
+    /// pull receives only what it requested, [`crate::store::expect`]). Not an
     /// entry's own failure: it ends the session.
     #[error(
         "{path}: permission denied (the peer announced this name, which was not requested: {why})"
@@ -93,7 +93,7 @@ pub enum Error {
         message: String,
     },
     /// The one entry of a copy failed, at either end (what an
-    /// [`crate::session::EntryFailure`] says, as an error).
+    /// [`tern_session::EntryFailure`] says, as an error).
     #[error("{message}")]
     Entry {
         /// What kind of failure.
@@ -297,6 +297,51 @@ impl Error {
     }
 }
 
+impl From<tern_session::Error> for Error {
+    /// The protocol logic's errors keep their names and words.
+    fn from(e: tern_session::Error) -> Error {
+        use tern_session::Error as S;
+        match e {
+            S::Protocol(m) => Error::Protocol(m),
+            S::BadRequest(m) => Error::BadRequest(m),
+            S::Unauthorized(m) => Error::Unauthorized(m),
+            S::Peer { code, message } => Error::Peer { code, message },
+            S::PeerGone(m) => Error::PeerGone(m),
+            S::DigestMismatch {
+                path,
+                sender,
+                receiver,
+            } => Error::DigestMismatch {
+                path,
+                sender,
+                receiver,
+            },
+            S::TooManyRetries { path, rounds } => Error::TooManyRetries { path, rounds },
+        }
+    }
+}
+
+impl Error {
+    /// An entry's failure that a session can go on without: only when the
+    /// session `reports_entries` (`ENTRIES` was negotiated) and the error
+    /// concerns this entry alone; else the error itself, which ends it.
+    pub fn for_entry(self, reports_entries: bool) -> Result<tern_session::Problem> {
+        if reports_entries && self.is_per_entry() {
+            Ok(self.problem())
+        } else {
+            Err(self)
+        }
+    }
+
+    /// What the peer is told about this error when it concerns one entry.
+    pub fn problem(&self) -> tern_session::Problem {
+        tern_session::Problem {
+            code: self.wire_code(),
+            message: self.to_string(),
+        }
+    }
+}
+
 /// Result with the engine's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -358,6 +403,21 @@ mod tests {
         assert_eq!(
             cause.more_interesting(consequence).kind(),
             ErrorKind::NoSpace
+        );
+    }
+
+    #[test]
+    fn a_failure_that_concerns_the_whole_transfer_still_ends_it() {
+        let full = Error::NoSpace("a".into());
+        assert_eq!(full.for_entry(true).unwrap_err().kind(), ErrorKind::NoSpace);
+        let denied = Error::io("read", "b", std::io::Error::from_raw_os_error(libc::EACCES));
+        let problem = denied.for_entry(true).unwrap();
+        assert_eq!(problem.code, ErrorCode::PermissionDenied);
+        assert_eq!(problem.message, "b: permission denied");
+        let denied = Error::io("read", "b", std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(
+            denied.for_entry(false).is_err(),
+            "without ENTRIES an entry's failure ends the session"
         );
     }
 

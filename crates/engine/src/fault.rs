@@ -16,7 +16,7 @@ use std::task::{Context, Poll, ready};
 use tern_proto::FileMeta;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::fsio::{BlockWrite, Created, Found, Sink};
+use crate::store::fsio::{BlockWrite, Created, Found, Sink};
 
 /// `AsyncWrite::poll_flush` and `poll_shutdown` of a wrapper that changes
 /// only what is written: both go straight to its `inner` stream.
@@ -352,7 +352,7 @@ impl<S: Sink> Sink for FillsUp<S> {
         self.inner.create_entry(entry)
     }
 
-    fn finish(&self) -> Vec<crate::session::EntryFailure> {
+    fn finish(&self) -> Vec<tern_session::EntryFailure> {
         self.inner.finish()
     }
 }

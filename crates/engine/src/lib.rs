@@ -1,48 +1,41 @@
-//! The tern engine: everything on the data path.
+//! The tern engine: every I/O of a transfer, around the protocol's logic
+//! in `tern-session`.
 //!
 //! The daemon (`tern serve`) and the client (`tern cp`, `tern perf`) are two
-//! uses of this one engine. Layers inside it, bottom up:
+//! uses of this one engine. It is grouped by concern, bottom up:
 //!
-//! - [`integrity`]: per-block checks and whole-file digests;
-//! - [`compress`]: block compression and when it pays;
-//! - [`session`]: sans-I/O sender and receiver state machines;
-//! - [`fsio`]: data sources and sinks (files under a root, generated data,
-//!   the discard sink) behind one pair of traits;
-//! - [`transfer`]: the async driver that runs a session over a control
-//!   channel and N data streams;
-//! - [`tuning`]: live tuning of data sockets and the stream count; stalled
-//!   streams are seen and given up in `stall`, and replaced through `supply`;
-//! - [`options`], [`skip`]: the client's transfer options, and files the
-//!   destination already has;
-//! - [`tls`], [`server`], [`client`]: connections, identity and the daemon;
-//! - [`once`]: `tern serve --once`, the one-session server ssh starts.
+//! - [`store`]: where blocks come from and go to: sources and sinks (files
+//!   under a root, generated data, the discard sink), the resume journal,
+//!   the skip rules, and the guard that a pull receives only what it asked
+//!   for;
+//! - [`data`]: the data path and its tuning: the async driver that runs a
+//!   `tern-session` sender or receiver over a control channel and N data
+//!   streams, block checks and compression, pacing, live tuning of sockets
+//!   and the stream count, stalled streams and their replacements;
+//! - [`conn`]: connections and identity: TLS, certificates and
+//!   `known_hosts`, site authorization, opening a session (the pump around
+//!   `tern-session`'s opening state machines), the client, the daemon and
+//!   `tern serve --once`;
+//! - [`local`]: a copy with both ends in this process.
+//!
+//! `store` imports nothing above it, `data` imports `store`, and `conn`
+//! imports both; `ARCHITECTURE.md` at the repository root draws the whole
+//! map.
 
-pub mod authz;
-pub mod client;
-pub mod compress;
+pub mod conn;
+pub mod data;
 pub mod error;
-pub mod expect;
 pub mod fault;
-pub mod fsio;
-pub mod integrity;
-pub mod journal;
 pub mod local;
-pub mod net;
-pub mod observe;
-pub mod once;
-pub mod options;
-pub mod pace;
-pub mod server;
-pub mod session;
-pub mod skip;
-mod stall;
-mod supply;
-pub mod tls;
-pub mod transfer;
-pub mod tuning;
+pub mod store;
 
+pub use conn::{authz, client, once, server, tls};
+pub use data::{compress, integrity, pace, transfer, tuning};
 pub use error::{Error, ErrorKind, Result};
+pub use store::{fsio, journal, skip};
+pub use tern_session as session;
 
 /// Wraps a data stream before use; tests inject faults with it.
-pub type StreamWrap =
-    std::sync::Arc<dyn Fn(usize, transfer::BoxStream) -> transfer::BoxStream + Send + Sync>;
+pub type StreamWrap = std::sync::Arc<
+    dyn Fn(usize, data::transfer::BoxStream) -> data::transfer::BoxStream + Send + Sync,
+>;

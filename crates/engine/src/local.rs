@@ -7,10 +7,10 @@
 
 use std::sync::Arc;
 
-use crate::fsio::{Sink, Source};
-use crate::transfer::{BoxStream, Control, Progress, TransferParams, TransferStats};
-use crate::tuning::{Joined, StreamSupply};
-use crate::{Result, transfer};
+use crate::data::transfer::{BoxStream, Control, Progress, TransferParams, TransferStats};
+use crate::data::tuning::{Joined, StreamSupply};
+use crate::store::fsio::{Sink, Source};
+use crate::{Result, data::transfer};
 
 /// Pipe capacity per stream.
 const PIPE_BYTES: usize = 4 << 20;

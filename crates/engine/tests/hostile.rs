@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use fake::{Answer, FakeClient, FakeDaemon, FileSpec, Session, Setup, tree};
 use tern_engine::client::{self, ClientOptions, Endpoint, Outcome};
-use tern_engine::once::Callback;
+use tern_engine::client::{Callback, Reach};
 use tern_engine::server::{ServerOptions, serve};
 use tern_engine::tls::ServerIdentity;
 use tern_engine::transfer::Progress;
@@ -376,7 +376,7 @@ async fn a_reverse_mode_pull_refuses_other_names() {
     let steps = vec![Step::Dir(".ssh"), file(".ssh/authorized_keys", KEY)];
     let d = FakeDaemon::start_with(setup, move |s| play(s, steps)).await;
     let mut o = d.client_options();
-    o.callback = Some(Arc::new(Callback::new(listener)));
+    o.reach = Reach::Callback(Arc::new(Callback::new(listener)));
     let got = pull(&o, &d, &["report.pdf"], false, work.path()).await;
     assert_refused(got, ".ssh");
     assert_told(d).await;

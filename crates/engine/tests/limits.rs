@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tern_engine::client::{self, ClientOptions, Endpoint};
-use tern_engine::options::Choices;
 use tern_engine::server::{Daemon, Refusals, ServerOptions};
+use tern_engine::session::Choices;
 use tern_engine::tls::{PinVerifier, ServerIdentity};
 use tern_engine::transfer::{BoxStream, Control, Progress};
 use tern_engine::tuning::Tuning;
@@ -130,15 +130,13 @@ fn client_opts(streams: u16) -> ClientOptions {
         block_size: 64 << 10,
         checksum: ChecksumAlg::Xxh3,
         protect: Protect::Safe,
-        pin: None,
-        known_hosts: None,
-        ca: None,
+        trust: tern_engine::client::Trust::Any,
         client_cert: None,
         wrap: None,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(30),
         once_token: None,
-        callback: None,
+        reach: tern_engine::client::Reach::Dial,
         choices: Choices::default(),
     }
 }
@@ -151,7 +149,7 @@ async fn legit_copy(d: &Running, streams: u16, name: &str) -> Duration {
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(&src, &data).unwrap();
     let mut o = client_opts(streams);
-    o.pin = Some(d.target.fingerprint.clone());
+    o.trust = tern_engine::client::Trust::Pinned(d.target.fingerprint.clone());
     let ep = Endpoint {
         host: "127.0.0.1".into(),
         port: d.target.addr.port(),

@@ -10,8 +10,8 @@ use rand::{RngCore, SeedableRng};
 use tern_drs::StreamChange;
 use tern_engine::client::{self, ClientOptions, Endpoint};
 use tern_engine::fault::{CorruptAt, StallAfter};
-use tern_engine::options::{Choices, SPARE_STREAMS};
 use tern_engine::server::{ServerOptions, serve};
+use tern_engine::session::{Choices, SPARE_STREAMS};
 use tern_engine::tls::{KnownHosts, ServerIdentity};
 use tern_engine::transfer::{BoxStream, Progress};
 use tern_engine::tuning::Tuning;
@@ -66,15 +66,13 @@ fn opts(streams: u16, protect: Protect) -> ClientOptions {
         block_size: 1 << 20,
         checksum: ChecksumAlg::Xxh3,
         protect,
-        pin: None,
-        known_hosts: None,
-        ca: None,
+        trust: tern_engine::client::Trust::Any,
         client_cert: None,
         wrap: None,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(30),
         once_token: None,
-        callback: None,
+        reach: tern_engine::client::Reach::Dial,
         choices: Choices::default(),
     }
 }
@@ -283,7 +281,7 @@ async fn server_identity_is_recorded_then_enforced() {
     std::fs::write(&src, b"hello").unwrap();
     let d = daemon(root.path()).await;
     let mut o = opts(1, Protect::Clear);
-    o.known_hosts = Some(KnownHosts {
+    o.trust = tern_engine::client::Trust::KnownHosts(KnownHosts {
         path: cfg.path().join("known_hosts"),
     });
     let first = client::push(
@@ -354,7 +352,7 @@ async fn server_identity_is_recorded_then_enforced() {
 
     // An explicit pin of the wrong value fails too.
     let mut pinned = opts(1, Protect::Clear);
-    pinned.pin = Some(d.fingerprint.clone());
+    pinned.trust = tern_engine::client::Trust::Pinned(d.fingerprint.clone());
     let err = client::push(
         &d.ep,
         &pinned,

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use tern_drs::StreamChange;
 use tern_engine::client::{self, ClientOptions, Endpoint};
-use tern_engine::once::{Callback, OnceOptions, OnceServer};
+use tern_engine::client::{Callback, Reach, Trust};
+use tern_engine::once::{OnceOptions, OnceServer};
 use tern_engine::tls::ServerIdentity;
 use tern_engine::transfer::Progress;
 use tern_engine::tuning::Tuning;
@@ -68,7 +69,7 @@ impl Once {
 
     fn client(&self, streams: u16) -> ClientOptions {
         let mut o = client_options(streams);
-        o.pin = Some(self.line.fingerprint.clone());
+        o.trust = Trust::Ssh(self.line.fingerprint.clone());
         o.once_token = Some(self.line.token);
         o
     }
@@ -92,16 +93,14 @@ fn client_options(streams: u16) -> ClientOptions {
         block_size: 64 << 10,
         checksum: ChecksumAlg::Xxh3,
         protect: Protect::Private,
-        pin: None,
-        known_hosts: None,
+        trust: tern_engine::client::Trust::Any,
         wrap: None,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(30),
         once_token: None,
-        callback: None,
-        ca: None,
+        reach: tern_engine::client::Reach::Dial,
         client_cert: None,
-        choices: tern_engine::options::Choices::default(),
+        choices: tern_engine::session::Choices::default(),
     }
 }
 
@@ -281,7 +280,7 @@ async fn reverse_mode_carries_a_tree_both_ways() {
     let (cb, port) = callback().await;
     let once = dialling(&home, port).await;
     let mut o = once.client(4);
-    o.callback = Some(cb);
+    o.reach = Reach::Callback(cb);
     let out = client::push(
         &nowhere(),
         &o,
@@ -305,7 +304,7 @@ async fn reverse_mode_carries_a_tree_both_ways() {
     let dest: PathBuf = work.path().join("back");
     let mut o = once.client(3);
     o.protect = Protect::Safe;
-    o.callback = Some(cb);
+    o.reach = Reach::Callback(cb);
     let out = client::pull(
         &nowhere(),
         &o,
@@ -333,7 +332,7 @@ async fn reverse_mode_adds_streams_while_a_session_runs_both_ways() {
     let mut o = once.client(1);
     o.max_streams = 6;
     o.tuning.script = vec![(ms(200), StreamChange::Grow(6))];
-    o.callback = Some(cb);
+    o.reach = Reach::Callback(cb);
     let out = client::perf(&nowhere(), &o, None, Some(ms(2500)), false, progress())
         .await
         .unwrap();
@@ -353,7 +352,7 @@ async fn reverse_mode_adds_streams_while_a_session_runs_both_ways() {
     let mut o = once.client(1);
     o.max_streams = 6;
     o.protect = Protect::Clear;
-    o.callback = Some(cb);
+    o.reach = Reach::Callback(cb);
     let back = client::perf(&nowhere(), &o, None, Some(ms(2500)), true, progress())
         .await
         .unwrap();

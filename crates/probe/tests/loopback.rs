@@ -278,16 +278,14 @@ fn client_opts(streams: u16) -> ClientOptions {
         block_size: 1 << 20,
         checksum: tern_proto::ChecksumAlg::Xxh3,
         protect: tern_proto::Protect::Clear,
-        pin: None,
-        known_hosts: None,
-        ca: None,
+        trust: tern_engine::client::Trust::Any,
         client_cert: None,
         wrap: None,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(30),
         once_token: None,
-        callback: None,
-        choices: tern_engine::options::Choices::default(),
+        reach: tern_engine::client::Reach::Dial,
+        choices: tern_engine::session::Choices::default(),
     }
 }
 

@@ -9,10 +9,11 @@ use anyhow::{Context, Result, bail};
 use tern_drs::WindowMode;
 use tern_engine::authz::Authz;
 use tern_engine::client::{self, ClientOptions, Endpoint};
+use tern_engine::client::{Callback, Reach, Trust};
 use tern_engine::fsio::{FsSink, FsSource, Root};
-use tern_engine::once::{Callback, OnceOptions, OnceServer};
-use tern_engine::options::Choices;
+use tern_engine::once::{OnceOptions, OnceServer};
 use tern_engine::server::{ServerOptions, SiteAuth, serve};
+use tern_engine::session::Choices;
 use tern_engine::tls::{ClientCert, KnownHosts, ServerIdentity, load_roots};
 use tern_engine::transfer::{Progress, TransferParams};
 use tern_engine::tuning::{AUTO_START_STREAMS, Tuning};
@@ -173,9 +174,11 @@ pub(crate) fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<
         block_size: block_size(t)?,
         checksum,
         protect: protect_of(t.protect),
-        pin: t.fingerprint.clone(),
-        known_hosts,
-        ca: t.ca.as_deref().map(load_roots).transpose()?,
+        trust: Trust::choose(
+            t.ca.as_deref().map(load_roots).transpose()?,
+            t.fingerprint.clone(),
+            known_hosts,
+        ),
         client_cert: match (&t.cert, &t.key) {
             (Some(cert), Some(key)) => Some(ClientCert::from_pem(cert, key)?),
             _ => None,
@@ -184,7 +187,7 @@ pub(crate) fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<
         connect_timeout: Duration::from_secs(15),
         io_timeout: Duration::from_secs_f64(t.io_timeout),
         once_token: None,
-        callback: None,
+        reach: Reach::Dial,
         choices: choices_of(t),
     })
 }
@@ -343,24 +346,30 @@ where
         None => None,
     };
     let mut remote = Remote::start(target, ssh, connect_back).await?;
-    if let Some(pinned) = base.pin.as_ref().filter(|p| **p != remote.line.fingerprint) {
+    if let Some(pinned) = base
+        .trust
+        .pinned()
+        .filter(|p| *p != remote.line.fingerprint)
+    {
         let actual = remote.line.fingerprint.clone();
+        let expected = pinned.to_string();
         remote.finish().await;
         return Err(tern_engine::Error::FingerprintMismatch {
             host: target.host.clone(),
-            expected: pinned.clone(),
+            expected,
             actual,
             known_hosts: None,
         }
         .into());
     }
     let mut opts = base.clone();
-    opts.pin = Some(remote.line.fingerprint.clone());
-    opts.known_hosts = None;
-    // ssh vouched for the fingerprint; a CA has nothing to add.
-    opts.ca = None;
+    // ssh vouched for the fingerprint; a CA or known_hosts has nothing to add.
+    opts.trust = Trust::Ssh(remote.line.fingerprint.clone());
     opts.once_token = Some(remote.line.token);
-    opts.callback = callback.clone();
+    opts.reach = match &callback {
+        Some(cb) => Reach::Callback(cb.clone()),
+        None => Reach::Dial,
+    };
     let ep = remote.endpoint().await;
     let ssh_time = started.elapsed();
     let session = session(ep, opts);
@@ -641,7 +650,7 @@ async fn copy_local(
     let mut params = TransferParams::new(streams, block_size(t)?, checksum);
     let mut choices = choices_of(t);
     choices.skip_existing = skip_of(args.skip_existing);
-    choices.apply_local(&mut params);
+    params.apply_local(&choices);
     params.pace = t.rate_limit.map(|bps| {
         Arc::new(tern_engine::pace::Pace::new(
             bps,

@@ -42,8 +42,8 @@ use std::time::Duration;
 
 use tern_engine::client::{ClientOptions, Endpoint};
 use tern_engine::integrity::{BlockCheck, digest_of};
-use tern_engine::options::Choices;
-use tern_engine::server::bind_token;
+use tern_engine::session::Choices;
+use tern_engine::tls::bind_token;
 use tern_engine::tls::{BLOCK_MAC_LABEL, PinVerifier, ServerIdentity, server_name};
 use tern_engine::transfer::{BoxStream, Control};
 use tern_engine::tuning::Tuning;
@@ -503,7 +503,7 @@ impl<T: Send + 'static> FakeDaemon<T> {
     /// it is a once server).
     pub fn client_options(&self) -> ClientOptions {
         let mut o = client_options();
-        o.pin = Some(self.fingerprint.clone());
+        o.trust = tern_engine::client::Trust::Pinned(self.fingerprint.clone());
         o.once_token = self.once.then_some(self.token);
         o
     }
@@ -529,15 +529,13 @@ pub fn client_options() -> ClientOptions {
         block_size: 64 << 10,
         checksum: ChecksumAlg::Xxh3,
         protect: Protect::Private,
-        pin: None,
-        known_hosts: None,
-        ca: None,
+        trust: tern_engine::client::Trust::Any,
         client_cert: None,
         wrap: None,
         connect_timeout: Duration::from_secs(5),
         io_timeout: Duration::from_secs(30),
         once_token: None,
-        callback: None,
+        reach: tern_engine::client::Reach::Dial,
         choices: Choices::default(),
     }
 }

@@ -1,0 +1,462 @@
+//! The client side: connect to a daemon, check its identity, open a session
+//! and its data streams, then run the engine as sender or receiver.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tern_drs::WindowMode;
+use tern_proto::data::JOIN_REPLY_LEN;
+use tern_proto::hello::HELLO_LEN;
+use tern_proto::{
+    ChecksumAlg, DataJoin, Features, FileMeta, Hello, JoinReply, Protect, SessionMode, Window,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::TlsConnector;
+
+use crate::conn::open::{self, Linger, Step};
+use crate::conn::route::Route;
+pub use crate::conn::route::{Callback, Endpoint, Reach};
+pub use crate::conn::tls::{BLOCK_MAC_LABEL, ClientCert, PinVerifier, bind_token, server_name};
+pub use crate::conn::trust::Trust;
+use crate::data::integrity::BlockCheck;
+use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams, TransferStats};
+use crate::data::tuning::{Connector, DEFAULT_MAX_STREAMS, Joined, StreamSupply, Tuning};
+use crate::store::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root};
+use crate::{Error, Result, StreamWrap};
+use tern_session::Choices;
+use tern_session::open::{ClientOpen, ClientRequest};
+
+/// How the client connects and what it asks for.
+#[derive(Clone)]
+pub struct ClientOptions {
+    /// Data streams to start with.
+    pub streams: u16,
+    /// Data streams the session may grow to (the controller decides when
+    /// `tuning.auto_streams`).
+    pub max_streams: u16,
+    /// Buffer sizing, congestion control, stream-count control.
+    pub tuning: Tuning,
+    /// Move payload no faster than this many bits per second (this end
+    /// paces its sends, or its reads when receiving).
+    pub rate_limit: Option<u64>,
+    /// Block size.
+    pub block_size: u32,
+    /// Whole-file digest.
+    pub checksum: ChecksumAlg,
+    /// Data protection.
+    pub protect: Protect,
+    /// How the daemon is recognised.
+    pub trust: Trust,
+    /// Certificate presented to a daemon that asks for one (`--cert`).
+    pub client_cert: Option<ClientCert>,
+    /// Wraps each data stream (fault injection in tests).
+    pub wrap: Option<StreamWrap>,
+    /// Give up connecting after this long.
+    pub connect_timeout: Duration,
+    /// Fail a connection whose peer stays silent this long.
+    pub io_timeout: Duration,
+    /// The one-time token of a `tern serve --once` started through ssh,
+    /// presented before the session opens.
+    pub once_token: Option<tern_proto::Token>,
+    /// Dial the daemon, or take the connections it dials back here.
+    pub reach: Reach,
+    /// Compression, skipping files the destination has, stall timeout.
+    pub choices: Choices,
+}
+
+impl ClientOptions {
+    /// Defaults that suit a test or a first try: 4 streams (growing to
+    /// [`DEFAULT_MAX_STREAMS`] as the path needs), 4 MiB blocks, BLAKE3
+    /// digests, `private` protection, dialling out, and the transfer
+    /// choices' defaults; the daemon recognised by `trust`.
+    pub fn new(trust: Trust) -> ClientOptions {
+        ClientOptions {
+            streams: 4,
+            max_streams: DEFAULT_MAX_STREAMS,
+            tuning: Tuning::default(),
+            rate_limit: None,
+            block_size: 4 << 20,
+            checksum: ChecksumAlg::Blake3,
+            protect: Protect::Private,
+            trust,
+            client_cert: None,
+            wrap: None,
+            connect_timeout: Duration::from_secs(15),
+            io_timeout: crate::conn::net::DEFAULT_IO_TIMEOUT,
+            once_token: None,
+            reach: Reach::Dial,
+            choices: Choices::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("streams", &self.streams)
+            .field("max_streams", &self.max_streams)
+            .field("tuning", &self.tuning)
+            .field("block_size", &self.block_size)
+            .field("checksum", &self.checksum)
+            .field("protect", &self.protect)
+            .field("trust", &self.trust)
+            .field("reach", &self.reach)
+            .field("choices", &self.choices)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a client-side transfer did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The engine's numbers.
+    pub stats: TransferStats,
+    /// The server's fingerprint.
+    pub fingerprint: String,
+    /// Set when the server was seen for the first time and recorded.
+    pub recorded: Option<PathBuf>,
+    /// From starting to connect until every data stream had joined.
+    pub setup: Duration,
+    /// Streams used (the most at any time).
+    pub streams: u16,
+}
+
+struct Opened {
+    control: Control,
+    streams: Vec<Joined>,
+    supply: StreamSupply,
+    params: TransferParams,
+    fingerprint: String,
+    recorded: Option<PathBuf>,
+    setup: Duration,
+}
+
+async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<Opened> {
+    let started = Instant::now();
+    let host_port = ep.host_port();
+    let expected = opts.trust.expect(&host_port)?;
+    let verifier = PinVerifier::for_trust(&expected.verify)?;
+    let connector = TlsConnector::from(verifier.client_config(opts.client_cert.as_ref())?);
+    let route = Route::new(ep, &opts.reach);
+    let tcp = route.connect(opts.connect_timeout, opts.io_timeout).await?;
+    let control_fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
+    let route = route.for_data(&tcp);
+    let _ = tcp.set_nodelay(true);
+    let tls = connector
+        .connect(server_name(&ep.host), tcp)
+        .await
+        .map_err(|e| {
+            let seen = verifier.seen();
+            let mismatch = seen.and_then(|seen| expected.mismatch(&host_port, &seen));
+            mismatch.unwrap_or_else(|| tls_failure(&host_port, &e))
+        })?;
+    let fingerprint = verifier
+        .seen()
+        .ok_or_else(|| Error::Tls("no server certificate".into()))?;
+    let recorded = expected.record_first_use(&opts.trust, &host_port, &fingerprint)?;
+    let mut material = [0u8; 32];
+    let exported = tls
+        .get_ref()
+        .1
+        .export_keying_material(&mut material, BLOCK_MAC_LABEL, None)
+        .is_ok();
+
+    let mut stream: BoxStream = Box::new(tls);
+    let ours = Hello::ours();
+    stream.write_all(&ours.encode()).await.map_err(gone)?;
+    let mut theirs = [0u8; HELLO_LEN];
+    // Under TLS 1.3 the server judges our certificate after our side of
+    // the handshake is done: its refusal arrives as the first read.
+    stream
+        .read_exact(&mut theirs)
+        .await
+        .map_err(|e| match crate::conn::tls::explain(&e) {
+            Some(_) => tls_failure(&host_port, &e),
+            None => gone(e),
+        })?;
+    let negotiated = ours
+        .negotiate(&Hello::decode(&theirs)?)
+        .map_err(|e| Error::Protocol(e.to_string()))?;
+    let mut control = Control::new(stream);
+    // The TLS and hello round trips have given the kernel an RTT sample.
+    let streams = if opts.tuning.streams_from_rtt {
+        let rtt = tern_drs::TcpInfo::read(control_fd)
+            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
+            .unwrap_or_default();
+        tern_drs::session::start_streams(rtt, opts.max_streams).max(opts.streams)
+    } else {
+        opts.streams
+    };
+    let request = ClientRequest {
+        mode,
+        streams,
+        max_streams: opts.max_streams,
+        block_size: opts.block_size,
+        checksum: opts.checksum,
+        protect: opts.protect,
+        window: match opts.tuning.window {
+            WindowMode::Auto => Window::Auto,
+            WindowMode::Kernel => Window::Kernel,
+            WindowMode::Fixed(n) => Window::Fixed(n.min(u64::from(u32::MAX)) as u32),
+        },
+        congestion: opts.tuning.congestion.clone(),
+        choices: opts.choices,
+        once_token: opts.once_token,
+    };
+    let mut opening = ClientOpen::new(request, negotiated)?;
+    // The server may hold a valid request until a session slot is free:
+    // the client waits as long as it takes.
+    let agreed = match open::expect(&mut control, &mut opening, None, Linger::No).await? {
+        Step::Event(agreed) => agreed,
+        Step::Expired => unreachable!("no deadline was set"),
+    };
+    let max_streams = agreed.max_streams;
+    let accept_streams = agreed.streams;
+    let joiner = Arc::new(Joiner {
+        ep: ep.clone(),
+        route,
+        connect_timeout: opts.connect_timeout,
+        io_timeout: opts.io_timeout,
+        protect: opts.protect,
+        fingerprint: fingerprint.clone(),
+        client_cert: opts.client_cert.clone(),
+        token: agreed.token,
+        version: agreed.version,
+        max_streams,
+        wrap: opts.wrap.clone(),
+    });
+    let mut joins = tokio::task::JoinSet::new();
+    for k in 0..accept_streams {
+        joins.spawn(joiner.clone().join(k));
+    }
+    let mut streams = Vec::with_capacity(usize::from(accept_streams));
+    while let Some(joined) = joins.join_next().await {
+        streams.push(joined.map_err(|e| Error::Protocol(format!("connect task: {e}")))??);
+    }
+    streams.sort_by_key(|j| j.index);
+    let supply = if max_streams > accept_streams {
+        let connector: Connector = Arc::new(move |k| Box::pin(joiner.clone().join(k)));
+        StreamSupply::Connect(connector)
+    } else {
+        StreamSupply::Fixed
+    };
+    let block_check = match opts.protect {
+        Protect::Safe if exported => BlockCheck::KeyedBlake3(bind_token(&material, &agreed.token)),
+        Protect::Safe => return Err(Error::Tls("cannot export keying material".into())),
+        Protect::Clear | Protect::Private => BlockCheck::Xxh3,
+    };
+    let mut params = TransferParams::new(accept_streams, agreed.block_size, opts.checksum);
+    params.max_streams = max_streams;
+    params.tuning = opts.tuning.clone();
+    params.apply_agreed(&agreed.options);
+    params.block_check = block_check;
+    params.resume = agreed.features.contains(Features::RESUME);
+    params.entries = agreed.features.contains(Features::ENTRIES);
+    params.pace = opts.rate_limit.map(|bps| {
+        Arc::new(crate::data::pace::Pace::new(
+            bps,
+            u64::from(agreed.block_size),
+        ))
+    });
+    Ok(Opened {
+        control,
+        streams,
+        supply,
+        params,
+        fingerprint,
+        recorded,
+        setup: started.elapsed(),
+    })
+}
+
+/// Opens data connections of one session.
+struct Joiner {
+    ep: Endpoint,
+    route: Route,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+    protect: Protect,
+    fingerprint: String,
+    /// Presented on `private` data connections too: a site daemon asks on
+    /// every TLS connection.
+    client_cert: Option<ClientCert>,
+    token: tern_proto::Token,
+    version: u16,
+    max_streams: u16,
+    wrap: Option<StreamWrap>,
+}
+
+impl Joiner {
+    /// Connects data stream `k` and joins it to the session.
+    async fn join(self: Arc<Self>, k: u16) -> Result<Joined> {
+        if k >= self.max_streams {
+            return Err(Error::Protocol(format!(
+                "stream {k} asked for; the session allows {}",
+                self.max_streams
+            )));
+        }
+        let tcp = self
+            .route
+            .connect(self.connect_timeout, self.io_timeout)
+            .await?;
+        let probe = {
+            use std::os::fd::AsFd;
+            tcp.as_fd().try_clone_to_owned().ok()
+        };
+        let mut s: BoxStream = if self.protect == Protect::Private {
+            let v = PinVerifier::new(Some(self.fingerprint.clone()));
+            let tls = TlsConnector::from(v.client_config(self.client_cert.as_ref())?)
+                .connect(server_name(&self.ep.host), tcp)
+                .await
+                .map_err(|e| Error::Tls(format!("data connection: {e}")))?;
+            Box::new(tls)
+        } else {
+            Box::new(tcp)
+        };
+        let join = DataJoin {
+            version: self.version,
+            stream: k,
+            token: self.token,
+        };
+        s.write_all(&join.encode()).await.map_err(gone)?;
+        s.flush().await.map_err(gone)?;
+        let mut reply = [0u8; JOIN_REPLY_LEN];
+        s.read_exact(&mut reply).await.map_err(gone)?;
+        match JoinReply::decode(&reply)? {
+            JoinReply::Accepted => Ok(Joined {
+                index: k,
+                stream: match &self.wrap {
+                    Some(w) => w(usize::from(k), s),
+                    None => s,
+                },
+                probe,
+            }),
+            JoinReply::Refused => Err(Error::Protocol(format!(
+                "the server refused data connection {k}"
+            ))),
+        }
+    }
+}
+
+fn gone(e: std::io::Error) -> Error {
+    Error::PeerGone(e.to_string())
+}
+
+fn tls_failure(host_port: &str, e: &std::io::Error) -> Error {
+    let why = crate::conn::tls::explain(e).unwrap_or_else(|| e.to_string());
+    Error::Tls(format!("handshake with {host_port} failed: {why}"))
+}
+
+/// What is left of an [`Opened`] session once its connections are in use.
+struct Identity {
+    fingerprint: String,
+    recorded: Option<PathBuf>,
+    setup: Duration,
+}
+
+/// An opened session, taken apart for the driver.
+type Parts = (Control, Vec<Joined>, StreamSupply, TransferParams, Identity);
+
+impl Opened {
+    fn split(self) -> Parts {
+        let id = Identity {
+            fingerprint: self.fingerprint,
+            recorded: self.recorded,
+            setup: self.setup,
+        };
+        (self.control, self.streams, self.supply, self.params, id)
+    }
+}
+
+fn outcome(id: Identity, stats: TransferStats) -> Outcome {
+    Outcome {
+        streams: stats.streams_used,
+        stats,
+        fingerprint: id.fingerprint,
+        recorded: id.recorded,
+        setup: id.setup,
+    }
+}
+
+/// Sends local `sources` to `dest` on the daemon.
+pub async fn push(
+    ep: &Endpoint,
+    opts: &ClientOptions,
+    sources: Vec<PathBuf>,
+    recursive: bool,
+    dest: String,
+    progress: Arc<Progress>,
+) -> Result<Outcome> {
+    for s in &sources {
+        let meta = std::fs::metadata(s).map_err(|e| Error::io("stat", s, e))?;
+        if meta.is_dir() && !recursive {
+            return Err(Error::BadRequest(format!(
+                "{}: is a directory (use -r to copy it)",
+                s.display()
+            )));
+        }
+    }
+    let mode = SessionMode::Push {
+        dest,
+        top_level: sources.len() as u32,
+    };
+    let (control, streams, supply, params, id) = open(ep, opts, mode).await?.split();
+    let source = Arc::new(
+        FsSource::new(Root::Ambient, sources, recursive)
+            .keep_special_bits(opts.choices.keep_special_bits),
+    );
+    let stats = transfer::run_sender(control, streams, supply, source, params, progress).await?;
+    Ok(outcome(id, stats))
+}
+
+/// Fetches `sources` (paths under the daemon's root) into local `dest`.
+pub async fn pull(
+    ep: &Endpoint,
+    opts: &ClientOptions,
+    sources: Vec<String>,
+    recursive: bool,
+    dest: PathBuf,
+    progress: Arc<Progress>,
+) -> Result<Outcome> {
+    let sink = Arc::new(
+        FsSink::new(Root::Ambient, dest, sources.len() as u32)?
+            .keep_special_bits(opts.choices.keep_special_bits),
+    );
+    // The server chooses the names it announces: only what was asked for
+    // is received (crate::store::expect).
+    let requested =
+        crate::store::expect::Requested::new(sources.iter().map(|s| s.as_bytes()), recursive);
+    let sink = Arc::new(crate::store::expect::GuardedSink::new(sink, requested));
+    let opened = open(ep, opts, SessionMode::Pull { sources, recursive }).await?;
+    let (control, streams, supply, params, id) = opened.split();
+    let stats = transfer::run_receiver(control, streams, supply, sink, params, progress).await?;
+    Ok(outcome(id, stats))
+}
+
+/// Memory-to-memory throughput test: `bytes` bytes, or for `duration`.
+pub async fn perf(
+    ep: &Endpoint,
+    opts: &ClientOptions,
+    bytes: Option<u64>,
+    duration: Option<Duration>,
+    reverse: bool,
+    progress: Arc<Progress>,
+) -> Result<Outcome> {
+    let mode = SessionMode::Perf {
+        server_sends: reverse,
+        bytes: bytes.unwrap_or(0),
+        millis: duration.map_or(0, |d| d.as_millis() as u64),
+    };
+    let (control, streams, supply, mut params, id) = open(ep, opts, mode).await?.split();
+    let stats = if reverse {
+        let sink = Arc::new(DiscardSink);
+        transfer::run_receiver(control, streams, supply, sink, params, progress).await?
+    } else {
+        let size = bytes.unwrap_or(FileMeta::UNKNOWN_SIZE);
+        params.deadline = duration.map(|d| Instant::now() + d);
+        let source = Arc::new(GenSource::new(size, params.block_size));
+        transfer::run_sender(control, streams, supply, source, params, progress).await?
+    };
+    Ok(outcome(id, stats))
+}

@@ -1,0 +1,25 @@
+//! Connections and identity: who the peer is, how its connections reach
+//! us, and how a session opens over them.
+//!
+//! - [`tls`]: certificates, fingerprints, `known_hosts`, the verifiers;
+//! - [`authz`]: a site daemon's authorization rules;
+//! - [`net`]: socket options every connection gets;
+//! - [`open`]: the pump that runs `tern-session`'s opening state machines
+//!   over a control channel, with one `expect(timeout)` and one `refuse`;
+//! - [`route`]: where a client's connections go (dial out, or take those
+//!   the far end dials back);
+//! - [`client`], [`server`] (with its admission limits), [`once`]: the
+//!   three ends that open sessions; [`observe`]: what a daemon tells its
+//!   owner about each finished session.
+
+pub mod authz;
+pub mod client;
+mod gate;
+pub mod net;
+pub mod observe;
+pub mod once;
+pub mod open;
+pub mod route;
+pub mod server;
+pub mod tls;
+pub mod trust;

@@ -1,0 +1,293 @@
+//! `tern serve --once`: one session for a client that came through ssh,
+//! and the client's side of that bootstrap.
+//!
+//! ssh has already authenticated both ends, so the server needs no
+//! configuration: it prints a once line (port, one-time token, certificate
+//! fingerprint) that ssh carries back to the client, serves the one client
+//! that presents the token (`TokenAuth`, before anything is looked at), and
+//! exits when that session ends, when the client goes away, or when no
+//! client came in time. Paths are scp's: relative to the ssh user's home, or
+//! absolute; the ssh login is the authorization.
+//!
+//! The daemon's connection handling is reused unchanged: a once server is a
+//! [`crate::conn::server`] context with a gate (`gate.rs`) in it. In reverse mode the
+//! server dials the client instead of listening ([`Incoming::Dial`]); on
+//! every such connection the client still speaks first and is the TLS
+//! client. The server keeps [`SPARES`] dialled connections idle ahead of use
+//! and dials another whenever the client starts using one, so the client can
+//! take a connection whenever it needs one — for the control connection, the
+//! initial data streams, and streams added while the session runs.
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tern_proto::{OnceLine, Token};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+use crate::conn::gate::Gate;
+use crate::conn::route::{Endpoint, tcp_connect};
+use crate::conn::server::{Context, ServerOptions, handle_connection};
+use crate::conn::tls::ServerIdentity;
+use crate::{Error, Result};
+
+/// Connections a reverse-mode server keeps dialled and idle ahead of use.
+pub const SPARES: usize = 4;
+
+/// How a once server runs.
+#[derive(Debug, Clone)]
+pub struct OnceOptions {
+    /// Timeouts as for the daemon; `root` is the directory relative paths
+    /// start from (the ssh user's home).
+    pub server: ServerOptions,
+    /// Exit when no client has been accepted within this long.
+    pub wait: Duration,
+}
+
+impl OnceOptions {
+    /// Defaults, with relative paths starting from `home`.
+    pub fn new(home: PathBuf) -> OnceOptions {
+        OnceOptions {
+            server: ServerOptions::new(home),
+            wait: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Where a once server's connections come from.
+#[derive(Debug)]
+enum Incoming {
+    /// The client connects to this listener.
+    Listen(TcpListener),
+    /// The server dials the client here (reverse mode).
+    Dial(Endpoint),
+}
+
+/// A `tern serve --once` server, ready to print its once line and run.
+#[derive(Debug)]
+pub struct OnceServer {
+    ctx: Arc<Context>,
+    gate: Arc<Gate>,
+    incoming: Incoming,
+    line: OnceLine,
+    wait: Duration,
+}
+
+impl OnceServer {
+    /// Listens on `addr` (port 0 for an ephemeral port).
+    pub async fn listen(
+        addr: SocketAddr,
+        identity: &ServerIdentity,
+        opts: OnceOptions,
+    ) -> Result<OnceServer> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::io("listen", addr.to_string(), e))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| Error::io("listen", addr.to_string(), e))?;
+        let shown = Some(bound.ip()).filter(|ip| !ip.is_unspecified());
+        OnceServer::new(
+            Incoming::Listen(listener),
+            Some(bound.port()),
+            shown,
+            identity,
+            opts,
+        )
+    }
+
+    /// Connects out to the client at `target` for every connection
+    /// (reverse mode).
+    pub fn dial(
+        target: Endpoint,
+        identity: &ServerIdentity,
+        opts: OnceOptions,
+    ) -> Result<OnceServer> {
+        OnceServer::new(Incoming::Dial(target), None, None, identity, opts)
+    }
+
+    fn new(
+        incoming: Incoming,
+        port: Option<u16>,
+        addr: Option<IpAddr>,
+        identity: &ServerIdentity,
+        opts: OnceOptions,
+    ) -> Result<OnceServer> {
+        let token: Token = rand::random();
+        let gate = Arc::new(Gate::new(token));
+        let ctx = Context::new(
+            crate::store::fsio::Root::Ambient,
+            identity,
+            opts.server,
+            Some(gate.clone()),
+        )?;
+        Ok(OnceServer {
+            ctx,
+            gate,
+            incoming,
+            line: OnceLine {
+                port,
+                addr,
+                token,
+                fingerprint: identity.fingerprint.clone(),
+            },
+            wait: opts.wait,
+        })
+    }
+
+    /// The line to print for the client.
+    pub fn line(&self) -> &OnceLine {
+        &self.line
+    }
+
+    /// Serves the one session. Returns when it ended (its error, if it
+    /// failed), when `client_gone` completes, or when no client presented
+    /// the token within the wait.
+    pub async fn run(self, client_gone: impl Future<Output = ()>) -> Result<()> {
+        let mut done = self.gate.done.subscribe();
+        let mut tasks = JoinSet::new();
+        let mut dialler = match &self.incoming {
+            Incoming::Dial(target) => Some(Dialler::start(target.clone(), &self.ctx.opts)),
+            Incoming::Listen(_) => None,
+        };
+        let waited = tokio::time::sleep(self.wait);
+        tokio::pin!(waited, client_gone);
+        loop {
+            tokio::select! {
+                accepted = accept(&self.incoming) => match accepted {
+                    Ok((conn, peer)) => {
+                        tasks.spawn(handle_connection(self.ctx.clone(), conn, peer));
+                    }
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                dialled = next_dialled(&mut dialler) => match dialled {
+                    Ok((conn, peer)) => {
+                        tasks.spawn(handle_connection(self.ctx.clone(), conn, peer));
+                    }
+                    Err(e) => return Err(e),
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                changed = done.changed() => {
+                    let outcome = *done.borrow();
+                    return match (changed, outcome) {
+                        (_, Some(true)) => Ok(()),
+                        (_, Some(false)) => Err(Error::PeerGone("the session failed".into())),
+                        (Err(_), None) => Err(Error::Aborted),
+                        (Ok(()), None) => continue,
+                    };
+                }
+                () = &mut waited, if !self.gate.is_claimed() => {
+                    return Err(Error::PeerGone(format!(
+                        "no client presented the one-time token within {:?}",
+                        self.wait
+                    )));
+                }
+                () = &mut client_gone => {
+                    return Err(Error::PeerGone("the client went away (ssh closed)".into()));
+                }
+            }
+        }
+    }
+}
+
+async fn accept(incoming: &Incoming) -> std::io::Result<(TcpStream, SocketAddr)> {
+    match incoming {
+        Incoming::Listen(l) => l.accept().await,
+        Incoming::Dial(_) => std::future::pending().await,
+    }
+}
+
+async fn next_dialled(dialler: &mut Option<Dialler>) -> Result<(TcpStream, SocketAddr)> {
+    match dialler {
+        Some(d) => d.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reverse mode: keeps [`SPARES`] connections to the client dialled and
+/// idle, and hands one on as soon as the client speaks on it.
+#[derive(Debug)]
+struct Dialler {
+    target: Endpoint,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+    /// Connections dialled and waiting for the client's first bytes.
+    spares: JoinSet<Result<(TcpStream, SocketAddr)>>,
+    /// Dials left before the server stops adding spares.
+    budget: usize,
+    /// True once any dial succeeded.
+    reached: bool,
+}
+
+impl Dialler {
+    fn start(target: Endpoint, opts: &ServerOptions) -> Dialler {
+        let mut d = Dialler {
+            target,
+            connect_timeout: opts.join_timeout,
+            io_timeout: opts.io_timeout,
+            spares: JoinSet::new(),
+            // A control connection, every stream a session may have, and
+            // the spares left over at the end.
+            budget: 1 + usize::from(crate::conn::server::MAX_STREAMS) + 2 * SPARES,
+            reached: false,
+        };
+        for _ in 0..SPARES {
+            d.dial_one();
+        }
+        d
+    }
+
+    fn dial_one(&mut self) {
+        if self.budget == 0 {
+            return;
+        }
+        self.budget -= 1;
+        let (target, timeout, io_timeout) =
+            (self.target.clone(), self.connect_timeout, self.io_timeout);
+        self.spares.spawn(async move {
+            let conn = tcp_connect(&target, timeout, io_timeout).await?;
+            let peer = conn.peer_addr().map_err(|e| Error::Connect {
+                addr: target.host_port(),
+                source: e,
+            })?;
+            // Idle until the client uses it; no timeout, spares wait for
+            // the whole session.
+            let n = conn
+                .peek(&mut [0u8; 1])
+                .await
+                .map_err(|e| Error::PeerGone(e.to_string()))?;
+            if n == 0 {
+                return Err(Error::PeerGone(
+                    "the client closed a spare connection".into(),
+                ));
+            }
+            Ok((conn, peer))
+        });
+    }
+
+    /// The next connection the client started using.
+    async fn next(&mut self) -> Result<(TcpStream, SocketAddr)> {
+        loop {
+            let Some(joined) = self.spares.join_next().await else {
+                return std::future::pending().await;
+            };
+            match joined.map_err(|e| Error::Protocol(format!("dial task: {e}")))? {
+                Ok(used) => {
+                    self.reached = true;
+                    self.dial_one();
+                    return Ok(used);
+                }
+                Err(e) if !self.reached && self.spares.is_empty() => {
+                    return Err(e);
+                }
+                Err(e) => tracing::debug!("spare connection to the client: {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,913 @@
+//! `tern serve`: the daemon.
+//!
+//! One listening port carries everything. The first bytes of a connection
+//! tell what it is: a TLS ClientHello (`0x16`) is a control connection or a
+//! `private` data connection (told apart by the magic inside TLS); the
+//! magic `TERD` is a plain data connection joining a session by its token.
+//! Anything else is logged and dropped without disturbing other sessions.
+//!
+//! A site daemon ([`SiteAuth`]) demands a client certificate from its CAs
+//! on every TLS connection and serves each session only within the grants
+//! the authorization file gives the certificate's subject ([`crate::conn::authz`]);
+//! a subject with no grant gets an error before anything is touched.
+//!
+//! Like mini-redis, [`serve`] takes a bound listener and a shutdown future:
+//! on shutdown it stops accepting, lets running sessions finish for a grace
+//! period, then aborts them.
+//!
+//! A connection is a stranger until it has authenticated: it holds a
+//! handshake slot from a small pool, a few per address, for a short time
+//! ([`limits`]), and only a validated session request turns it into a
+//! session, of which each address may hold a bounded number and all
+//! together `max_sessions` at once (a semaphore; more wait). So neither
+//! idle connections nor sessions that never join their streams lock
+//! legitimate clients out.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tern_proto::data::{JOIN_LEN, JOIN_MAGIC};
+use tern_proto::hello::{HELLO_LEN, HELLO_MAGIC};
+use tern_proto::{DataJoin, FileMeta, Hello, JoinReply, Protect, SessionMode, SessionOpen, Token};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use crate::conn::authz::{Access, Authz, Grants, Subject};
+use crate::conn::gate::Gate;
+use crate::conn::open::{self, Linger, Step};
+use crate::conn::tls::{BLOCK_MAC_LABEL, ServerIdentity, bind_token};
+use crate::data::integrity::BlockCheck;
+use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams};
+use crate::data::tuning::{Joined, StreamSupply, Tuning};
+use crate::store::fsio::{
+    DiscardSink, FsSink, FsSource, GenSource, Root, Sink, Source, checked_relative,
+};
+use crate::{Error, Result};
+use tern_drs::WindowMode;
+use tern_session::open::{CongestionPolicy, ServerEvent, ServerOpen, ServerPolicy, SessionRequest};
+
+pub use crate::conn::observe::{SessionDone, SessionHook};
+pub use limits::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_JOIN_TIMEOUT, DEFAULT_MAX_HANDSHAKES,
+    DEFAULT_MAX_HANDSHAKES_PER_ADDRESS, DEFAULT_MAX_SESSIONS_PER_ADDRESS, Limit, Refusals,
+    raise_open_file_limit,
+};
+
+mod limits;
+
+use limits::{Handshake, Limiter};
+
+pub use tern_session::open::{MAX_STREAMS, MIN_BLOCK_SIZE};
+
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Only paths beneath this directory are served.
+    pub root: PathBuf,
+    /// Authenticated sessions at once, at most; more wait.
+    pub max_sessions: usize,
+    /// Authenticated sessions (running or waiting) one client address may
+    /// hold; more are refused.
+    pub max_sessions_per_address: usize,
+    /// Connections still authenticating, all clients together; more are
+    /// closed at once.
+    pub max_handshakes: usize,
+    /// Of those, from one client address at most (beyond the data
+    /// connections its sessions may open); more are closed at once.
+    pub max_handshakes_per_address: usize,
+    /// Time a new connection has to authenticate: a control connection to
+    /// have its session request validated (TLS, hello, token, request), a
+    /// data connection to join its session.
+    pub handshake_timeout: Duration,
+    /// Time an accepted session's data streams have to join.
+    pub join_timeout: Duration,
+    /// On shutdown, how long running sessions may go on.
+    pub grace: Duration,
+    /// Fail a connection whose peer stays silent this long.
+    pub io_timeout: Duration,
+    /// Stream-count changes at fixed times when this end sends, instead of
+    /// the controller's (tests and experiments).
+    pub stream_script: Vec<(Duration, tern_drs::StreamChange)>,
+    /// Site mode: client certificates and an authorization file. `None`:
+    /// every client may read and write the whole root.
+    pub site: Option<SiteAuth>,
+    /// Told about every completed session (the advisor's discovery feed).
+    pub on_session_done: Option<SessionHook>,
+    /// Apply set-user-ID, set-group-ID and sticky bits that clients send
+    /// (`--allow-special-bits`), and send those of served files; without
+    /// it they are dropped both ways.
+    pub allow_special_bits: bool,
+}
+
+/// What a site daemon demands of its clients.
+#[derive(Debug, Clone)]
+pub struct SiteAuth {
+    /// CAs whose client certificates are accepted (`--client-ca`).
+    pub client_roots: Arc<rustls::RootCertStore>,
+    /// Who may read and write where (`--authz`).
+    pub authz: Arc<Authz>,
+}
+
+/// What the client of one control connection may do.
+#[derive(Debug)]
+enum Authorization {
+    /// No site mode: the whole root.
+    Open,
+    /// Only within these grants.
+    Granted(Grants),
+    /// Nothing; the subject, for the refusal.
+    Denied(String),
+}
+
+impl ServerOptions {
+    /// Defaults for a root.
+    pub fn new(root: PathBuf) -> ServerOptions {
+        ServerOptions {
+            root,
+            max_sessions: 64,
+            max_sessions_per_address: DEFAULT_MAX_SESSIONS_PER_ADDRESS,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
+            max_handshakes_per_address: DEFAULT_MAX_HANDSHAKES_PER_ADDRESS,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            join_timeout: DEFAULT_JOIN_TIMEOUT,
+            grace: Duration::from_secs(10),
+            io_timeout: crate::conn::net::DEFAULT_IO_TIMEOUT,
+            stream_script: Vec::new(),
+            site: None,
+            on_session_done: None,
+            allow_special_bits: false,
+        }
+    }
+}
+
+/// A data connection waiting to be taken by its session.
+struct Joining {
+    stream: BoxStream,
+    /// A duplicate of the socket, for `TCP_INFO` sampling.
+    probe: Option<std::os::fd::OwnedFd>,
+    index: u16,
+    version: u16,
+    tls: bool,
+    peer: SocketAddr,
+}
+
+/// What every connection of a server shares.
+pub(crate) struct Context {
+    root: Root,
+    acceptor: TlsAcceptor,
+    pub(crate) opts: ServerOptions,
+    /// Sessions waiting for their data connections, by token.
+    pending: Mutex<HashMap<Token, mpsc::Sender<Joining>>>,
+    /// Caps concurrent sessions.
+    sessions: Semaphore,
+    /// Handshake slots and sessions per address.
+    limiter: Limiter,
+    /// Set for `tern serve --once`: its one-time token and one session.
+    once: Option<Arc<Gate>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("root", &self.root)
+            .field("once", &self.once.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    pub(crate) fn new(
+        root: Root,
+        identity: &ServerIdentity,
+        opts: ServerOptions,
+        once: Option<Arc<Gate>>,
+    ) -> Result<Arc<Context>> {
+        Ok(Arc::new(Context {
+            root,
+            acceptor: TlsAcceptor::from(
+                identity.server_config(opts.site.as_ref().map(|s| s.client_roots.clone()))?,
+            ),
+            sessions: Semaphore::new(opts.max_sessions),
+            limiter: Limiter::new(limits::Caps {
+                handshakes: opts.max_handshakes,
+                handshakes_per_address: opts.max_handshakes_per_address,
+                sessions_per_address: opts.max_sessions_per_address,
+                entitled_per_address: limits::ENTITLED_PER_ADDRESS,
+                handshake_timeout: opts.handshake_timeout,
+            }),
+            pending: Mutex::new(HashMap::new()),
+            opts,
+            once,
+        }))
+    }
+
+    /// A path the client named: under the root for the daemon; as with scp
+    /// (from the home directory, or absolute) for a once server.
+    fn place(&self, path: &str) -> Result<PathBuf> {
+        match &self.once {
+            Some(_) => Ok(crate::conn::gate::scp_path(&self.opts.root, path)),
+            None => checked_relative(path, true),
+        }
+    }
+}
+
+/// Serves until `shutdown` completes, then drains sessions.
+pub async fn serve(
+    listener: TcpListener,
+    identity: &ServerIdentity,
+    opts: ServerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    Daemon::new(identity, opts)?.run(listener, shutdown).await
+}
+
+/// A daemon ready to serve; what it refused can be read while it runs
+/// (clones share one daemon).
+#[derive(Debug, Clone)]
+pub struct Daemon {
+    ctx: Arc<Context>,
+}
+
+impl Daemon {
+    /// A daemon of `identity` serving `opts.root`.
+    pub fn new(identity: &ServerIdentity, opts: ServerOptions) -> Result<Daemon> {
+        let ctx = Context::new(Root::confined(&opts.root)?, identity, opts, None)?;
+        Ok(Daemon { ctx })
+    }
+
+    /// Connections refused or ended by each limit so far.
+    pub fn refusals(&self) -> Refusals {
+        self.ctx.limiter.refusals()
+    }
+
+    /// Serves until `shutdown` completes, then drains sessions.
+    pub async fn run(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<()> {
+        run_daemon(self.ctx.clone(), listener, shutdown).await
+    }
+}
+
+async fn run_daemon(
+    ctx: Arc<Context>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let mut tasks = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                // Admitted here, in the order of arrival and before a task
+                // is spent on it: a refused connection is closed at once.
+                Ok((conn, peer)) => if let Some(handshake) = ctx.limiter.admit(peer) {
+                    let ctx = ctx.clone();
+                    tasks.spawn(serve_connection(ctx, conn, peer, handshake));
+                }
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    let running = tasks.len();
+    if running > 0 {
+        tracing::info!(
+            "shutting down: waiting up to {:?} for {running} connection(s)",
+            ctx.opts.grace
+        );
+    }
+    let drained = tokio::time::timeout(ctx.opts.grace, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("shutting down: aborting {} connection(s)", tasks.len());
+        tasks.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Serves one connection of any kind (§2.1 of the protocol), if the limits
+/// let it in.
+pub(crate) async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr) {
+    if let Some(handshake) = ctx.limiter.admit(peer) {
+        serve_connection(ctx, conn, peer, handshake).await;
+    }
+}
+
+/// Serves one connection that holds a handshake slot.
+async fn serve_connection(
+    ctx: Arc<Context>,
+    conn: TcpStream,
+    peer: SocketAddr,
+    handshake: Handshake,
+) {
+    crate::conn::net::prepare(&conn, ctx.opts.io_timeout);
+    let probe = {
+        use std::os::fd::AsFd;
+        conn.as_fd().try_clone_to_owned().ok()
+    };
+    // One deadline for the whole handshake, so that a peer dribbling bytes
+    // cannot stretch it step by step.
+    let handshaking = Handshaking {
+        peer,
+        handshake,
+        deadline: tokio::time::Instant::now() + ctx.opts.handshake_timeout,
+    };
+    let mut first = [0u8; 4];
+    match handshaking.in_time(peek_exact(&conn, &mut first)).await {
+        Some(Ok(())) => {}
+        Some(Err(e)) => return tracing::debug!("{peer}: closed before saying anything: {e}"),
+        None => return,
+    }
+    if first[0] == 0x16 {
+        let _ = conn.set_nodelay(true);
+        let mut tls = match handshaking.in_time(ctx.acceptor.accept(conn)).await {
+            Some(Ok(tls)) => tls,
+            Some(Err(e)) => return tracing::warn!("{peer}: TLS handshake failed: {e}"),
+            None => return,
+        };
+        let mut magic = [0u8; 4];
+        match handshaking.in_time(tls.read_exact(&mut magic)).await {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return tracing::debug!("{peer}: closed after the TLS handshake: {e}"),
+            None => return,
+        }
+        if magic == HELLO_MAGIC {
+            let key = export_key_fn(&tls);
+            let authorization = authorize(&ctx, &tls, peer);
+            return control_session(ctx, Box::new(tls), key, authorization, handshaking).await;
+        }
+        if magic == JOIN_MAGIC {
+            return data_join(ctx, Box::new(tls), probe, magic, true, handshaking).await;
+        }
+        return tracing::warn!(
+            "{peer}: dropped, not a tern client (first bytes inside TLS {magic:02x?})"
+        );
+    }
+    if first == JOIN_MAGIC {
+        return data_join(ctx, Box::new(conn), probe, [0; 4], false, handshaking).await;
+    }
+    tracing::warn!("{peer}: dropped, not a tern client (first bytes {first:02x?})");
+}
+
+/// A connection that has not authenticated yet.
+struct Handshaking {
+    peer: SocketAddr,
+    /// Its handshake slot.
+    handshake: Handshake,
+    /// When its handshake time is up.
+    deadline: tokio::time::Instant,
+}
+
+impl Handshaking {
+    /// Runs one step of the handshake; `None` when the handshake time ran
+    /// out first (counted and reported by the limiter).
+    async fn in_time<T>(&self, step: impl Future<Output = T>) -> Option<T> {
+        match tokio::time::timeout_at(self.deadline, step).await {
+            Ok(done) => Some(done),
+            Err(_) => {
+                self.handshake.timed_out();
+                None
+            }
+        }
+    }
+}
+
+/// Looks up the grants of the client certificate the handshake verified.
+fn authorize(
+    ctx: &Context,
+    tls: &tokio_rustls::server::TlsStream<TcpStream>,
+    peer: SocketAddr,
+) -> Authorization {
+    let Some(site) = &ctx.opts.site else {
+        return Authorization::Open;
+    };
+    let subject = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|cert| Subject::from_der(cert));
+    match subject {
+        Some(Ok(subject)) => match site.authz.grants_for(&subject) {
+            Some(grants) => {
+                tracing::info!(
+                    "{peer}: certificate {} granted {}",
+                    subject.slash,
+                    grants.describe()
+                );
+                Authorization::Granted(grants)
+            }
+            None => {
+                tracing::warn!(
+                    "{peer}: refused: certificate {} is not in the authorization file",
+                    subject.slash
+                );
+                Authorization::Denied(subject.slash)
+            }
+        },
+        Some(Err(e)) => {
+            tracing::warn!("{peer}: refused: {e}");
+            Authorization::Denied("an unreadable certificate".into())
+        }
+        None => {
+            tracing::warn!("{peer}: refused: no client certificate");
+            Authorization::Denied("a client without a certificate".into())
+        }
+    }
+}
+
+type KeyExporter = Box<dyn Fn(&Token) -> Option<[u8; 32]> + Send>;
+
+fn export_key_fn(tls: &tokio_rustls::server::TlsStream<TcpStream>) -> KeyExporter {
+    // Exported now, while the concrete connection type is at hand; the
+    // token does not exist yet, so it is bound in afterwards by a keyed hash.
+    let (_, conn) = tls.get_ref();
+    let mut base = [0u8; 32];
+    let ok = conn
+        .export_keying_material(&mut base, BLOCK_MAC_LABEL, None)
+        .is_ok();
+    Box::new(move |token: &Token| ok.then(|| bind_token(&base, token)))
+}
+
+async fn peek_exact(conn: &TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    loop {
+        let n = conn.peek(buf).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if n >= buf.len() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn data_join(
+    ctx: Arc<Context>,
+    mut stream: BoxStream,
+    probe: Option<std::os::fd::OwnedFd>,
+    consumed: [u8; 4],
+    tls: bool,
+    handshaking: Handshaking,
+) {
+    let peer = handshaking.peer;
+    let mut buf = [0u8; JOIN_LEN];
+    let start = if tls {
+        buf[..4].copy_from_slice(&consumed);
+        4
+    } else {
+        0
+    };
+    match handshaking
+        .in_time(stream.read_exact(&mut buf[start..]))
+        .await
+    {
+        Some(Ok(_)) => {}
+        Some(Err(_)) => return tracing::warn!("{peer}: data connection dropped before joining"),
+        None => return,
+    }
+    let join = match DataJoin::decode(&buf) {
+        Ok(j) => j,
+        Err(e) => return tracing::warn!("{peer}: dropped, bad data join: {e}"),
+    };
+    let session = ctx
+        .pending
+        .lock()
+        .expect("pending")
+        .get(&join.token)
+        .cloned();
+    let Some(session) = session else {
+        tracing::warn!("{peer}: refused a data connection for an unknown session");
+        let _ = stream.write_all(&JoinReply::Refused.encode()).await;
+        return;
+    };
+    // It knew a live session's token: from here it is that session's.
+    drop(handshaking);
+    let _ = session
+        .send(Joining {
+            stream,
+            probe,
+            index: join.stream,
+            version: join.version,
+            tls,
+            peer,
+        })
+        .await;
+}
+
+async fn control_session(
+    ctx: Arc<Context>,
+    stream: BoxStream,
+    key: KeyExporter,
+    authorization: Authorization,
+    handshaking: Handshaking,
+) {
+    let peer = handshaking.peer;
+    match run_control(&ctx, stream, key, &authorization, handshaking).await {
+        Ok(()) => {}
+        Err(e) => tracing::warn!("{peer}: session failed: {e}"),
+    }
+}
+
+async fn run_control(
+    ctx: &Context,
+    mut stream: BoxStream,
+    key: KeyExporter,
+    authorization: &Authorization,
+    handshaking: Handshaking,
+) -> Result<()> {
+    // Until the session request is validated, every step must end before
+    // the handshake deadline; a step that does not ends the connection,
+    // counted and reported (rate-limited) by the limiter, so `Ok(())`.
+    let peer = handshaking.peer;
+    let mut rest = [0u8; HELLO_LEN - 4];
+    let Some(read) = handshaking.in_time(stream.read_exact(&mut rest)).await else {
+        return Ok(());
+    };
+    read.map_err(|e| Error::PeerGone(e.to_string()))?;
+    let mut hello = [0u8; HELLO_LEN];
+    hello[..4].copy_from_slice(&HELLO_MAGIC);
+    hello[4..].copy_from_slice(&rest);
+    let theirs = Hello::decode(&hello)?;
+    let ours = Hello::ours();
+    stream
+        .write_all(&ours.encode())
+        .await
+        .map_err(|e| Error::PeerGone(e.to_string()))?;
+    let negotiated = ours
+        .negotiate(&theirs)
+        .map_err(|e| Error::Protocol(e.to_string()))?;
+    let mut control = Control::new(stream);
+    let policy = ServerPolicy {
+        congestion: congestion_policy(),
+        once_token: ctx.once.as_ref().map(|gate| gate.token()),
+    };
+    // A once server's refusals of a token wait for the client to read them.
+    let linger = match &ctx.once {
+        Some(_) => Linger::For(Duration::from_secs(2)),
+        None => Linger::No,
+    };
+    let mut opening = match ServerOpen::new(negotiated, policy) {
+        Ok(opening) => opening,
+        Err(e) => return Err(open::refuse(&mut control, e.into(), linger).await),
+    };
+    let mut claim = None;
+    let request = loop {
+        let step = open::expect(
+            &mut control,
+            &mut opening,
+            Some(handshaking.deadline),
+            linger,
+        );
+        match step.await? {
+            Step::Expired => {
+                handshaking.handshake.timed_out();
+                return Ok(());
+            }
+            Step::Event(ServerEvent::TokenPresented) => {
+                let gate = ctx
+                    .once
+                    .as_ref()
+                    .expect("a token is asked for by once servers");
+                match gate.claim() {
+                    Some(c) => claim = Some(c),
+                    None => {
+                        let e =
+                            Error::Unauthorized("this server has served its one session".into());
+                        return Err(open::refuse(&mut control, e, linger).await);
+                    }
+                }
+            }
+            Step::Event(ServerEvent::Request(request)) => break *request,
+        }
+    };
+    let max_streams = request.tuning.max_streams;
+    let role = match prepare_role(ctx, &request.open, authorization) {
+        Ok(role) => role,
+        Err(e) => return Err(open::refuse(&mut control, e, Linger::No).await),
+    };
+    // Authenticated: from here the session counts against its address's
+    // share and the session limit, no longer against the handshake pool.
+    let Ok(_session_slot) = handshaking.handshake.authenticate(max_streams) else {
+        opening.refuse_with(
+            tern_proto::ErrorCode::Aborted,
+            format!(
+                "the server refused the session: {} already holds {} sessions, the most \
+                 one address may; try again when one has ended",
+                peer.ip().to_canonical(),
+                ctx.opts.max_sessions_per_address
+            ),
+        );
+        let _ = open::flush(&mut control, &mut opening).await;
+        return Ok(());
+    };
+    let _permit = ctx.sessions.acquire().await;
+    let token: Token = rand::random();
+    let (tx, mut rx) = mpsc::channel(usize::from(max_streams));
+    ctx.pending.lock().expect("pending").insert(token, tx);
+    opening.accept(&request, token);
+    let accepted = open::flush(&mut control, &mut opening).await;
+    let open = &request.open;
+    let want = Admission {
+        tls: open.protect == Protect::Private,
+        version: request.version,
+        protect: open.protect,
+    };
+    let mut taken = vec![false; usize::from(max_streams)];
+    let streams = match accepted {
+        Ok(()) => {
+            let timeout = ctx.opts.join_timeout;
+            collect_streams(&mut rx, &want, open.streams, &mut taken, timeout).await
+        }
+        Err(e) => Err(e),
+    };
+    let streams = match streams {
+        Ok(s) => s,
+        Err(e) => {
+            ctx.pending.lock().expect("pending").remove(&token);
+            return Err(open::refuse(&mut control, e, Linger::No).await);
+        }
+    };
+    // Streams that join later (the session grows) go through here.
+    let (more_tx, more_rx) = mpsc::channel(usize::from(max_streams));
+    let late_joins = tokio::spawn(async move {
+        while let Some(joining) = rx.recv().await {
+            if let Some(j) = want.admit(joining, &mut taken).await {
+                if more_tx.send(j).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let supply = if max_streams > open.streams {
+        StreamSupply::Accept(more_rx)
+    } else {
+        StreamSupply::Fixed
+    };
+    let block_check = match open.protect {
+        Protect::Safe => match key(&token) {
+            Some(k) => BlockCheck::KeyedBlake3(k),
+            None => {
+                ctx.pending.lock().expect("pending").remove(&token);
+                late_joins.abort();
+                let e = Error::Tls("cannot export keying material".into());
+                return Err(open::refuse(&mut control, e, Linger::No).await);
+            }
+        },
+        Protect::Clear | Protect::Private => BlockCheck::Xxh3,
+    };
+    let mut params = TransferParams::new(open.streams, open.block_size, open.checksum);
+    params.max_streams = max_streams;
+    params.tuning = tuning_of(&request);
+    params.block_check = block_check;
+    params.resume = request.features.contains(tern_proto::Features::RESUME);
+    params.entries = request.features.contains(tern_proto::Features::ENTRIES);
+    params.apply_agreed(&request.options);
+    let progress = Arc::new(Progress::default());
+    let started = Instant::now();
+    let sent = matches!(role, Role::Send(..));
+    let result = match role {
+        Role::Send(source, deadline) => {
+            params.deadline = deadline.map(|d| Instant::now() + d);
+            params.tuning.script = ctx.opts.stream_script.clone();
+            transfer::run_sender(control, streams, supply, source, params, progress).await
+        }
+        Role::Receive(sink) => {
+            transfer::run_receiver(control, streams, supply, sink, params, progress).await
+        }
+    };
+    ctx.pending.lock().expect("pending").remove(&token);
+    late_joins.abort();
+    let stats = result?;
+    if let Some(claim) = claim {
+        claim.succeeded();
+    }
+    tracing::info!(
+        "{peer}: session done: {} bytes, {} files, {} streams, {:.2?}",
+        stats.bytes,
+        stats.files.len(),
+        stats.streams_used,
+        started.elapsed()
+    );
+    if let Some(hook) = &ctx.opts.on_session_done {
+        hook.call(&SessionDone {
+            peer,
+            sent,
+            stats: &stats,
+        });
+    }
+    Ok(())
+}
+
+/// The congestion controls this daemon may grant, found once per process.
+fn congestion_policy() -> CongestionPolicy {
+    let usable = tern_drs::host::usable_congestion();
+    CongestionPolicy {
+        preferred: usable.preferred.clone(),
+        usable: usable.usable.clone(),
+    }
+}
+
+/// The data sockets' tuning for an agreed request: the client's window and
+/// congestion control, or this end's defaults for a client that asked
+/// nothing.
+fn tuning_of(request: &SessionRequest) -> Tuning {
+    let agreed = &request.tuning;
+    let Some(window) = agreed.window else {
+        return Tuning::default();
+    };
+    Tuning {
+        window: match window {
+            tern_proto::Window::Auto => WindowMode::Auto,
+            tern_proto::Window::Kernel => WindowMode::Kernel,
+            tern_proto::Window::Fixed(n) => WindowMode::Fixed(u64::from(n)),
+        },
+        congestion: agreed.congestion.clone(),
+        auto_streams: agreed.max_streams > request.open.streams,
+        streams_from_rtt: false,
+        script: Vec::new(),
+    }
+}
+
+enum Role {
+    Send(Arc<dyn Source>, Option<Duration>),
+    Receive(Arc<dyn Sink>),
+}
+
+fn prepare_role(ctx: &Context, open: &SessionOpen, authz: &Authorization) -> Result<Role> {
+    let grants = match authz {
+        Authorization::Open => None,
+        Authorization::Granted(g) => Some(g),
+        Authorization::Denied(subject) => {
+            return Err(Error::PermissionDenied {
+                path: subject.clone(),
+                why: "this certificate is not authorized on this server".into(),
+            });
+        }
+    };
+    // The root a request is served from, and the path beneath it: with
+    // grants, the subtree of the grant it falls in.
+    let place = |path: PathBuf, access: Access| -> Result<(Root, PathBuf)> {
+        match grants {
+            None => Ok((ctx.root.clone(), path)),
+            Some(g) => {
+                let (grant, rest) = g.resolve(&path, access)?;
+                Ok((ctx.root.subtree(&grant.path)?, rest))
+            }
+        }
+    };
+    Ok(match &open.mode {
+        SessionMode::Push { dest, top_level } => {
+            let dest = ctx.place(dest)?;
+            // A writer who may not read is not told what is there already
+            // (--skip-existing would say, and give digests).
+            let readable = grants.is_none_or(|g| g.resolve(&dest, Access::Read).is_ok());
+            let (root, dest) = place(dest, Access::Write)?;
+            let sink =
+                FsSink::new(root, dest, *top_level)?.keep_special_bits(ctx.opts.allow_special_bits);
+            Role::Receive(Arc::new(if readable { sink } else { sink.blind() }))
+        }
+        SessionMode::Pull { sources, recursive } => {
+            if sources.is_empty() {
+                return Err(Error::BadRequest("no source paths".into()));
+            }
+            // All sources must lie in one grant: one source, one root.
+            let mut grant_path: Option<PathBuf> = None;
+            let mut paths = Vec::with_capacity(sources.len());
+            for s in sources {
+                let path = ctx.place(s)?;
+                let Some(g) = grants else {
+                    paths.push(path);
+                    continue;
+                };
+                let (grant, rest) = g.resolve(&path, Access::Read)?;
+                if grant_path.as_ref().is_some_and(|p| *p != grant.path) {
+                    return Err(Error::BadRequest(
+                        "the sources lie in different grants; copy them separately".into(),
+                    ));
+                }
+                grant_path = Some(grant.path.clone());
+                paths.push(rest);
+            }
+            let root = match &grant_path {
+                Some(sub) => ctx.root.subtree(sub)?,
+                None => ctx.root.clone(),
+            };
+            let source = FsSource::new(root, paths, *recursive)
+                .keep_special_bits(ctx.opts.allow_special_bits);
+            Role::Send(Arc::new(source), None)
+        }
+        SessionMode::Perf {
+            server_sends,
+            bytes,
+            millis,
+        } => {
+            if *server_sends {
+                let (size, deadline) = if *bytes > 0 {
+                    (*bytes, None)
+                } else {
+                    (FileMeta::UNKNOWN_SIZE, Some(Duration::from_millis(*millis)))
+                };
+                Role::Send(Arc::new(GenSource::new(size, open.block_size)), deadline)
+            } else {
+                Role::Receive(Arc::new(DiscardSink))
+            }
+        }
+    })
+}
+
+/// What a data connection must match to join a session.
+#[derive(Debug, Clone, Copy)]
+struct Admission {
+    tls: bool,
+    version: u16,
+    protect: Protect,
+}
+
+impl Admission {
+    /// Answers a join: `Accepted` when the connection matches the session
+    /// and its index is free in `taken` (which it then takes), else
+    /// `Refused` (and the connection is dropped).
+    async fn admit(&self, joining: Joining, taken: &mut [bool]) -> Option<Joined> {
+        let Joining {
+            mut stream,
+            probe,
+            index,
+            version,
+            tls,
+            peer,
+        } = joining;
+        let slot = taken.get_mut(usize::from(index));
+        let acceptable =
+            tls == self.tls && version == self.version && slot.as_ref().is_some_and(|t| !**t);
+        if !acceptable {
+            tracing::warn!(
+                "{peer}: refused data connection {index} ({}, version {version}; session wants {}, version {})",
+                if tls { "TLS" } else { "plain" },
+                self.protect.name(),
+                self.version
+            );
+            let _ = stream.write_all(&JoinReply::Refused.encode()).await;
+            return None;
+        }
+        let replied = match stream.write_all(&JoinReply::Accepted.encode()).await {
+            Ok(()) => stream.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = replied {
+            tracing::warn!("{peer}: data connection {index} dropped while joining: {e}");
+            return None;
+        }
+        *slot.expect("checked") = true;
+        Some(Joined {
+            index,
+            stream,
+            probe,
+        })
+    }
+}
+
+/// Waits for streams `0..initial` to join.
+async fn collect_streams(
+    rx: &mut mpsc::Receiver<Joining>,
+    want: &Admission,
+    initial: u16,
+    taken: &mut [bool],
+    timeout: Duration,
+) -> Result<Vec<Joined>> {
+    let mut joined = Vec::with_capacity(usize::from(initial));
+    let deadline = tokio::time::Instant::now() + timeout;
+    let initial_slots = usize::from(initial).min(taken.len());
+    while joined.len() < initial_slots {
+        let joining = match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(j)) => j,
+            _ => {
+                return Err(Error::PeerGone(format!(
+                    "only {} of {initial} data connections joined within {timeout:?}",
+                    joined.len()
+                )));
+            }
+        };
+        if let Some(j) = want.admit(joining, &mut taken[..initial_slots]).await {
+            joined.push(j);
+        }
+    }
+    joined.sort_by_key(|j| j.index);
+    Ok(joined)
+}

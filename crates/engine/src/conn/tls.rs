@@ -1,0 +1,804 @@
+//! TLS for the control connection (and the data connections in `private`
+//! mode): the daemon's identity, how a client checks it, and client
+//! certificates.
+//!
+//! Two ways to know a daemon. By default it generates a self-signed
+//! certificate on first start and keeps it in its state directory; clients
+//! identify it by the SHA-256 of the certificate (printed as `SHA256:` +
+//! unpadded base64, like ssh), recorded on first contact in `known_hosts`
+//! or pinned with `--fingerprint`, and names are not checked. A site daemon
+//! instead presents a certificate issued by a CA (`--tls-cert`,
+//! `--tls-key`); a client given that CA (`--ca`) verifies the chain and the
+//! host name as any TLS client would, and skips `known_hosts`.
+//!
+//! A site daemon may also demand client certificates (`--client-ca`): the
+//! handshake then fails for a certificate of another CA, an expired one or
+//! none at all, and what a verified subject may do is decided by
+//! [`crate::conn::authz`].
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tern_proto::Token;
+
+use base64::Engine as _;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use sha2::Digest as _;
+
+use crate::{Error, Result};
+
+/// Label for the keying material that keys `safe`-mode block MACs.
+pub const BLOCK_MAC_LABEL: &[u8] = b"EXPORTER-tern-block-mac";
+
+/// ring's suites, AES-128-GCM first: as safe for bulk data as AES-256 and
+/// markedly faster, and the data path of `private` mode is TLS-bound.
+fn provider() -> Arc<CryptoProvider> {
+    let mut p = rustls::crypto::ring::default_provider();
+    p.cipher_suites.sort_by_key(|s| match s.suite() {
+        rustls::CipherSuite::TLS13_AES_128_GCM_SHA256 => 0,
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+        | rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => 1,
+        _ => 2,
+    });
+    Arc::new(p)
+}
+
+/// The SHA-256 fingerprint of a certificate, as `SHA256:<base64>`.
+pub fn fingerprint(cert: &[u8]) -> String {
+    let hash = sha2::Sha256::digest(cert);
+    format!(
+        "SHA256:{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(hash)
+    )
+}
+
+/// The daemon's certificate and key.
+#[derive(Debug)]
+pub struct ServerIdentity {
+    /// The daemon's certificate first, then any intermediates.
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    /// `SHA256:…` of the certificate.
+    pub fingerprint: String,
+    /// Where the certificate is kept.
+    pub cert_path: PathBuf,
+}
+
+impl ServerIdentity {
+    /// Loads the identity from `state_dir`, creating it (and the directory,
+    /// mode 0700) on first start.
+    pub fn load_or_create(state_dir: &Path) -> Result<ServerIdentity> {
+        let cert_path = state_dir.join("server-cert.der");
+        let key_path = state_dir.join("server-key.der");
+        if !cert_path.exists() || !key_path.exists() {
+            std::fs::create_dir_all(state_dir)
+                .map_err(|e| Error::io("create state dir", state_dir, e))?;
+            set_mode(state_dir, 0o700)?;
+            let host = hostname();
+            let made = rcgen::generate_simple_self_signed(vec!["tern".to_string(), host])
+                .map_err(|e| Error::Tls(format!("generating a certificate: {e}")))?;
+            write_private(&key_path, &made.key_pair.serialize_der())?;
+            std::fs::write(&cert_path, made.cert.der())
+                .map_err(|e| Error::io("write certificate", &cert_path, e))?;
+        }
+        let cert = std::fs::read(&cert_path).map_err(|e| Error::io("read", &cert_path, e))?;
+        let key = std::fs::read(&key_path).map_err(|e| Error::io("read", &key_path, e))?;
+        Ok(ServerIdentity {
+            fingerprint: fingerprint(&cert),
+            chain: vec![CertificateDer::from(cert)],
+            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+            cert_path,
+        })
+    }
+
+    /// A CA-issued identity from PEM files (`--tls-cert`, `--tls-key`): the
+    /// certificate file holds the daemon's certificate and any
+    /// intermediates; the key must belong to that certificate.
+    pub fn from_pem(cert_path: &Path, key_path: &Path) -> Result<ServerIdentity> {
+        let chain = load_certs(cert_path)?;
+        let key = load_key(key_path)?;
+        let identity = ServerIdentity {
+            fingerprint: fingerprint(&chain[0]),
+            chain,
+            key,
+            cert_path: cert_path.to_path_buf(),
+        };
+        // Fails here, at startup, when the key does not match.
+        identity.server_config(None)?;
+        Ok(identity)
+    }
+
+    /// A rustls server configuration presenting this identity; with
+    /// `client_roots`, clients must present a certificate those CAs issued.
+    pub fn server_config(
+        &self,
+        client_roots: Option<Arc<RootCertStore>>,
+    ) -> Result<Arc<rustls::ServerConfig>> {
+        let builder = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::Tls(e.to_string()))?;
+        let builder = match client_roots {
+            Some(roots) => builder.with_client_cert_verifier(
+                WebPkiClientVerifier::builder_with_provider(roots, provider())
+                    .build()
+                    .map_err(|e| Error::Tls(format!("client CA: {e}")))?,
+            ),
+            None => builder.with_no_client_auth(),
+        };
+        let config = builder
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| Error::Tls(format!("certificate and key: {e}")))?;
+        Ok(Arc::new(config))
+    }
+}
+
+/// Reads every certificate of a PEM file.
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    let text = std::fs::read(path).map_err(|e| Error::io("read certificate", path, e))?;
+    let certs = CertificateDer::pem_slice_iter(&text)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::Tls(format!("{}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(Error::Tls(format!(
+            "{}: no PEM certificate (-----BEGIN CERTIFICATE-----) found",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+/// Reads the private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
+pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
+    let text = std::fs::read(path).map_err(|e| Error::io("read key", path, e))?;
+    PrivateKeyDer::from_pem_slice(&text)
+        .map_err(|e| Error::Tls(format!("{}: no usable private key: {e}", path.display())))
+}
+
+/// Trust anchors from a PEM file, or from every `*.pem`/`*.crt` file of a
+/// directory (like a grid `certificates/` directory).
+pub fn load_roots(path: &Path) -> Result<Arc<RootCertStore>> {
+    let files = if path.is_dir() {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(path).map_err(|e| Error::io("read CA dir", path, e))? {
+            let p = entry.map_err(|e| Error::io("read CA dir", path, e))?.path();
+            if matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("pem" | "crt" | "0")
+            ) {
+                files.push(p);
+            }
+        }
+        files.sort();
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut roots = RootCertStore::empty();
+    for f in &files {
+        for cert in load_certs(f)? {
+            roots
+                .add(cert)
+                .map_err(|e| Error::Tls(format!("{}: not a usable CA: {e}", f.display())))?;
+        }
+    }
+    if roots.is_empty() {
+        return Err(Error::Tls(format!(
+            "{}: no CA certificates found",
+            path.display()
+        )));
+    }
+    Ok(Arc::new(roots))
+}
+
+/// The certificate a client presents to a site daemon.
+#[derive(Debug)]
+pub struct ClientCert {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl Clone for ClientCert {
+    fn clone(&self) -> ClientCert {
+        ClientCert {
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+impl ClientCert {
+    /// From PEM files (`--cert`, `--key`).
+    pub fn from_pem(cert_path: &Path, key_path: &Path) -> Result<ClientCert> {
+        Ok(ClientCert {
+            chain: load_certs(cert_path)?,
+            key: load_key(key_path)?,
+        })
+    }
+}
+
+/// Derives the per-session block MAC key from exported keying material and
+/// the session token (both ends do the same).
+pub fn bind_token(material: &[u8; 32], token: &Token) -> [u8; 32] {
+    *blake3::keyed_hash(material, token).as_bytes()
+}
+
+/// How a client decides the daemon is the right one.
+#[derive(Debug, Clone)]
+pub enum ServerTrust {
+    /// Its certificate has this fingerprint; `None`: trust on first use.
+    Pin(Option<String>),
+    /// Its certificate chains to one of these CAs and names the host.
+    Ca(Arc<RootCertStore>),
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io("chmod", path, e))
+}
+
+fn write_private(path: &Path, data: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io("create key", path, e))?;
+    f.write_all(data)
+        .map_err(|e| Error::io("write key", path, e))
+}
+
+/// Checks the server's certificate as [`ServerTrust`] says, remembering
+/// the fingerprint it saw either way.
+#[derive(Debug)]
+pub struct PinVerifier {
+    expected: Option<String>,
+    /// Set in CA mode: chain and name are checked by webpki instead.
+    webpki: Option<Arc<WebPkiServerVerifier>>,
+    /// Fingerprint presented in the last handshake; written by rustls
+    /// during the handshake, read by the client right after it.
+    seen: Mutex<Option<String>>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl PinVerifier {
+    /// A verifier expecting `expected`, or trusting on first use when `None`.
+    pub fn new(expected: Option<String>) -> Arc<PinVerifier> {
+        Arc::new(PinVerifier {
+            expected,
+            webpki: None,
+            seen: Mutex::new(None),
+            algorithms: provider().signature_verification_algorithms,
+        })
+    }
+
+    /// A verifier for `trust`.
+    pub fn for_trust(trust: &ServerTrust) -> Result<Arc<PinVerifier>> {
+        match trust {
+            ServerTrust::Pin(expected) => Ok(PinVerifier::new(expected.clone())),
+            ServerTrust::Ca(roots) => {
+                let webpki = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider())
+                    .build()
+                    .map_err(|e| Error::Tls(format!("CA: {e}")))?;
+                Ok(Arc::new(PinVerifier {
+                    expected: None,
+                    webpki: Some(webpki),
+                    seen: Mutex::new(None),
+                    algorithms: provider().signature_verification_algorithms,
+                }))
+            }
+        }
+    }
+
+    /// The fingerprint the server presented, once a handshake got that far.
+    pub fn seen(&self) -> Option<String> {
+        self.seen.lock().expect("seen").clone()
+    }
+
+    /// A rustls client configuration using this verifier, presenting
+    /// `cert` when the server asks for one.
+    pub fn client_config(
+        self: &Arc<Self>,
+        cert: Option<&ClientCert>,
+    ) -> Result<Arc<rustls::ClientConfig>> {
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::Tls(e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(self.clone());
+        let config = match cert {
+            Some(c) => builder
+                .with_client_auth_cert(c.chain.clone(), c.key.clone_key())
+                .map_err(|e| Error::Tls(format!("client certificate and key: {e}")))?,
+            None => builder.with_no_client_auth(),
+        };
+        Ok(Arc::new(config))
+    }
+}
+
+impl ServerCertVerifier for PinVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        let fp = fingerprint(end_entity);
+        *self.seen.lock().expect("seen") = Some(fp.clone());
+        if let Some(webpki) = &self.webpki {
+            return webpki.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            );
+        }
+        match &self.expected {
+            Some(expected) if *expected != fp => Err(rustls::Error::General(format!(
+                "server fingerprint {fp} is not the expected {expected}"
+            ))),
+            _ => Ok(ServerCertVerified::assertion()),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// Says what went wrong when a TLS connection failed: the peer's alert or
+/// our verifier's complaint, in words a user can act on. `None` when the
+/// error is not a TLS one.
+pub fn explain(e: &std::io::Error) -> Option<String> {
+    let tls = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    use rustls::AlertDescription as A;
+    Some(match tls {
+        rustls::Error::AlertReceived(alert) => match alert {
+            A::UnknownCA => {
+                "the server does not trust the CA of our certificate (unknown CA)".into()
+            }
+            A::CertificateExpired => "the server refused our certificate: it has expired".into(),
+            A::CertificateRequired => {
+                "the server requires a client certificate (use --cert and --key)".into()
+            }
+            A::BadCertificate | A::CertificateUnknown | A::UnsupportedCertificate => {
+                format!("the server refused our certificate ({alert:?})")
+            }
+            A::AccessDenied => "the server denied access".into(),
+            other => format!("the server ended the handshake ({other:?})"),
+        },
+        rustls::Error::InvalidCertificate(why) => {
+            format!("the server's certificate is not trusted: {why:?}")
+        }
+        other => other.to_string(),
+    })
+}
+
+/// A server name for the TLS handshake: the host itself when it parses
+/// (names are checked only in CA mode), else a placeholder.
+pub fn server_name(host: &str) -> ServerName<'static> {
+    ServerName::try_from(host.to_string())
+        .unwrap_or_else(|_| ServerName::try_from("tern").expect("static name"))
+}
+
+/// Where the client remembers server identities, like ssh's
+/// `StrictHostKeyChecking=accept-new`. One `HOST:PORT SHA256:…` per line.
+///
+/// Many clients may meet new hosts at once (threads of one process, or
+/// processes): [`KnownHosts::record`] updates the file under an exclusive
+/// `flock` on `known_hosts.lock` beside it, from what the file holds at
+/// that moment, and replaces it whole (a temporary file renamed over it),
+/// so a host is recorded once and a reader sees the old file or the new
+/// one, never half a line.
+#[derive(Debug, Clone)]
+pub struct KnownHosts {
+    /// The file.
+    pub path: PathBuf,
+}
+
+/// The fingerprint `text` (a known_hosts file) records for `host_port`.
+fn recorded<'t>(text: &'t str, host_port: &str) -> Option<&'t str> {
+    text.lines().find_map(|line| {
+        let mut parts = line.split_whitespace();
+        match (parts.next(), parts.next()) {
+            (Some(h), Some(fp)) if h == host_port && !line.starts_with('#') => Some(fp),
+            _ => None,
+        }
+    })
+}
+
+/// An exclusive `flock` on `path` (created if need be), held until the
+/// file is dropped. Locks of separate opens exclude each other in one
+/// process as across processes.
+fn lock_exclusive(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io("open lock", path, e))?;
+    loop {
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive) {
+            Ok(()) => return Ok(f),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(Error::io("lock", path, e.into())),
+        }
+    }
+}
+
+impl KnownHosts {
+    /// `$XDG_CONFIG_HOME/tern/known_hosts`, else `~/.config/tern/known_hosts`.
+    pub fn default_path() -> Option<PathBuf> {
+        let base = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+        Some(base.join("tern").join("known_hosts"))
+    }
+
+    /// The file's text; empty when there is no file yet.
+    fn read(path: &Path) -> Result<String> {
+        match std::fs::read_to_string(path) {
+            Ok(t) => Ok(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+            Err(e) => Err(Error::io("read", path, e)),
+        }
+    }
+
+    /// The fingerprint recorded for `host_port`, if any.
+    pub fn lookup(&self, host_port: &str) -> Result<Option<String>> {
+        Ok(recorded(&KnownHosts::read(&self.path)?, host_port).map(str::to_string))
+    }
+
+    /// Records a fingerprint for a host seen for the first time. If
+    /// another client recorded the host meanwhile, the same fingerprint is
+    /// left as it is, and another one is refused
+    /// ([`Error::FingerprintMismatch`]) with nothing written.
+    pub fn record(&self, host_port: &str, fingerprint: &str) -> Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        // A known_hosts that is a symlink (dotfiles kept elsewhere) stays
+        // one: the file it points to is the one replaced.
+        let path = std::fs::canonicalize(&self.path).unwrap_or_else(|_| self.path.clone());
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(Error::BadRequest(format!(
+                "{}: not a file name for known hosts",
+                path.display()
+            )));
+        };
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
+        let name = name.to_string_lossy();
+        let _lock = lock_exclusive(&dir.join(format!("{name}.lock")))?;
+        let mut text = KnownHosts::read(&path)?;
+        match recorded(&text, host_port) {
+            Some(fp) if fp == fingerprint => return Ok(()),
+            Some(fp) => {
+                return Err(Error::FingerprintMismatch {
+                    host: host_port.to_string(),
+                    expected: fp.to_string(),
+                    actual: fingerprint.to_string(),
+                    known_hosts: Some(self.path.display().to_string()),
+                });
+            }
+            None => {}
+        }
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("{host_port} {fingerprint}\n"));
+        let mode = std::fs::metadata(&path).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+        // Only the holder of the lock writes it, so one name will do.
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let written = (|| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(mode)
+                .open(&tmp)?;
+            f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io("write", &path, e));
+        }
+        // The rename lasts once the directory is on disk (best effort: not
+        // every file system syncs a directory).
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_is_created_once_and_then_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let a = ServerIdentity::load_or_create(&state).unwrap();
+        let b = ServerIdentity::load_or_create(&state).unwrap();
+        assert_eq!(a.fingerprint, b.fingerprint);
+        assert!(a.fingerprint.starts_with("SHA256:"));
+        assert_eq!(a.fingerprint.len(), 7 + 43);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(state.join("server-key.der"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let other = ServerIdentity::load_or_create(&dir.path().join("other")).unwrap();
+        assert_ne!(a.fingerprint, other.fingerprint);
+    }
+
+    #[test]
+    fn known_hosts_records_and_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let kh = KnownHosts {
+            path: dir.path().join("sub/known_hosts"),
+        };
+        assert_eq!(kh.lookup("h:1").unwrap(), None);
+        kh.record("h:1", "SHA256:abc").unwrap();
+        kh.record("[::1]:4747", "SHA256:def").unwrap();
+        assert_eq!(kh.lookup("h:1").unwrap().as_deref(), Some("SHA256:abc"));
+        assert_eq!(
+            kh.lookup("[::1]:4747").unwrap().as_deref(),
+            Some("SHA256:def")
+        );
+        assert_eq!(kh.lookup("h:2").unwrap(), None);
+    }
+
+    /// Every line of a known_hosts file, as (host, fingerprint); panics on
+    /// a line that is not `HOST FINGERPRINT` or a file that does not end
+    /// its last line.
+    fn parse(text: &str) -> Vec<(String, String)> {
+        assert!(text.is_empty() || text.ends_with('\n'), "torn: {text:?}");
+        text.lines()
+            .map(|line| {
+                let parts: Vec<&str> = line.split(' ').collect();
+                assert_eq!(parts.len(), 2, "malformed line {line:?} in {text:?}");
+                (parts[0].to_string(), parts[1].to_string())
+            })
+            .collect()
+    }
+
+    /// Each host once, and every line well-formed.
+    fn assert_one_line_per_host(path: &Path) -> Vec<(String, String)> {
+        let lines = parse(&std::fs::read_to_string(path).unwrap());
+        let mut hosts: Vec<&str> = lines.iter().map(|(h, _)| h.as_str()).collect();
+        hosts.sort();
+        let all = hosts.len();
+        hosts.dedup();
+        assert_eq!(hosts.len(), all, "duplicate lines: {lines:?}");
+        lines
+    }
+
+    #[test]
+    fn known_hosts_records_a_host_once_and_refuses_another_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("known_hosts");
+        // A hand-edited file whose last line has no newline.
+        std::fs::write(&path, "# mine\nold:1 SHA256:old").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let kh = KnownHosts { path: path.clone() };
+        kh.record("h:1", "SHA256:abc").unwrap();
+        kh.record("h:1", "SHA256:abc").unwrap();
+        let before = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(before, "# mine\nold:1 SHA256:old\nh:1 SHA256:abc\n");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the file keeps its mode");
+        match kh.record("h:1", "SHA256:other") {
+            Err(e @ Error::FingerprintMismatch { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains("expected SHA256:abc, got SHA256:other"),
+                    "{text}"
+                );
+                assert!(text.contains(&path.display().to_string()), "{text}");
+            }
+            other => panic!("another key for a recorded host: {other:?}"),
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+        // Nothing but the file and its lock is left beside it.
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["known_hosts", "known_hosts.lock"]);
+    }
+
+    #[test]
+    fn a_symlinked_known_hosts_stays_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("dotfiles")).unwrap();
+        let real = dir.path().join("dotfiles/known_hosts");
+        std::fs::write(&real, "a:1 SHA256:a\n").unwrap();
+        let link = dir.path().join("known_hosts");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        KnownHosts { path: link.clone() }
+            .record("b:2", "SHA256:b")
+            .unwrap();
+        assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+        assert_eq!(
+            std::fs::read_to_string(&real).unwrap(),
+            "a:1 SHA256:a\nb:2 SHA256:b\n"
+        );
+    }
+
+    /// 50 clients meeting hosts at once: every host they share, and every
+    /// host of their own, is recorded once; of clients shown different
+    /// keys for one host, the first wins and the others are refused; and a
+    /// reader never sees a torn file.
+    #[test]
+    fn fifty_simultaneous_first_contacts_leave_one_line_per_host() {
+        const CLIENTS: usize = 50;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cfg/known_hosts");
+        let kh = KnownHosts { path: path.clone() };
+        let start = std::sync::Barrier::new(CLIENTS + 1);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let contested = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                start.wait();
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    if let Ok(text) = std::fs::read_to_string(&path) {
+                        parse(&text);
+                    }
+                }
+            });
+            let writers: Vec<_> = (0..CLIENTS)
+                .map(|i| {
+                    let (kh, start, contested) = (&kh, &start, &contested);
+                    scope.spawn(move || {
+                        start.wait();
+                        kh.record("shared:4747", "SHA256:shared").unwrap();
+                        let group = i % 10;
+                        kh.record(&format!("group{group}:4747"), &format!("SHA256:g{group}"))
+                            .unwrap();
+                        kh.record(&format!("own{i}:4747"), &format!("SHA256:o{i}"))
+                            .unwrap();
+                        match kh.record("contested:4747", &format!("SHA256:c{i}")) {
+                            Ok(()) => {
+                                contested.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            Err(Error::FingerprintMismatch { .. }) => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    })
+                })
+                .collect();
+            for w in writers {
+                w.join().unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+            reader.join().unwrap();
+        });
+        let lines = assert_one_line_per_host(&path);
+        assert_eq!(lines.len(), 1 + 10 + CLIENTS + 1, "{lines:?}");
+        // The first to record the contested host won; it alone succeeded
+        // with a key of its own (later ones with the same key are none).
+        assert_eq!(contested.load(std::sync::atomic::Ordering::Relaxed), 1);
+        for i in 0..CLIENTS {
+            let host = format!("own{i}:4747");
+            assert_eq!(kh.lookup(&host).unwrap(), Some(format!("SHA256:o{i}")));
+        }
+    }
+
+    /// Tells the test below that it runs as one of its writers, and how:
+    /// `INDEX PATH`.
+    const WRITER_ENV: &str = "TERN_TEST_KNOWN_HOSTS_WRITER";
+    const WRITER_THREADS: usize = 8;
+
+    /// Processes (this test binary, running this same test as a writer)
+    /// meeting hosts at once: the lock holds across processes too.
+    #[test]
+    fn processes_recording_at_once_leave_one_line_per_host() {
+        if let Ok(spec) = std::env::var(WRITER_ENV) {
+            return known_hosts_writer_process(&spec);
+        }
+        const PROCESSES: usize = 6;
+        use std::process::{Command, Stdio};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("known_hosts");
+        // This test's name as the harness knows it (the module path
+        // without the crate's name).
+        let module = module_path!().split_once("::").unwrap().1;
+        let name = format!("{module}::processes_recording_at_once_leave_one_line_per_host");
+        let mut children: Vec<_> = (0..PROCESSES)
+            .map(|i| {
+                Command::new(std::env::current_exe().unwrap())
+                    .args(["--exact", name.as_str(), "--test-threads=1"])
+                    .env(WRITER_ENV, format!("{i} {}", path.display()))
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        // Each writer starts when its stdin closes: all at once.
+        for c in &mut children {
+            drop(c.stdin.take());
+        }
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let lines = assert_one_line_per_host(&path);
+        assert_eq!(lines.len(), 1 + PROCESSES * WRITER_THREADS, "{lines:?}");
+    }
+
+    /// One writer of the test above, in a process of its own: its threads
+    /// record a host all share and one each of their own.
+    fn known_hosts_writer_process(spec: &str) {
+        let (index, path) = spec.split_once(' ').unwrap();
+        let kh = KnownHosts {
+            path: PathBuf::from(path),
+        };
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new()).unwrap();
+        std::thread::scope(|scope| {
+            for t in 0..WRITER_THREADS {
+                let kh = &kh;
+                scope.spawn(move || {
+                    kh.record("shared:4747", "SHA256:shared").unwrap();
+                    kh.record(&format!("p{index}t{t}:4747"), "SHA256:own")
+                        .unwrap();
+                });
+            }
+        });
+    }
+}

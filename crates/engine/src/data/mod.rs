@@ -1,0 +1,20 @@
+//! The data path and its tuning: blocks from a source to a sink over N
+//! streams.
+//!
+//! - [`transfer`]: the async driver of one `tern-session` sender or
+//!   receiver: the control channel, one worker per data stream, the
+//!   shared state between them;
+//! - [`integrity`]: per-block checks and whole-file digests;
+//! - [`compress`]: block compression and when it pays;
+//! - [`pace`]: the rate limit;
+//! - [`tuning`]: live tuning of data sockets and the stream count; stalled
+//!   streams are seen and given up in `stall`, and replaced through
+//!   `supply`.
+
+pub mod compress;
+pub mod integrity;
+pub mod pace;
+mod stall;
+mod supply;
+pub mod transfer;
+pub mod tuning;

@@ -1,0 +1,435 @@
+//! The async driver: runs a sender or receiver session over one control
+//! channel and N data streams.
+//!
+//! The sending side ([`send`]) and the receiving side ([`receive`]) each
+//! run a handful of tasks around their sans-I/O session (see their module
+//! docs); this module holds what both share: the framed control
+//! connection, the transfer's parameters and report, and the bookkeeping
+//! of a session's tasks and first failure.
+//!
+//! Memory is bounded by one block buffer per stream (two when compressing)
+//! plus one digest buffer, whatever the file sizes. The session state sits
+//! behind a `std` mutex held only for bookkeeping, never across I/O.
+
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tern_proto::{
+    ChecksumAlg, Compression, ControlMsg, SkipExisting, decode_control, encode_control,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::data::compress::CompressionStats;
+use crate::data::integrity::BlockCheck;
+use crate::data::tuning::Tuning;
+use crate::{Error, Result};
+use tern_session::FileOutcome;
+
+mod receive;
+mod send;
+
+pub use receive::run_receiver;
+pub use send::run_sender;
+
+/// A byte stream a session can run over: TCP, TLS over TCP, or an
+/// in-memory pipe (local copies and tests).
+pub trait DataStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> DataStream for T {}
+
+/// A boxed [`DataStream`].
+pub type BoxStream = Box<dyn DataStream>;
+
+/// Buffer size for reading files back for digests.
+const DIGEST_CHUNK: usize = 1 << 20;
+
+/// How long the receiver waits for the sender's stream-end markers after
+/// everything is done.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// The control connection, framed.
+pub struct Control {
+    rd: ControlReader,
+    wr: ControlWriter,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Control")
+    }
+}
+
+/// Receiving half of a [`Control`].
+pub struct ControlReader(tokio::io::BufReader<ReadHalf<BoxStream>>);
+/// Sending half of a [`Control`].
+pub struct ControlWriter(WriteHalf<BoxStream>);
+
+impl std::fmt::Debug for ControlReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ControlReader")
+    }
+}
+
+impl std::fmt::Debug for ControlWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ControlWriter")
+    }
+}
+
+impl Control {
+    /// Frames control messages over `stream`.
+    pub fn new(stream: BoxStream) -> Control {
+        let (rd, wr) = tokio::io::split(stream);
+        Control {
+            rd: ControlReader(tokio::io::BufReader::new(rd)),
+            wr: ControlWriter(wr),
+        }
+    }
+
+    /// Sends one message.
+    pub async fn send(&mut self, msg: &ControlMsg) -> Result<()> {
+        self.wr.send(msg).await
+    }
+
+    /// Receives one message. A frame that is too long or does not decode
+    /// is answered with `Error{Protocol}` (best effort, PROTOCOL §4) before
+    /// the error is returned, for the caller to close. (Once split, the
+    /// session's failure handling tells the peer.)
+    pub async fn recv(&mut self) -> Result<ControlMsg> {
+        let received = self.rd.recv().await;
+        if let Err(e @ Error::Decode(_)) = &received {
+            let _ = self
+                .wr
+                .send(&ControlMsg::Error {
+                    code: e.wire_code(),
+                    message: e.to_string(),
+                    file_id: None,
+                })
+                .await;
+        }
+        received
+    }
+
+    /// Splits into halves for concurrent use.
+    pub fn split(self) -> (ControlReader, ControlWriter) {
+        (self.rd, self.wr)
+    }
+}
+
+impl ControlWriter {
+    /// Sends one message.
+    pub async fn send(&mut self, msg: &ControlMsg) -> Result<()> {
+        let frame = encode_control(msg);
+        self.0.write_all(&frame).await.map_err(gone)?;
+        self.0.flush().await.map_err(gone)
+    }
+}
+
+impl ControlReader {
+    /// Receives one message.
+    pub async fn recv(&mut self) -> Result<ControlMsg> {
+        let mut prefix = [0u8; 4];
+        self.0.read_exact(&mut prefix).await.map_err(gone)?;
+        let len = tern_proto::control::control_body_len(prefix)?;
+        let mut body = vec![0u8; len];
+        self.0.read_exact(&mut body).await.map_err(gone)?;
+        Ok(decode_control(&body)?)
+    }
+}
+
+fn gone(e: std::io::Error) -> Error {
+    let what = match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => "the peer closed the connection".to_string(),
+        _ => e.to_string(),
+    };
+    Error::PeerGone(what)
+}
+
+/// Settings of one transfer, agreed by both ends.
+#[derive(Debug, Clone)]
+pub struct TransferParams {
+    /// Data streams the session starts with.
+    pub streams: u16,
+    /// Data streams the session may grow to (at least `streams`).
+    pub max_streams: u16,
+    /// How the data sockets are tuned.
+    pub tuning: Tuning,
+    /// Block payload size.
+    pub block_size: u32,
+    /// Whole-file digest algorithm.
+    pub checksum: ChecksumAlg,
+    /// Per-block check.
+    pub block_check: BlockCheck,
+    /// For perf streams of unknown size: when to stop.
+    pub deadline: Option<Instant>,
+    /// Files announced ahead, at most.
+    pub max_files_in_flight: usize,
+    /// Repair rounds per file.
+    pub max_repair_rounds: u32,
+    /// The receiver may resume partial files (both ends have `RESUME`).
+    pub resume: bool,
+    /// This end moves payload no faster than this (sends when sending,
+    /// reads when receiving); `None` for no limit.
+    pub pace: Option<Arc<crate::data::pace::Pace>>,
+    /// What the sender does with block payloads.
+    pub compression: Compression,
+    /// The receiver accepts compressed blocks (both ends have `COMPRESS`).
+    pub accept_compressed: bool,
+    /// When the receiver keeps a file already at the destination.
+    pub skip_existing: SkipExisting,
+    /// Give up a data stream stalled this long (and replace it when there
+    /// is a spare index); `None`: never.
+    pub stall_timeout: Option<Duration>,
+    /// Of `max_streams`, the highest indices kept to replace streams.
+    pub spare_streams: u16,
+    /// Both ends have `ENTRIES`: any names, links, pipes and directory
+    /// times, and per-entry failures that leave the rest of a tree going.
+    pub entries: bool,
+}
+
+impl TransferParams {
+    /// Parameters for `streams` fixed streams and the defaults otherwise.
+    pub fn new(streams: u16, block_size: u32, checksum: ChecksumAlg) -> TransferParams {
+        TransferParams {
+            streams,
+            max_streams: streams,
+            tuning: Tuning::default(),
+            block_size,
+            checksum,
+            block_check: BlockCheck::Xxh3,
+            deadline: None,
+            max_files_in_flight: 256,
+            max_repair_rounds: tern_session::DEFAULT_MAX_REPAIR_ROUNDS,
+            resume: true,
+            pace: None,
+            compression: Compression::None,
+            accept_compressed: true,
+            skip_existing: SkipExisting::Never,
+            stall_timeout: None,
+            spare_streams: 0,
+            entries: true,
+        }
+    }
+
+    /// Streams the session may grow to (its indices without the spares).
+    fn growth_cap(&self) -> u16 {
+        let max = self.max_streams.max(self.streams);
+        max.saturating_sub(self.spare_streams).max(self.streams)
+    }
+
+    /// Puts what both ends agreed (the transfer options) into these
+    /// parameters.
+    pub fn apply_agreed(&mut self, agreed: &tern_session::Agreed) {
+        self.compression = agreed.compression();
+        self.accept_compressed = agreed.accept_compressed();
+        self.skip_existing = agreed.skip_existing();
+        self.stall_timeout = agreed.stall_timeout();
+        self.spare_streams = agreed.spare_streams();
+    }
+
+    /// Applies the user's choices to a local copy (both ends in this
+    /// process, no network: `auto` compression would only cost CPU).
+    pub fn apply_local(&mut self, choices: &tern_session::Choices) {
+        self.compression = match choices.compression {
+            tern_proto::Compression::Auto => tern_proto::Compression::None,
+            c => c,
+        };
+        self.skip_existing = choices.skip_existing;
+    }
+}
+
+/// Live counters for progress display, updated by the driver.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Payload bytes sent or written so far.
+    pub bytes: AtomicU64,
+    /// Total payload bytes expected (0 when unknown).
+    pub total: AtomicU64,
+    /// Files completed.
+    pub files_done: AtomicU64,
+}
+
+/// What a finished transfer did.
+#[derive(Debug, Clone)]
+pub struct TransferStats {
+    /// Payload bytes delivered: the sizes of the files completed (repairs
+    /// are in `per_stream_bytes`, not here).
+    pub bytes: u64,
+    /// Files verified and in place.
+    pub files: Vec<FileOutcome>,
+    /// Payload bytes per stream, as this side counted them.
+    pub per_stream_bytes: Vec<u64>,
+    /// Streams that joined the session.
+    pub streams_used: u16,
+    /// From the start of the session (all streams up) to its end.
+    pub network_elapsed: Duration,
+    /// Blocks sent again after the receiver asked for them.
+    pub blocks_retransmitted: u64,
+    /// Blocks whose check failed on arrival (receiver side).
+    pub blocks_corrupt: u64,
+    /// Bytes that were already at the destination from an earlier session
+    /// (resumed partial files), not sent again.
+    pub bytes_resumed: u64,
+    /// Files not sent because the destination already had them.
+    pub skipped: Vec<FileOutcome>,
+    /// Entries that could not be copied (the rest of the tree was).
+    pub failed: Vec<tern_session::EntryFailure>,
+    /// What compression did (this end's count).
+    pub compression: Option<CompressionStats>,
+    /// Streams this end gave up because they stalled.
+    pub streams_stalled: u16,
+    /// Streams that ended without their end marker, or were given up.
+    pub streams_lost: u16,
+    /// Streams that joined to replace one given up (on spare indices).
+    pub streams_replaced: u16,
+    /// What limited the streams, from `TCP_INFO` (TCP streams only).
+    pub tuning: Option<tern_drs::Diagnosis>,
+}
+
+impl TransferStats {
+    fn new(
+        files: &[FileOutcome],
+        per_stream_bytes: &[u64],
+        streams_used: u16,
+        network_elapsed: Duration,
+        blocks_retransmitted: u64,
+        blocks_corrupt: u64,
+        tuning: Option<tern_drs::Diagnosis>,
+    ) -> TransferStats {
+        TransferStats {
+            bytes: files.iter().map(|f| f.size).sum(),
+            files: files.to_vec(),
+            per_stream_bytes: per_stream_bytes.to_vec(),
+            streams_used,
+            network_elapsed,
+            blocks_retransmitted,
+            blocks_corrupt,
+            bytes_resumed: 0,
+            skipped: Vec::new(),
+            failed: Vec::new(),
+            compression: None,
+            streams_stalled: 0,
+            streams_lost: 0,
+            streams_replaced: 0,
+            tuning,
+        }
+    }
+
+    /// Adds what both sides count beyond the session's basics.
+    fn with(
+        mut self,
+        s: &StreamCounts,
+        bytes_resumed: u64,
+        skipped: &[FileOutcome],
+        failed: &[tern_session::EntryFailure],
+        compression: CompressionStats,
+    ) -> TransferStats {
+        self.failed = failed.to_vec();
+        self.streams_stalled = s.stalled.load(Ordering::Relaxed);
+        self.streams_lost = s.lost.load(Ordering::Relaxed);
+        self.streams_replaced = s.replaced.load(Ordering::Relaxed);
+        self.bytes_resumed = bytes_resumed;
+        self.skipped = skipped.to_vec();
+        self.compression = Some(compression);
+        self
+    }
+}
+
+/// What happened to a session's streams, for the report.
+#[derive(Debug, Default)]
+struct StreamCounts {
+    joined: AtomicU16,
+    stalled: AtomicU16,
+    lost: AtomicU16,
+    replaced: AtomicU16,
+}
+
+impl StreamCounts {
+    /// Stream `k` joined; indices from `cap` on are replacements.
+    fn joined(&self, k: usize, cap: u16) {
+        self.joined.fetch_add(1, Ordering::Relaxed);
+        if k >= usize::from(cap) {
+            self.replaced.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Spawns a session's tasks and keeps their abort handles; tasks spawned
+/// later (streams that join a running session) go into the same list.
+#[derive(Default, Clone)]
+pub(crate) struct Tasks(Arc<Mutex<Vec<tokio::task::AbortHandle>>>);
+
+impl Tasks {
+    pub(crate) fn spawn<F>(&self, f: F) -> JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let handle = tokio::spawn(f);
+        self.0.lock().expect("tasks").push(handle.abort_handle());
+        handle
+    }
+}
+
+/// Aborts a session's tasks when the session's future is dropped (a
+/// daemon shutting down, a caller giving up), so none outlives it.
+#[derive(Default)]
+struct TaskGuard(Tasks);
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        for h in self.0.0.lock().expect("tasks").iter() {
+            h.abort();
+        }
+    }
+}
+
+/// First failure of a transfer, shared by its tasks.
+#[derive(Default)]
+struct Failure {
+    error: Mutex<Option<Error>>,
+    set: AtomicBool,
+}
+
+impl Failure {
+    fn fail(&self, e: impl Into<Error>, wake: &Notify) {
+        let e = e.into();
+        let mut slot = self.error.lock().expect("failure lock");
+        *slot = Some(match slot.take() {
+            Some(old) => old.more_interesting(e),
+            None => e,
+        });
+        self.set.store(true, Ordering::SeqCst);
+        wake.notify_waiters();
+    }
+
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::SeqCst)
+    }
+
+    fn take(&self) -> Option<Error> {
+        self.error.lock().expect("failure lock").take()
+    }
+
+    /// Whether our peer should be told: not when the peer is the cause.
+    fn tell_peer(&self) -> Option<ControlMsg> {
+        let slot = self.error.lock().expect("failure lock");
+        match slot.as_ref()? {
+            Error::Peer { .. } | Error::PeerGone(_) => None,
+            e => Some(ControlMsg::Error {
+                code: e.wire_code(),
+                message: e.to_string(),
+                file_id: None,
+            }),
+        }
+    }
+}
+
+/// Runs blocking file work off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(Error::Protocol(format!("I/O task failed: {e}"))))
+}

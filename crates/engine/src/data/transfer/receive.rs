@@ -1,0 +1,797 @@
+//! The receiving side of the driver.
+//!
+//! Tasks: one control reader, one action task (owns the control writer and
+//! carries out the session's actions: look at what is at a final name,
+//! create, open, finalize), one digest follower (hashes each file in order
+//! as its contiguous written prefix grows, reading back from the page
+//! cache), one reader per data stream (decompress, verify the block check,
+//! write at the offset), and with a stall timeout a watchdog that gives up
+//! streams whose frames stopped coming.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tern_proto::data::{HEADER_LEN, RAW_LEN_LEN};
+use tern_proto::{
+    BlockFlags, BlockHeader, ChecksumAlg, Codec, ControlMsg, DataFrame, Existing, RawLen,
+    SkipExisting,
+};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
+
+use super::{
+    BoxStream, ControlReader, ControlWriter, DIGEST_CHUNK, Failure, LINGER, Progress, StreamCounts,
+    TaskGuard, Tasks, TransferParams, TransferStats, blocking,
+};
+use crate::data::compress::{self, Counters};
+use crate::data::integrity::{BlockCheck, FileDigest};
+use crate::data::stall::Watch;
+use crate::data::supply::{Indices, Want, supply_streams};
+use crate::data::tuning::{Joined, Sampler, StreamSupply};
+use crate::store::fsio::{BlockWrite, Sink};
+use crate::{Error, Result};
+use tern_session::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};
+
+struct RecvShared {
+    session: Mutex<ReceiverSession>,
+    /// Wakes every task: announcements, actions, written blocks, failure.
+    wake: Notify,
+    failure: Failure,
+    sink: Arc<dyn Sink>,
+    writers: Mutex<HashMap<u32, Arc<dyn BlockWrite>>>,
+    /// Files are opened in id order; every id up to this one is open (or done).
+    opened_upto: AtomicU32,
+    check: BlockCheck,
+    progress: Arc<Progress>,
+    repaired: AtomicU64,
+    /// Stream readers, including those of streams that joined later.
+    readers: Mutex<Vec<JoinHandle<()>>>,
+    block_size: u32,
+    streams: StreamCounts,
+    /// Stream indices from here on replace streams given up.
+    growth_cap: u16,
+    /// Partial files from earlier sessions may be resumed.
+    resume: bool,
+    pace: Option<Arc<crate::data::pace::Pace>>,
+    /// Compressed blocks are accepted (`COMPRESS` was negotiated).
+    accept_compressed: bool,
+    compression: Counters,
+    skip: SkipExisting,
+    checksum: ChecksumAlg,
+    /// Watches the streams for stalls (with a stall timeout).
+    watch: Option<Arc<Watch>>,
+}
+
+impl RecvShared {
+    fn start_reader(self: &Arc<Self>, tasks: &Tasks, sampler: &Sampler, j: Joined) {
+        let k = usize::from(j.index);
+        let socket = j.probe.as_ref().and_then(|p| p.try_clone().ok());
+        sampler.add(j.index, j.probe);
+        let stream = match &self.watch {
+            Some(w) => w.watch(k, j.stream, socket),
+            None => j.stream,
+        };
+        self.streams.joined(k, self.growth_cap);
+        let handle = tasks.spawn(stream_reader(self.clone(), k, stream, self.block_size));
+        if let Some(w) = &self.watch {
+            w.owned_by(k, handle.abort_handle());
+        }
+        self.readers.lock().expect("readers").push(handle);
+    }
+}
+
+/// Runs the receiving side of a session until every file is verified and
+/// in place (or kept, when the destination had it), or the first failure.
+/// On failure, partial files stay where they are (for a later resume) and
+/// nothing appears at a final name.
+pub async fn run_receiver(
+    control: super::Control,
+    streams: Vec<Joined>,
+    supply: StreamSupply,
+    sink: Arc<dyn Sink>,
+    params: TransferParams,
+    progress: Arc<Progress>,
+) -> Result<TransferStats> {
+    let started = Instant::now();
+    let verify = sink.digests();
+    let max_streams = params.max_streams.max(params.streams);
+    let growth_cap = params.growth_cap();
+    let watch = params.stall_timeout.map(|t| Arc::new(Watch::new(t)));
+    let shared = Arc::new(RecvShared {
+        session: Mutex::new(ReceiverSession::new(ReceiverConfig {
+            streams: max_streams,
+            block_size: params.block_size,
+            max_repair_rounds: params.max_repair_rounds,
+            verify_digest: verify,
+            entries: params.entries,
+        })),
+        wake: Notify::new(),
+        failure: Failure::default(),
+        sink,
+        writers: Mutex::new(HashMap::new()),
+        opened_upto: AtomicU32::new(0),
+        check: params.block_check.clone(),
+        progress,
+        repaired: AtomicU64::new(0),
+        readers: Mutex::new(Vec::new()),
+        block_size: params.block_size,
+        streams: StreamCounts::default(),
+        growth_cap,
+        resume: params.resume,
+        pace: params.pace.clone(),
+        accept_compressed: params.accept_compressed,
+        compression: Counters::default(),
+        skip: params.skip_existing,
+        checksum: params.checksum,
+        watch: watch.clone(),
+    });
+    let (ctrl_rd, ctrl_wr) = control.split();
+    let (digest_tx, digest_rx) = mpsc::unbounded_channel();
+    let guard = TaskGuard::default();
+    let tasks = guard.0.clone();
+    let sampler = Arc::new(Sampler::start(
+        &tasks,
+        &params.tuning,
+        tern_drs::Direction::Receive,
+        params.streams,
+        growth_cap,
+        max_streams,
+        None,
+    ));
+    for j in streams {
+        shared.start_reader(&tasks, &sampler, j);
+    }
+    if let Some(w) = watch {
+        tasks.spawn(watchdog(shared.clone(), w));
+    }
+    let (wanted_tx, wanted_rx) = mpsc::unbounded_channel();
+    let (sh, tk, sa) = (shared.clone(), tasks.clone(), sampler.clone());
+    tasks.spawn(supply_streams(
+        tasks.clone(),
+        supply,
+        Indices::new(params.streams, growth_cap, max_streams),
+        wanted_rx,
+        |total| tracing::warn!("the sender asked for {total} streams; this end cannot open any"),
+        move |j| sh.start_reader(&tk, &sa, j),
+    ));
+    tasks.spawn(receiver_control_reader(shared.clone(), ctrl_rd, wanted_tx));
+    tasks.spawn(receiver_digests(shared.clone(), digest_rx, params.checksum));
+    let actions = tasks.spawn(receiver_actions(shared.clone(), ctrl_wr, digest_tx, verify));
+    let _ = actions.await;
+    let network_elapsed = started.elapsed();
+    let tuning = sampler.finish();
+    if !shared.failure.is_set() {
+        // Let the sender's stream-end markers arrive, briefly.
+        let linger = async {
+            loop {
+                let all_done = shared
+                    .readers
+                    .lock()
+                    .expect("readers")
+                    .iter()
+                    .all(JoinHandle::is_finished);
+                if all_done {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        let _ = tokio::time::timeout(LINGER, linger).await;
+    }
+    drop(guard);
+    if let Some(e) = shared.failure.take() {
+        discard_bad_digest(&shared).await;
+        return Err(e);
+    }
+    let session = shared.session.lock().expect("session");
+    let stats = TransferStats::new(
+        session.finished(),
+        session.stream_bytes(),
+        shared.streams.joined.load(Ordering::Relaxed),
+        network_elapsed,
+        shared.repaired.load(Ordering::Relaxed),
+        session.blocks_corrupt(),
+        tuning,
+    )
+    .with(
+        &shared.streams,
+        session.bytes_resumed(),
+        session.skipped(),
+        session.failed(),
+        shared.compression.report(params.compression),
+    );
+    Ok(stats)
+}
+
+/// A file whose digest did not match after all repairs leaves no partial
+/// file behind: its next run starts it over rather than trusting data that
+/// just failed (which could fail the same way forever).
+async fn discard_bad_digest(shared: &Arc<RecvShared>) {
+    let bad = shared.session.lock().expect("session").digest_failed();
+    let Some(id) = bad else {
+        return;
+    };
+    let w = shared.writers.lock().expect("writers").remove(&id);
+    if let Some(w) = w {
+        if let Err(e) = blocking(move || w.discard()).await {
+            tracing::warn!("{e}");
+        }
+    }
+}
+
+/// Gives up streams whose read has waited past the stall timeout for
+/// frames the sender's marks say are on their way.
+async fn watchdog(shared: Arc<RecvShared>, watch: Arc<Watch>) {
+    loop {
+        tokio::time::sleep(watch.period()).await;
+        if shared.failure.is_set() {
+            return;
+        }
+        let due = {
+            let s = shared.session.lock().expect("session");
+            if s.is_complete() {
+                return;
+            }
+            s.awaited_streams()
+        };
+        for k in watch.stalled_readers(|k| due.get(k).copied().unwrap_or(false)) {
+            tracing::warn!(
+                "data stream {k} stalled: frames written to it did not come for {:?}; giving it up",
+                watch.timeout()
+            );
+            shared.streams.stalled.fetch_add(1, Ordering::Relaxed);
+            shared.streams.lost.fetch_add(1, Ordering::Relaxed);
+            let lost = shared.session.lock().expect("session").stream_lost(k);
+            shared.wake.notify_waiters();
+            if let Err(e) = lost {
+                return shared.failure.fail(e, &shared.wake);
+            }
+        }
+    }
+}
+
+async fn receiver_control_reader(
+    shared: Arc<RecvShared>,
+    mut rd: ControlReader,
+    wanted: mpsc::UnboundedSender<Want>,
+) {
+    loop {
+        let msg = match rd.recv().await {
+            Ok(msg) => msg,
+            Err(e) => {
+                let complete = shared.session.lock().expect("session").is_complete();
+                if !complete {
+                    shared.failure.fail(e, &shared.wake);
+                }
+                return;
+            }
+        };
+        if let ControlMsg::MoreStreams { total } = msg {
+            let _ = wanted.send(Want::Total(total));
+            continue;
+        }
+        let handled = shared.session.lock().expect("session").handle_control(msg);
+        if let Err(e) = handled {
+            return shared.failure.fail(e, &shared.wake);
+        }
+        shared.wake.notify_waiters();
+    }
+}
+
+/// What opening an announced file came to.
+enum Opened {
+    /// The copy at the final name is complete: nothing was opened.
+    Skipped,
+    /// A temporary file, the ranges kept from an earlier session, and what
+    /// to tell the sender about the final name (with a skip policy).
+    File(Arc<dyn BlockWrite>, Vec<(u64, u64)>, Option<Existing>),
+}
+
+async fn receiver_actions(
+    shared: Arc<RecvShared>,
+    mut wr: ControlWriter,
+    digest_tx: mpsc::UnboundedSender<u32>,
+    verify: bool,
+) {
+    let finalizing = Arc::new(tokio::sync::Semaphore::new(FINALIZING));
+    loop {
+        let notified = shared.wake.notified();
+        if shared.failure.is_set() {
+            if let Some(msg) = shared.failure.tell_peer() {
+                let _ = wr.send(&msg).await;
+            }
+            return;
+        }
+        let action = shared.session.lock().expect("session").poll_action();
+        let Some(action) = action else {
+            notified.await;
+            continue;
+        };
+        let done = match action {
+            RecvAction::Send(msg) => {
+                let closing = matches!(msg, ControlMsg::Close { .. });
+                if let Err(e) = wr.send(&msg).await {
+                    return shared.failure.fail(e, &shared.wake);
+                }
+                Ok(closing)
+            }
+            RecvAction::CreateDir { path, mode } => {
+                let sink = shared.sink.clone();
+                let at = path.clone();
+                let made = blocking(move || sink.create_dir(&at, mode)).await;
+                entry_made(&shared, path, made)
+            }
+            RecvAction::Entry(meta) => {
+                let sink = shared.sink.clone();
+                let path = meta.path.clone();
+                let made = blocking(move || sink.create_entry(&meta)).await;
+                entry_made(&shared, path, made)
+            }
+            RecvAction::Drop { file_id } => {
+                let w = shared.writers.lock().expect("writers").remove(&file_id);
+                match w {
+                    Some(w) => blocking(move || w.discard()).await.map(|()| false),
+                    None => Ok(false),
+                }
+            }
+            RecvAction::FinishTree => {
+                let sink = shared.sink.clone();
+                let failures = tokio::task::spawn_blocking(move || sink.finish())
+                    .await
+                    .unwrap_or_default();
+                shared
+                    .session
+                    .lock()
+                    .expect("session")
+                    .tree_finished(failures)
+                    .map(|()| false)
+                    .map_err(Error::from)
+            }
+            RecvAction::OpenFile(meta) => {
+                let sink = shared.sink.clone();
+                let id = meta.file_id;
+                let (block_size, resume) = (shared.block_size, shared.resume);
+                let (skip, alg) = (shared.skip, shared.checksum);
+                let opened = blocking(move || {
+                    let existing = crate::store::skip::check(&*sink, &meta, skip, alg)?;
+                    if existing == Some(Existing::Same) {
+                        return Ok(Opened::Skipped);
+                    }
+                    let (w, kept) = sink.create_file(&meta, block_size, resume)?;
+                    Ok(Opened::File(w, kept, existing))
+                })
+                .await;
+                match opened {
+                    Ok(opened) => file_opened(&shared, id, opened, verify, &digest_tx),
+                    Err(e) => file_not_opened(&shared, id, e),
+                }
+            }
+            RecvAction::Finalize { file_id } => {
+                let w = shared.writers.lock().expect("writers").remove(&file_id);
+                match w {
+                    // Committing (fsync, mode, mtime, rename) takes
+                    // milliseconds per file; several run at once so that
+                    // small files do not wait on each other's syncs. The
+                    // session closes only once every file is finalized.
+                    Some(w) => match finalizing.clone().acquire_owned().await {
+                        Ok(permit) => {
+                            tokio::spawn(finalize(shared.clone(), file_id, w, permit));
+                            Ok(false)
+                        }
+                        Err(_) => Err(Error::Protocol("finalize pool closed".into())),
+                    },
+                    None => Err(Error::Protocol(format!(
+                        "finalize of unopened file {file_id}"
+                    ))),
+                }
+            }
+            RecvAction::KeepExisting { file_id } => {
+                let w = shared.writers.lock().expect("writers").remove(&file_id);
+                let discarded = match w {
+                    Some(w) => blocking(move || w.discard()).await,
+                    None => Ok(()),
+                };
+                discarded
+                    .and_then(|()| {
+                        Ok(shared.session.lock().expect("session").discarded(file_id)?)
+                    })
+                    .map(|()| false)
+            }
+        };
+        match done {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                shared.failure.fail(e, &shared.wake);
+            }
+        }
+    }
+}
+
+/// Files committed to their final names at once, at most.
+const FINALIZING: usize = 16;
+
+/// Commits one written file and books it in the session.
+async fn finalize(
+    shared: Arc<RecvShared>,
+    file_id: u32,
+    w: Arc<dyn BlockWrite>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let done = blocking(move || w.commit()).await.and_then(|()| {
+        shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
+        Ok(shared.session.lock().expect("session").finalized(file_id)?)
+    });
+    match done {
+        Ok(()) => shared.wake.notify_waiters(),
+        Err(e) => shared.failure.fail(e, &shared.wake),
+    }
+}
+
+/// Books an opened (or skipped) file in the session; the file's blocks
+/// may be written from now on.
+fn file_opened(
+    shared: &RecvShared,
+    id: u32,
+    opened: Opened,
+    verify: bool,
+    digest_tx: &mpsc::UnboundedSender<u32>,
+) -> Result<bool> {
+    {
+        let mut s = shared.session.lock().expect("session");
+        match opened {
+            Opened::Skipped => {
+                tracing::info!("file {id}: already at the destination, skipped");
+                s.skip_existing(id)?;
+            }
+            Opened::File(w, kept, existing) => {
+                shared.writers.lock().expect("writers").insert(id, w);
+                if !kept.is_empty() {
+                    let bytes: u64 = kept.iter().map(|r| r.1).sum();
+                    tracing::info!(
+                        "file {id}: resuming, {bytes} bytes kept from an earlier session"
+                    );
+                    s.resumed(id, kept)?;
+                }
+                if let Some(existing) = existing {
+                    s.checked(id, existing)?;
+                }
+                if verify {
+                    let _ = digest_tx.send(id);
+                }
+            }
+        }
+    }
+    shared.opened_upto.store(id, Ordering::SeqCst);
+    shared.wake.notify_waiters();
+    Ok(false)
+}
+
+/// A directory, link or pipe was created, or could not be: with `ENTRIES`
+/// the session goes on without it.
+fn entry_made(shared: &RecvShared, path: tern_proto::RelPath, made: Result<()>) -> Result<bool> {
+    match made {
+        Ok(()) => Ok(false),
+        Err(e) => {
+            let mut session = shared.session.lock().expect("session");
+            let problem = e.for_entry(session.reports_entries())?;
+            session.entry_failed(path, problem)?;
+            Ok(false)
+        }
+    }
+}
+
+/// An announced file could not be opened here: with `ENTRIES` the session
+/// goes on without it (its blocks are dropped as they come).
+fn file_not_opened(shared: &RecvShared, id: u32, e: Error) -> Result<bool> {
+    {
+        let mut session = shared.session.lock().expect("session");
+        let problem = e.for_entry(session.reports_entries())?;
+        session.file_failed(id, problem)?;
+    }
+    shared.opened_upto.store(id, Ordering::SeqCst);
+    shared.wake.notify_waiters();
+    Ok(false)
+}
+
+async fn receiver_digests(
+    shared: Arc<RecvShared>,
+    mut ids: mpsc::UnboundedReceiver<u32>,
+    alg: ChecksumAlg,
+) {
+    let mut buf = vec![0u8; DIGEST_CHUNK];
+    while let Some(file_id) = ids.recv().await {
+        let Some(writer) = shared
+            .writers
+            .lock()
+            .expect("writers")
+            .get(&file_id)
+            .cloned()
+        else {
+            continue;
+        };
+        let mut digest = FileDigest::new(alg);
+        let mut pos = 0u64;
+        loop {
+            let notified = shared.wake.notified();
+            if shared.failure.is_set() {
+                return;
+            }
+            let (tracked, prefix, size) = {
+                let s = shared.session.lock().expect("session");
+                (
+                    s.is_tracked(file_id),
+                    s.contiguous_prefix(file_id),
+                    s.final_size(file_id),
+                )
+            };
+            if !tracked {
+                // The copy at the destination was kept: nothing to hash.
+                break;
+            }
+            if pos < prefix {
+                let w = writer.clone();
+                let (mut d, b) = (digest, std::mem::take(&mut buf));
+                let result = blocking(move || {
+                    let mut b = b;
+                    let mut at = pos;
+                    while at < prefix {
+                        let n = (prefix - at).min(DIGEST_CHUNK as u64) as usize;
+                        w.read_at(at, &mut b[..n])
+                            .map_err(|e| Error::io("read back for digest", w.final_path(), e))?;
+                        d.update(&b[..n]);
+                        at += n as u64;
+                    }
+                    Ok((d, b))
+                })
+                .await;
+                match result {
+                    Ok((d, b)) => {
+                        digest = d;
+                        buf = b;
+                        pos = prefix;
+                    }
+                    Err(e) => return shared.failure.fail(e, &shared.wake),
+                }
+                continue;
+            }
+            if size == Some(pos) {
+                let set = shared
+                    .session
+                    .lock()
+                    .expect("session")
+                    .set_digest(file_id, digest.finish());
+                if let Err(e) = set {
+                    return shared.failure.fail(e, &shared.wake);
+                }
+                shared.wake.notify_waiters();
+                break;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Reads a compressed payload of `wire` bytes and decompresses it into
+/// `buf`; returns the block as it is in the file (its raw length, no codec
+/// flag) and whether the payload decompressed.
+async fn read_compressed(
+    stream: &mut (impl AsyncReadExt + Unpin),
+    h: BlockHeader,
+    codec: Codec,
+    (packed, buf): (&mut Vec<u8>, &mut Vec<u8>),
+    block_size: u32,
+    pace: Option<&crate::data::pace::Pace>,
+) -> std::result::Result<(BlockHeader, bool), ReadError> {
+    let wire = h.length as usize;
+    if packed.len() < wire {
+        packed.resize(block_size as usize, 0);
+    }
+    crate::data::pace::read_exact(stream, &mut packed[..wire], pace)
+        .await
+        .map_err(ReadError::Ended)?;
+    let raw = RawLen::decode(&packed[..wire]).map_err(|e| ReadError::Fatal(e.into()))?;
+    if raw.0 > block_size {
+        return Err(ReadError::Fatal(Error::Protocol(format!(
+            "compressed block of {} bytes exceeds the block size",
+            raw.0
+        ))));
+    }
+    let (p, b) = (std::mem::take(packed), std::mem::take(buf));
+    let raw_len = raw.0 as usize;
+    let (p, b, good) = tokio::task::spawn_blocking(move || {
+        let mut b = b;
+        let good = compress::decompress(codec, &p[RAW_LEN_LEN..wire], &mut b[..raw_len]);
+        (p, b, good)
+    })
+    .await
+    .map_err(|e| ReadError::Fatal(Error::Protocol(format!("decompression task failed: {e}"))))?;
+    *packed = p;
+    *buf = b;
+    let block = BlockHeader {
+        flags: h.flags.with_codec(None),
+        length: raw.0,
+        ..h
+    };
+    Ok((block, good))
+}
+
+/// Why a stream reader stops.
+enum ReadError {
+    /// The connection ended or failed.
+    Ended(std::io::Error),
+    /// The peer broke the protocol: the session fails.
+    Fatal(Error),
+}
+
+async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, block_size: u32) {
+    let mut stream = tokio::io::BufReader::with_capacity(64 << 10, stream);
+    let mut header = [0u8; HEADER_LEN];
+    let mut buf = vec![0u8; block_size as usize];
+    let mut packed = Vec::new();
+    loop {
+        if let Err(e) = stream.read_exact(&mut header).await {
+            return stream_ended(&shared, k, e);
+        }
+        let h = match DataFrame::decode(&header) {
+            Ok(DataFrame::StreamEnd) => return stream_done(&shared, k),
+            Ok(DataFrame::Block(h)) => h,
+            Err(e) => return shared.failure.fail(e, &shared.wake),
+        };
+        if h.length > block_size {
+            return shared.failure.fail(
+                Error::Protocol(format!(
+                    "block of {} bytes exceeds the block size",
+                    h.length
+                )),
+                &shared.wake,
+            );
+        }
+        let pace = shared.pace.as_deref();
+        let codec = h.flags.codec();
+        let (h, decompressed) = match codec {
+            None => {
+                let payload = &mut buf[..h.length as usize];
+                if let Err(e) = crate::data::pace::read_exact(&mut stream, payload, pace).await {
+                    return stream_ended(&shared, k, e);
+                }
+                (h, true)
+            }
+            Some(_) if !shared.accept_compressed => {
+                return shared.failure.fail(
+                    Error::Protocol("a compressed block, but compression was not agreed".into()),
+                    &shared.wake,
+                );
+            }
+            Some(codec) => {
+                let bufs = (&mut packed, &mut buf);
+                let read = read_compressed(&mut stream, h, codec, bufs, block_size, pace).await;
+                match read {
+                    Ok(done) => done,
+                    Err(ReadError::Ended(e)) => return stream_ended(&shared, k, e),
+                    Err(ReadError::Fatal(e)) => return shared.failure.fail(e, &shared.wake),
+                }
+            }
+        };
+        let wire = u64::from(header_length(&header));
+        shared.compression.block(codec, u64::from(h.length), wire);
+        let len = h.length as usize;
+        let ok = decompressed
+            && shared
+                .check
+                .verify(h.file_id, h.offset, &buf[..len], &h.check);
+        // The block may have overtaken its announcement: wait for the file to open.
+        while shared.opened_upto.load(Ordering::SeqCst) < h.file_id {
+            let notified = shared.wake.notified();
+            if shared.failure.is_set() {
+                return;
+            }
+            if shared.opened_upto.load(Ordering::SeqCst) >= h.file_id {
+                break;
+            }
+            notified.await;
+        }
+        if h.flags.contains(BlockFlags::REPAIR) {
+            shared.repaired.fetch_add(1, Ordering::Relaxed);
+        }
+        let verdict = shared
+            .session
+            .lock()
+            .expect("session")
+            .handle_block(k, &h, ok);
+        match verdict {
+            Err(e) => return shared.failure.fail(e, &shared.wake),
+            Ok(BlockVerdict::Corrupt) => {
+                tracing::warn!(
+                    "stream {k}: block {}+{} of file {} failed its check; it will be sent again",
+                    h.offset,
+                    h.length,
+                    h.file_id
+                );
+            }
+            Ok(BlockVerdict::Duplicate) => {}
+            Ok(BlockVerdict::Write) => {
+                let w = shared
+                    .writers
+                    .lock()
+                    .expect("writers")
+                    .get(&h.file_id)
+                    .cloned();
+                let Some(w) = w else {
+                    if shared
+                        .session
+                        .lock()
+                        .expect("session")
+                        .was_given_up(h.file_id)
+                    {
+                        // Given up at either end while this block came.
+                        continue;
+                    }
+                    return shared.failure.fail(
+                        Error::Protocol(format!("block for closed file {}", h.file_id)),
+                        &shared.wake,
+                    );
+                };
+                let moved = std::mem::take(&mut buf);
+                let offset = h.offset;
+                let written = blocking(move || {
+                    let res = w.write_at(offset, &moved[..len]);
+                    match res {
+                        Ok(()) => Ok(moved),
+                        Err(e) => Err(Error::io("write", w.final_path(), e)),
+                    }
+                })
+                .await;
+                match written {
+                    Ok(b) => buf = b,
+                    Err(e) => return shared.failure.fail(e, &shared.wake),
+                }
+                shared
+                    .progress
+                    .bytes
+                    .fetch_add(u64::from(h.length), Ordering::Relaxed);
+                let judged = {
+                    let mut s = shared.session.lock().expect("session");
+                    s.block_written(k, &h).and_then(|()| s.poll_judgements())
+                };
+                if let Err(e) = judged {
+                    return shared.failure.fail(e, &shared.wake);
+                }
+            }
+        }
+        let judged = shared.session.lock().expect("session").poll_judgements();
+        if let Err(e) = judged {
+            return shared.failure.fail(e, &shared.wake);
+        }
+        shared.wake.notify_waiters();
+    }
+}
+
+/// The payload length a header announced (its wire length).
+fn header_length(header: &[u8; HEADER_LEN]) -> u32 {
+    u32::from_be_bytes(header[16..20].try_into().expect("4 bytes"))
+}
+
+/// The sender ended stream `k` on purpose.
+fn stream_done(shared: &RecvShared, k: usize) {
+    if let Some(w) = &shared.watch {
+        w.forget(k);
+    }
+}
+
+fn stream_ended(shared: &RecvShared, k: usize, e: std::io::Error) {
+    stream_done(shared, k);
+    if shared.failure.is_set() || shared.session.lock().expect("session").is_complete() {
+        return;
+    }
+    tracing::warn!("data stream {k} lost: {e}");
+    shared.streams.lost.fetch_add(1, Ordering::Relaxed);
+    let lost = shared.session.lock().expect("session").stream_lost(k);
+    shared.wake.notify_waiters();
+    if let Err(e) = lost {
+        shared.failure.fail(e, &shared.wake);
+    }
+}

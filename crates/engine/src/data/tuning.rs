@@ -1,0 +1,473 @@
+//! Live tuning of a session's data sockets, and the streams a running
+//! session gains or retires.
+//!
+//! A [`Sampler`] owns one [`tern_drs::SocketTuner`] per TCP data stream. It
+//! puts each socket on the session's congestion control and window mode as
+//! the stream joins, ticks every tuner every [`SAMPLE_EVERY`] (which
+//! measures, and in `auto` mode resizes buffers), and on the sending side
+//! feeds the aggregate to the stream-count controller, whose decisions go
+//! to the driver as [`StreamChange`]s. At the end it turns what it saw into
+//! the `tuning` diagnosis of the report.
+
+use std::future::Future;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tern_drs::session::{LONG_PATH_RTT, SessionSample, SessionSizer};
+use tern_drs::streams::Observation;
+use tern_drs::{Diagnosis, Direction, SocketTuner, StreamChange, StreamController, WindowMode};
+use tokio::sync::mpsc;
+
+use crate::Result;
+use crate::data::transfer::{BoxStream, Tasks};
+
+/// How often data sockets are sampled.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+
+/// Streams `--streams auto` starts with.
+pub const AUTO_START_STREAMS: u16 = 1;
+
+/// Streams `--streams auto` may grow to unless told (`--max-streams`).
+pub const DEFAULT_MAX_STREAMS: u16 = 8;
+
+/// A data stream that joined a session.
+pub struct Joined {
+    /// Its index in the session.
+    pub index: u16,
+    /// The connection, after the join.
+    pub stream: BoxStream,
+    /// A duplicate of its TCP socket, for `TCP_INFO` (none for pipes).
+    pub probe: Option<OwnedFd>,
+}
+
+impl Joined {
+    /// A stream with no socket behind it (pipes in local copies and tests).
+    pub fn pipe(index: u16, stream: BoxStream) -> Joined {
+        Joined {
+            index,
+            stream,
+            probe: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Joined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Joined({})", self.index)
+    }
+}
+
+/// Opens data stream `k` of a running session (the client's side).
+pub type Connector =
+    Arc<dyn Fn(u16) -> Pin<Box<dyn Future<Output = Result<Joined>> + Send>> + Send + Sync>;
+
+/// Where a running session gets more data streams from.
+pub enum StreamSupply {
+    /// Nowhere: the streams it started with are all it has.
+    Fixed,
+    /// This end connects them (the client).
+    Connect(Connector),
+    /// The peer connects them; they arrive here once joined (the server).
+    Accept(mpsc::Receiver<Joined>),
+}
+
+impl std::fmt::Debug for StreamSupply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StreamSupply::Fixed => "Fixed",
+            StreamSupply::Connect(_) => "Connect",
+            StreamSupply::Accept(_) => "Accept",
+        })
+    }
+}
+
+/// How a transfer's data sockets are tuned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tuning {
+    /// Who sizes the buffers.
+    pub window: WindowMode,
+    /// Congestion control for the data sockets; empty for the kernel's
+    /// default.
+    pub congestion: String,
+    /// The sending side may add and retire streams.
+    pub auto_streams: bool,
+    /// The client picks the starting count from the RTT of its control
+    /// connection ([`tern_drs::session::start_streams`]), at least the
+    /// count it asked for and at most its maximum.
+    pub streams_from_rtt: bool,
+    /// Stream-count changes at fixed times, applied by the sending side
+    /// instead of the controller's (tests and experiments).
+    pub script: Vec<(Duration, StreamChange)>,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            window: WindowMode::Auto,
+            congestion: String::new(),
+            auto_streams: false,
+            streams_from_rtt: false,
+            script: Vec::new(),
+        }
+    }
+}
+
+impl Tuning {
+    /// The window mode's name in reports.
+    pub fn window_name(&self) -> String {
+        match self.window {
+            WindowMode::Auto => "auto".into(),
+            WindowMode::Kernel => "kernel".into(),
+            WindowMode::Fixed(n) => n.to_string(),
+        }
+    }
+}
+
+struct Slot {
+    // Declared before `probe`: the tuner holds the probe's raw fd.
+    tuner: SocketTuner,
+    _probe: OwnedFd,
+    retired: bool,
+}
+
+struct Tuners {
+    tuning: Tuning,
+    direction: Direction,
+    per_stream: u64,
+    slots: Vec<Option<Slot>>,
+    controller: Option<StreamController>,
+    /// Sizes the send buffers of the streams together on a long path.
+    sizer: SessionSizer,
+    /// The share the sizer gave last.
+    share: u64,
+    /// Streams the session has (or is about to have), for first shares.
+    streams: u16,
+    changes: Option<mpsc::UnboundedSender<StreamChange>>,
+    congestion_seen: Option<String>,
+    started: Instant,
+    trace: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+#[derive(Debug)]
+/// One line of a `TCP_INFO` trace (`TERN_TCP_TRACE=FILE`): what a tuner saw
+/// and did at one tick. The policy tests replay such traces.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct TraceLine {
+    /// Stream index.
+    pub stream: usize,
+    /// Milliseconds since the session started.
+    pub t_ms: u64,
+    /// The sample.
+    pub info: tern_drs::TcpInfo,
+    /// Send buffer when sampled, before the policy acted.
+    pub sndbuf: u64,
+    /// Receive buffer when sampled, before the policy acted.
+    pub rcvbuf: u64,
+}
+
+impl Tuners {
+    fn add(&mut self, k: usize, probe: OwnedFd) {
+        let fd = probe.as_raw_fd();
+        let privileged = tern_drs::socket::privileged();
+        if !self.tuning.congestion.is_empty() {
+            if let Err(e) = tern_drs::socket::set_congestion(fd, &self.tuning.congestion) {
+                tracing::warn!(
+                    "stream {k}: cannot use congestion control {}: {e}",
+                    self.tuning.congestion
+                );
+            }
+        }
+        if let WindowMode::Fixed(bytes) = self.tuning.window {
+            if let Err(e) = tern_drs::tuner::fix_buffers(fd, bytes, privileged) {
+                tracing::warn!("stream {k}: cannot set the window to {bytes}: {e}");
+            }
+        }
+        if self.congestion_seen.is_none() {
+            self.congestion_seen = tern_drs::socket::congestion(fd).ok();
+        }
+        let cfg = tern_drs::TunerConfig::new(self.tuning.window, self.direction, self.per_stream);
+        let wmem_max = cfg.caps.tcp_wmem[2];
+        let mut tuner = SocketTuner::new(fd, cfg);
+        // On a long path the session sizes the send buffers together, from
+        // the first byte: kernel autotuning would take each stream to its
+        // cap, which over several streams is far more than the path holds.
+        let long_path = tern_drs::TcpInfo::read(fd)
+            .is_ok_and(|i| Duration::from_micros(u64::from(i.rtt_us)) >= LONG_PATH_RTT);
+        if long_path {
+            if self.sizer.bdp() == 0 {
+                // What one autotuned stream could have, until a rate shows.
+                self.sizer.start_at(wmem_max);
+            }
+            let first = self.sizer.share(self.streams);
+            if let Err(e) = tuner.share_with_session(first) {
+                tracing::debug!("stream {k}: cannot size the send buffer: {e}");
+            }
+        }
+        if let Some(slot) = self.slots.get_mut(k) {
+            *slot = Some(Slot {
+                tuner,
+                _probe: probe,
+                retired: false,
+            });
+        }
+    }
+
+    fn tick(&mut self, act: bool) {
+        let at = self.started.elapsed();
+        let mut bytes = 0u64;
+        let (mut at_cap, mut growing, mut worth_probing) = (false, false, false);
+        let loss_based = self
+            .congestion_seen
+            .as_deref()
+            .is_some_and(|cc| !cc.starts_with("bbr"));
+        let mut srtt = Duration::ZERO;
+        for (k, slot) in self.slots.iter_mut().enumerate() {
+            let Some(slot) = slot.as_mut().filter(|s| !s.retired) else {
+                continue;
+            };
+            match slot.tuner.tick(at, act) {
+                Ok(info) => {
+                    if let Some(trace) = self.trace.as_mut() {
+                        use std::io::Write;
+                        let line = TraceLine {
+                            stream: k,
+                            t_ms: at.as_millis() as u64,
+                            info,
+                            sndbuf: slot.tuner.seen_sndbuf,
+                            rcvbuf: slot.tuner.seen_rcvbuf,
+                        };
+                        if let Ok(text) = serde_json::to_string(&line) {
+                            let _ = writeln!(trace, "{text}");
+                        }
+                    }
+                    bytes += info.bytes_acked;
+                    srtt = srtt.max(Duration::from_micros(u64::from(info.rtt_us)));
+                    at_cap |= slot.tuner.at_cap();
+                    growing |= slot.tuner.growing();
+                    if let Some(iv) = slot.tuner.interval() {
+                        worth_probing |=
+                            iv.busy_share < 0.8 || (loss_based && iv.retrans_bytes > 0);
+                    }
+                }
+                Err(e) => tracing::debug!("stream {k}: cannot tune: {e}"),
+            }
+        }
+        if act {
+            self.size_shared(at, bytes);
+        }
+        if !act || self.changes.is_none() {
+            return;
+        }
+        while self.tuning.script.first().is_some_and(|(t, _)| *t <= at) {
+            let (_, change) = self.tuning.script.remove(0);
+            self.announce(change);
+        }
+        let Some(controller) = self.controller.as_mut() else {
+            return;
+        };
+        let change = controller.observe(Observation {
+            at,
+            bytes,
+            limited_at_cap: at_cap,
+            growing_buffers: growing,
+            worth_probing,
+            srtt,
+        });
+        if let Some(change) = change {
+            tracing::debug!("stream count: {change:?}");
+            self.announce(change);
+        }
+    }
+
+    /// Feeds the session's aggregate to the sizer and gives every shared
+    /// send buffer its new share.
+    fn size_shared(&mut self, at: Duration, bytes_acked: u64) {
+        let active = || self.slots.iter().flatten().filter(|s| !s.retired);
+        let shared = active().filter(|s| s.tuner.shared()).count();
+        if shared == 0 {
+            return;
+        }
+        let intervals: Vec<_> = active().filter_map(|s| s.tuner.interval()).collect();
+        let sample = SessionSample {
+            at,
+            bytes_acked,
+            min_rtt_us: intervals
+                .iter()
+                .map(|iv| iv.min_rtt_us)
+                .filter(|&r| r > 0)
+                .min()
+                .unwrap_or(0),
+            // Streams announced but not joined yet count: they will take
+            // their shares as they join.
+            streams: u16::try_from(shared).unwrap_or(u16::MAX).max(self.streams),
+            buffer_limited: intervals.iter().any(tern_drs::policy::is_sndbuf_limited),
+            queueing: intervals.iter().any(tern_drs::policy::is_queueing),
+        };
+        let Some(share) = self.sizer.observe(sample) else {
+            return;
+        };
+        self.share = share;
+        self.apply_shares();
+    }
+
+    fn apply_shares(&mut self) {
+        for (k, slot) in self.slots.iter_mut().enumerate() {
+            let Some(slot) = slot.as_mut().filter(|s| !s.retired) else {
+                continue;
+            };
+            if let Err(e) = slot.tuner.apply_share(self.share) {
+                tracing::debug!("stream {k}: cannot size the send buffer: {e}");
+            }
+        }
+    }
+
+    /// Passes a stream-count change to the driver; streams being retired
+    /// stop counting for the controller at once.
+    fn announce(&mut self, change: StreamChange) {
+        self.streams = match change {
+            StreamChange::Grow(n) | StreamChange::Retire(n) => n.max(1),
+        };
+        if let StreamChange::Retire(n) = change {
+            for slot in self.slots.iter_mut().skip(usize::from(n)).flatten() {
+                slot.retired = true;
+            }
+        }
+        // The session's buffers are split anew at once: streams that join
+        // must not add their shares on top of what the others hold.
+        if self.share > 0 {
+            self.share = self.sizer.share(self.streams);
+            self.apply_shares();
+        }
+        if let Some(tx) = &self.changes {
+            let _ = tx.send(change);
+        }
+    }
+
+    fn diagnosis(&mut self) -> Option<Diagnosis> {
+        let slots: Vec<&Slot> = self.slots.iter().flatten().collect();
+        if slots.is_empty() {
+            return None;
+        }
+        // Retired streams count for memory, not for what limited the transfer.
+        let active = slots.iter().filter(|s| !s.retired);
+        let estimates = active.clone().map(|s| s.tuner.estimate()).collect();
+        let raised: Vec<Option<u64>> = active
+            .clone()
+            .filter(|s| !s.tuner.shared())
+            .map(|s| s.tuner.raised_sndbuf)
+            .collect();
+        let shared = active.filter(|s| s.tuner.shared()).count();
+        let mut d = tern_drs::diagnose(estimates, tern_drs::HostCaps::read(), &raised);
+        let rcv: Vec<u64> = slots.iter().filter_map(|s| s.tuner.raised_rcvbuf).collect();
+        if let Some(&largest) = rcv.iter().max() {
+            d.actions.push(format!(
+                "raised the receive buffer of {} of {} streams past the tcp_rmem cap, up to {:.1} MiB",
+                rcv.len(),
+                slots.len(),
+                largest as f64 / f64::from(1 << 20)
+            ));
+        }
+        let clamped = slots
+            .iter()
+            .filter(|s| s.tuner.window_clamp().is_some())
+            .count();
+        if clamped > 0 {
+            d.actions.push(format!(
+                "clamped the window of {clamped} streams: the host's buffer budget was spent"
+            ));
+        }
+        d.congestion_control = self
+            .congestion_seen
+            .clone()
+            .unwrap_or_else(|| d.host.congestion_control.clone());
+        d.window = self.tuning.window_name();
+        if shared > 0 && self.sizer.bdp() > 0 {
+            d.shared_sizing(tern_drs::SharedSizing {
+                streams: shared,
+                each: self.share,
+                bdp: self.sizer.bdp(),
+                rtt_ms: f64::from(self.sizer.min_rtt_us()) / 1e3,
+            });
+        }
+        d.stream_steps = self
+            .controller
+            .as_ref()
+            .map(|c| c.history().to_vec())
+            .unwrap_or_default();
+        d.send_buffer_peak_bytes = slots.iter().map(|s| s.tuner.peak_sndbuf).sum();
+        d.receive_buffer_peak_bytes = slots.iter().map(|s| s.tuner.peak_rcvbuf).sum();
+        Some(d)
+    }
+}
+
+/// Samples and tunes the data sockets of one session while it runs.
+pub(crate) struct Sampler {
+    state: Arc<Mutex<Tuners>>,
+}
+
+impl Sampler {
+    /// Starts sampling streams `0..indices`, of which the first `cap` are
+    /// the session's own (the others replace streams given up). The
+    /// sending side passes `changes` to run the stream-count controller
+    /// (when `tuning.auto_streams`), which grows to at most `cap`.
+    pub(crate) fn start(
+        tasks: &Tasks,
+        tuning: &Tuning,
+        direction: Direction,
+        initial: u16,
+        cap: u16,
+        indices: u16,
+        changes: Option<mpsc::UnboundedSender<StreamChange>>,
+    ) -> Sampler {
+        let max = cap.max(initial).max(1);
+        let controller = (tuning.auto_streams && changes.is_some() && max > initial)
+            .then(|| StreamController::new(initial, max));
+        let state = Arc::new(Mutex::new(Tuners {
+            tuning: tuning.clone(),
+            direction,
+            per_stream: tern_drs::host::session_budget() / u64::from(max),
+            slots: (0..indices.max(max)).map(|_| None).collect(),
+            controller,
+            sizer: SessionSizer::default(),
+            share: 0,
+            streams: initial.max(1),
+            changes,
+            congestion_seen: None,
+            started: Instant::now(),
+            trace: std::env::var_os("TERN_TCP_TRACE")
+                .and_then(|p| std::fs::File::create(p).ok())
+                .map(std::io::BufWriter::new),
+        }));
+        let ticking = state.clone();
+        tasks.spawn(async move {
+            loop {
+                tokio::time::sleep(SAMPLE_EVERY).await;
+                ticking.lock().expect("tuners").tick(true);
+            }
+        });
+        Sampler { state }
+    }
+
+    /// Stream `k` joined; `probe` is its socket, if it has one.
+    pub(crate) fn add(&self, k: u16, probe: Option<OwnedFd>) {
+        if let Some(probe) = probe {
+            self.state
+                .lock()
+                .expect("tuners")
+                .add(usize::from(k), probe);
+        }
+    }
+
+    /// A last sample, then the diagnosis (none without TCP streams).
+    pub(crate) fn finish(&self) -> Option<Diagnosis> {
+        let mut state = self.state.lock().expect("tuners");
+        state.tick(false);
+        if let Some(trace) = state.trace.as_mut() {
+            use std::io::Write;
+            let _ = trace.flush();
+        }
+        state.diagnosis()
+    }
+}

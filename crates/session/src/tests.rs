@@ -1,0 +1,828 @@
+//! In-memory simulation of a sender and a receiver session over a network
+//! with per-stream latency and rate, a slower or faster control channel,
+//! dropped streams and corrupted blocks. Deterministic: time is a counter.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use tern_proto::{BlockFlags, BlockHeader, ControlMsg, ErrorCode, Existing, FileMeta};
+
+use crate::*;
+
+const BS: u32 = 1000;
+
+struct Link {
+    latency_ms: u64,
+    /// Blocks the stream can take per millisecond.
+    rate: usize,
+    queue: VecDeque<(u64, BlockHeader, bool)>,
+    dead: bool,
+}
+
+struct Sim {
+    start: Instant,
+    now_ms: u64,
+    s: SenderSession,
+    r: ReceiverSession,
+    links: Vec<Link>,
+    ctrl_latency_ms: u64,
+    to_r: VecDeque<(u64, ControlMsg)>,
+    to_s: VecDeque<(u64, ControlMsg)>,
+    /// Corrupt the n-th block handed out (0-based), once each.
+    corrupt: Vec<u64>,
+    handed_out: u64,
+    /// Kill this stream at this time.
+    kill: Option<(usize, u64)>,
+    opened: Vec<FileMeta>,
+    dirs: Vec<String>,
+    /// Files the receiver was told to drop.
+    dropped: Vec<u32>,
+    /// Files the receiver cannot create, by path.
+    refuse: Vec<String>,
+    finalized: Vec<u32>,
+    /// Receiver's digest differs from the sender's for this file.
+    bad_digest_for: Option<u32>,
+    repair_blocks_seen: u64,
+    /// Ranges the receiver already holds, by path (a resumed partial).
+    kept: Vec<(String, Vec<(u64, u64)>)>,
+    /// With a skip policy: what the receiver finds at each final name
+    /// (`Absent` when not listed).
+    existing: Option<Vec<(String, Existing)>>,
+}
+
+fn digest_for(file_id: u32) -> Vec<u8> {
+    vec![file_id as u8; 4]
+}
+
+impl Sim {
+    fn new(latencies: &[u64], rates: &[usize], ctrl_latency_ms: u64) -> Sim {
+        let streams = latencies.len() as u16;
+        let start = Instant::now();
+        Sim {
+            start,
+            now_ms: 0,
+            s: SenderSession::new(SenderConfig {
+                streams,
+                block_size: BS,
+                max_files_in_flight: 4,
+                max_repair_rounds: 3,
+                deadline: None,
+                await_checks: false,
+                entries: true,
+            }),
+            r: ReceiverSession::new(ReceiverConfig {
+                streams,
+                block_size: BS,
+                max_repair_rounds: 3,
+                verify_digest: true,
+                entries: true,
+            }),
+            links: latencies
+                .iter()
+                .zip(rates)
+                .map(|(&latency_ms, &rate)| Link {
+                    latency_ms,
+                    rate,
+                    queue: VecDeque::new(),
+                    dead: false,
+                })
+                .collect(),
+            ctrl_latency_ms,
+            to_r: VecDeque::new(),
+            to_s: VecDeque::new(),
+            corrupt: vec![],
+            handed_out: 0,
+            kill: None,
+            opened: vec![],
+            dirs: vec![],
+            dropped: vec![],
+            refuse: vec![],
+            finalized: vec![],
+            bad_digest_for: None,
+            repair_blocks_seen: 0,
+            kept: vec![],
+            existing: None,
+        }
+    }
+
+    /// The same simulation with a skip policy: the receiver finds
+    /// `existing` at the final names and the sender waits for its word.
+    fn checking(mut self, existing: Vec<(String, Existing)>) -> Sim {
+        self.s = SenderSession::new(SenderConfig {
+            streams: self.links.len() as u16,
+            block_size: BS,
+            max_files_in_flight: 4,
+            max_repair_rounds: 3,
+            deadline: None,
+            await_checks: true,
+            entries: true,
+        });
+        self.existing = Some(existing);
+        self
+    }
+
+    fn file(path: &str, size: u64) -> SendEntry {
+        SendEntry::File(FileMeta {
+            file_id: 0,
+            path: path.into(),
+            size,
+            mode: 0o644,
+            mtime_s: 1_700_000_000,
+            mtime_ns: 0,
+        })
+    }
+
+    fn now(&self) -> Instant {
+        self.start + Duration::from_millis(self.now_ms)
+    }
+
+    /// Runs until both sides complete, an error, or the step limit.
+    fn run(&mut self, max_ms: u64) -> Result<(), Error> {
+        while self.now_ms < max_ms {
+            self.step()?;
+            if self.s.is_complete() && self.r.is_complete() {
+                return Ok(());
+            }
+            self.now_ms += 1;
+        }
+        panic!("simulation did not finish in {max_ms} ms");
+    }
+
+    fn step(&mut self) -> Result<(), Error> {
+        let now = self.now();
+        if let Some((k, at)) = self.kill {
+            if at == self.now_ms {
+                self.links[k].dead = true;
+                self.links[k].queue.clear();
+                self.s.stream_lost(k)?;
+                self.r.stream_lost(k)?;
+            }
+        }
+        // Sender: every stream pulls as many blocks as its rate allows.
+        for k in 0..self.links.len() {
+            if self.links[k].dead {
+                continue;
+            }
+            for _ in 0..self.links[k].rate {
+                let Some(task) = self.s.next_block(k, now) else {
+                    break;
+                };
+                let corrupt = self.corrupt.contains(&self.handed_out);
+                self.handed_out += 1;
+                let header = BlockHeader {
+                    flags: if task.repair {
+                        BlockFlags::REPAIR
+                    } else {
+                        BlockFlags::default()
+                    },
+                    file_id: task.file_id,
+                    offset: task.offset,
+                    length: task.len,
+                    check: [0; 16],
+                };
+                let at = self.now_ms + self.links[k].latency_ms;
+                self.links[k].queue.push_back((at, header, corrupt));
+                self.s.record_sent(k, u64::from(task.len));
+            }
+        }
+        // Sender control out; digests are "computed" as soon as a file is announced.
+        while let Some(msg) = self.s.poll_control() {
+            if let ControlMsg::FileAnnounce(meta) = &msg {
+                let id = meta.file_id;
+                self.to_r
+                    .push_back((self.now_ms + self.ctrl_latency_ms, msg));
+                self.s.set_digest(id, digest_for(id));
+                continue;
+            }
+            self.to_r
+                .push_back((self.now_ms + self.ctrl_latency_ms, msg));
+        }
+        // Receiver: control first, then data that is due.
+        while self.to_r.front().is_some_and(|(at, _)| *at <= self.now_ms) {
+            let (_, msg) = self.to_r.pop_front().unwrap();
+            self.r.handle_control(msg)?;
+        }
+        for k in 0..self.links.len() {
+            while let Some(&(at, header, corrupt)) = self.links[k].queue.front() {
+                if at > self.now_ms || !self.r.is_announced(header.file_id) {
+                    break;
+                }
+                self.links[k].queue.pop_front();
+                if header.flags.contains(BlockFlags::REPAIR) {
+                    self.repair_blocks_seen += 1;
+                }
+                match self.r.handle_block(k, &header, !corrupt)? {
+                    BlockVerdict::Write => self.r.block_written(k, &header)?,
+                    BlockVerdict::Corrupt | BlockVerdict::Duplicate => {}
+                }
+            }
+        }
+        self.r.poll_judgements()?;
+        // Receiver digests: ready once the whole file is contiguous on "disk".
+        for meta in &self.opened {
+            if let Some(size) = self.r.final_size(meta.file_id) {
+                if self.r.contiguous_prefix(meta.file_id) == size
+                    && !self.finalized.contains(&meta.file_id)
+                {
+                    let mut d = digest_for(meta.file_id);
+                    if self.bad_digest_for == Some(meta.file_id) {
+                        d[0] ^= 1;
+                    }
+                    self.r.set_digest(meta.file_id, d)?;
+                }
+            }
+        }
+        while let Some(action) = self.r.poll_action() {
+            match action {
+                RecvAction::Send(msg) => self
+                    .to_s
+                    .push_back((self.now_ms + self.ctrl_latency_ms, msg)),
+                RecvAction::CreateDir { path, .. } => self.dirs.push(path.display()),
+                RecvAction::Entry(meta) => self.dirs.push(meta.path.display()),
+                RecvAction::Drop { file_id } => self.dropped.push(file_id),
+                RecvAction::FinishTree => self.r.tree_finished(Vec::new())?,
+                RecvAction::OpenFile(meta)
+                    if self.refuse.iter().any(|p| meta.path == p.as_str()) =>
+                {
+                    let why = Problem {
+                        code: ErrorCode::PermissionDenied,
+                        message: format!("{}: permission denied (refused by the test)", meta.path),
+                    };
+                    self.r.file_failed(meta.file_id, why)?;
+                }
+                RecvAction::OpenFile(meta) => {
+                    let found = self.existing.as_ref().map(|ex| {
+                        ex.iter()
+                            .find(|(p, _)| meta.path == p.as_str())
+                            .map_or(Existing::Absent, |(_, e)| e.clone())
+                    });
+                    if found == Some(Existing::Same) {
+                        self.r.skip_existing(meta.file_id)?;
+                        continue;
+                    }
+                    let kept = self.kept.iter().find(|(p, _)| meta.path == p.as_str());
+                    if let Some((_, ranges)) = kept {
+                        self.r.resumed(meta.file_id, ranges.clone())?;
+                    }
+                    if let Some(found) = found {
+                        self.r.checked(meta.file_id, found)?;
+                    }
+                    self.opened.push(meta);
+                }
+                RecvAction::Finalize { file_id } => {
+                    self.finalized.push(file_id);
+                    self.r.finalized(file_id)?;
+                }
+                RecvAction::KeepExisting { file_id } => self.r.discarded(file_id)?,
+            }
+        }
+        while self.to_s.front().is_some_and(|(at, _)| *at <= self.now_ms) {
+            let (_, msg) = self.to_s.pop_front().unwrap();
+            self.s.handle_control(msg)?;
+        }
+        Ok(())
+    }
+}
+
+fn queue(sim: &mut Sim, entries: Vec<SendEntry>) {
+    for e in entries {
+        sim.s.push(e);
+    }
+    sim.s.finish_listing();
+}
+
+#[test]
+fn files_complete_across_streams_with_different_latencies() {
+    let mut sim = Sim::new(&[1, 5, 20], &[1, 1, 1], 2);
+    queue(
+        &mut sim,
+        vec![
+            SendEntry::Entry(tern_proto::EntryMeta {
+                path: "d".into(),
+                kind: tern_proto::EntryKind::Dir,
+                mode: 0o755,
+                mtime_s: 0,
+                mtime_ns: 0,
+            }),
+            Sim::file("d/a", 10_500),
+            Sim::file("d/empty", 0),
+            Sim::file("d/b", 3_000),
+        ],
+    );
+    sim.run(10_000).unwrap();
+    assert_eq!(sim.dirs, vec!["d".to_string()]);
+    let done: Vec<_> = sim.r.finished().iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(done.len(), 3);
+    assert!(done.contains(&"d/empty"));
+    assert_eq!(sim.s.finished().len(), 3);
+    assert_eq!(sim.r.stream_bytes().iter().sum::<u64>(), 13_500);
+    assert_eq!(sim.s.blocks_retransmitted(), 0);
+    assert_eq!(sim.s.peer_stream_bytes().unwrap(), sim.r.stream_bytes());
+}
+
+#[test]
+fn control_overtaking_data_waits_for_the_stream_marks() {
+    // Data takes 50 ms, control 1 ms: FileSent arrives long before the blocks.
+    let mut sim = Sim::new(&[50, 50], &[1, 1], 1);
+    queue(&mut sim, vec![Sim::file("f", 20_000)]);
+    sim.run(10_000).unwrap();
+    assert_eq!(
+        sim.s.blocks_retransmitted(),
+        0,
+        "nothing was lost, nothing is re-sent"
+    );
+    assert_eq!(sim.r.finished()[0].size, 20_000);
+}
+
+#[test]
+fn faster_streams_carry_more_blocks() {
+    let mut sim = Sim::new(&[1, 1], &[4, 1], 1);
+    queue(&mut sim, vec![Sim::file("big", 500_000)]);
+    sim.run(10_000).unwrap();
+    let bytes = sim.r.stream_bytes();
+    assert!(bytes[0] > 3 * bytes[1], "per-stream bytes {bytes:?}");
+}
+
+#[test]
+fn a_corrupt_block_is_requested_again_and_counted() {
+    let mut sim = Sim::new(&[3, 7], &[1, 1], 2);
+    sim.corrupt = vec![4];
+    queue(&mut sim, vec![Sim::file("f", 12_345)]);
+    sim.run(10_000).unwrap();
+    assert_eq!(sim.r.blocks_corrupt(), 1);
+    assert_eq!(sim.s.blocks_retransmitted(), 1);
+    assert_eq!(sim.repair_blocks_seen, 1);
+    assert_eq!(sim.r.finished().len(), 1);
+}
+
+#[test]
+fn a_dropped_stream_loses_nothing() {
+    let mut sim = Sim::new(&[10, 10, 10], &[1, 1, 1], 1);
+    sim.kill = Some((1, 15));
+    queue(
+        &mut sim,
+        vec![Sim::file("f", 100_000), Sim::file("g", 5_000)],
+    );
+    sim.run(20_000).unwrap();
+    assert!(
+        sim.s.blocks_retransmitted() > 0,
+        "blocks in flight on the dead stream are re-sent"
+    );
+    assert_eq!(sim.r.finished().len(), 2);
+    let sizes: u64 = sim.r.finished().iter().map(|f| f.size).sum();
+    assert_eq!(sizes, 105_000);
+}
+
+#[test]
+fn losing_every_stream_is_an_error_not_a_hang() {
+    let mut sim = Sim::new(&[10], &[1], 1);
+    sim.kill = Some((0, 5));
+    queue(&mut sim, vec![Sim::file("f", 100_000)]);
+    let err = sim.run(20_000).unwrap_err();
+    assert!(matches!(err, Error::PeerGone(_)), "{err}");
+}
+
+#[test]
+fn a_block_that_stays_corrupt_exhausts_the_repair_rounds() {
+    let mut sim = Sim::new(&[1], &[1], 1);
+    // Block 0 and every repair of it (handed out as the 3rd, 4th, ... block).
+    sim.corrupt = (0..50).filter(|&n| n == 0 || n >= 3).collect();
+    queue(&mut sim, vec![Sim::file("f", 3_000)]);
+    let err = sim.run(20_000).unwrap_err();
+    assert!(matches!(err, Error::TooManyRetries { .. }), "{err}");
+}
+
+#[test]
+fn a_digest_mismatch_fails_the_file() {
+    let mut sim = Sim::new(&[1, 2], &[1, 1], 1);
+    sim.bad_digest_for = Some(1);
+    queue(&mut sim, vec![Sim::file("f", 5_000)]);
+    let err = sim.run(20_000).unwrap_err();
+    assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
+}
+
+#[test]
+fn files_in_flight_are_bounded() {
+    let mut sim = Sim::new(&[30], &[8], 1);
+    queue(
+        &mut sim,
+        (0..20)
+            .map(|i| Sim::file(&format!("f{i}"), 1_500))
+            .collect(),
+    );
+    let mut most_open = 0;
+    while !(sim.s.is_complete() && sim.r.is_complete()) {
+        sim.step().unwrap();
+        let open = sim.opened.len() - sim.finalized.len();
+        most_open = most_open.max(open);
+        sim.now_ms += 1;
+        assert!(sim.now_ms < 10_000);
+    }
+    assert!(most_open <= 4, "at most 4 files in flight, saw {most_open}");
+    // Over a 30 ms link, one file at a time would leave the link idle a
+    // round trip per file: the pipeline keeps more than one open.
+    assert!(most_open > 1, "files overlap in flight, saw {most_open}");
+    assert_eq!(sim.r.finished().len(), 20);
+}
+
+#[test]
+fn perf_streams_end_at_the_deadline() {
+    let start = Instant::now();
+    let mut s = SenderSession::new(SenderConfig {
+        streams: 1,
+        block_size: BS,
+        max_files_in_flight: 1,
+        max_repair_rounds: 1,
+        deadline: Some(start + Duration::from_millis(10)),
+        await_checks: false,
+        entries: true,
+    });
+    s.push(Sim::file("perf", FileMeta::UNKNOWN_SIZE));
+    s.finish_listing();
+    s.set_digest(1, vec![]);
+    let mut handed = 0;
+    for ms in 0..20 {
+        if s.next_block(0, start + Duration::from_millis(ms)).is_some() {
+            handed += 1;
+        }
+    }
+    assert_eq!(handed, 10);
+    let sent: Vec<_> = std::iter::from_fn(|| s.poll_control()).collect();
+    assert!(
+        sent.iter()
+            .any(|m| matches!(m, ControlMsg::FileSent { size: 10_000, .. }))
+    );
+}
+
+#[test]
+fn peer_errors_and_nonsense_are_reported() {
+    let mut sim = Sim::new(&[1], &[1], 1);
+    let err = sim
+        .s
+        .handle_control(ControlMsg::Error {
+            code: ErrorCode::NoSpace,
+            message: "disk full".into(),
+            file_id: None,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Peer {
+                code: ErrorCode::NoSpace,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = sim
+        .s
+        .handle_control(ControlMsg::BlockRequest {
+            file_id: 99,
+            ranges: vec![(0, 1)],
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Protocol(_)), "{err}");
+    // A repair range that is not block-aligned is refused.
+    let mut sim = Sim::new(&[1], &[1], 1);
+    queue(&mut sim, vec![Sim::file("f", 5_000)]);
+    for _ in 0..5 {
+        sim.s.next_block(0, sim.now()).unwrap();
+    }
+    sim.s.set_digest(1, vec![1]);
+    let err = sim
+        .s
+        .handle_control(ControlMsg::BlockRequest {
+            file_id: 1,
+            ranges: vec![(500, 1000)],
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("block-aligned"), "{err}");
+    let bogus = BlockHeader {
+        flags: BlockFlags::default(),
+        file_id: 42,
+        offset: 0,
+        length: 10,
+        check: [0; 16],
+    };
+    assert!(sim.r.handle_block(0, &bogus, true).is_err());
+}
+
+#[test]
+fn a_resumed_file_is_not_sent_again() {
+    // 1 stream of 1 block per ms, control 5 ms away: the sender hands out a
+    // few blocks before the receiver's FileHave arrives, then skips.
+    let mut sim = Sim::new(&[3], &[1], 5);
+    sim.kept = vec![("a".into(), vec![(0, 12 * 1000), (15_000, 5 * 1000 - 1)])];
+    queue(
+        &mut sim,
+        vec![Sim::file("a", 20 * 1000 - 1), Sim::file("b", 3000)],
+    );
+    sim.run(1000).unwrap();
+    assert_eq!(sim.finalized, vec![1, 2]);
+    assert_eq!(sim.s.bytes_resumed(), 17_000 - 1);
+    assert_eq!(sim.r.bytes_resumed(), 17_000 - 1);
+    // 3 blocks of `a` were missing, 3 blocks of `b`; what went out twice
+    // is bounded by the control round trip: 10 ms + 1 at one block per ms.
+    // Without FileHave all 23 blocks would go.
+    assert!(
+        sim.handed_out >= 6 && sim.handed_out <= 6 + 11,
+        "{}",
+        sim.handed_out
+    );
+}
+
+#[test]
+fn a_file_held_entirely_completes_without_data() {
+    let mut sim = Sim::new(&[0], &[1], 0);
+    sim.kept = vec![("a".into(), vec![(0, 4000)])];
+    queue(&mut sim, vec![Sim::file("a", 4000)]);
+    sim.run(100).unwrap();
+    assert_eq!(sim.finalized, vec![1]);
+    // Only the block handed out before FileHave arrived went out.
+    assert_eq!(sim.handed_out, 1);
+}
+
+#[test]
+fn a_file_have_that_does_not_fit_is_a_protocol_error() {
+    let mut s = one_stream_sender(false);
+    s.push(Sim::file("a", 5000));
+    s.finish_listing();
+    for ranges in [
+        vec![(1, 1000)],
+        vec![(0, 6000)],
+        vec![(0, 500)],
+        vec![(0, 0)],
+    ] {
+        let err = s
+            .handle_control(ControlMsg::FileHave { file_id: 1, ranges })
+            .unwrap_err();
+        assert!(matches!(err, Error::Protocol(_)), "{err}");
+    }
+    assert!(
+        s.handle_control(ControlMsg::FileHave {
+            file_id: 9,
+            ranges: vec![]
+        })
+        .is_err()
+    );
+}
+
+#[test]
+fn block_set_tracks_runs() {
+    let mut set = BlockSet::default();
+    assert!(set.insert(0));
+    assert!(!set.insert(0));
+    set.insert(1);
+    set.insert(3);
+    set.insert(200);
+    assert_eq!(set.run_from(0), 2);
+    assert_eq!(set.run_from(3), 1);
+    assert!(set.contains(200) && !set.contains(199));
+}
+
+fn one_stream_sender(await_checks: bool) -> SenderSession {
+    SenderSession::new(SenderConfig {
+        streams: 1,
+        block_size: BS,
+        max_files_in_flight: 4,
+        max_repair_rounds: 3,
+        deadline: None,
+        await_checks,
+        entries: true,
+    })
+}
+
+fn paths(files: &[FileOutcome]) -> Vec<&str> {
+    let mut p: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    p.sort_unstable();
+    p
+}
+
+#[test]
+fn files_the_receiver_has_are_skipped_without_a_block_sent() {
+    // Ids are given in push order: a=1, b=2, c=3, d=4, e=5.
+    let mut sim = Sim::new(&[2, 6], &[1, 1], 3).checking(vec![
+        ("a".into(), Existing::Same),
+        ("c".into(), Existing::Digest(digest_for(3))),
+        ("d".into(), Existing::Digest(vec![9, 9, 9, 9])),
+        ("e".into(), Existing::Same),
+    ]);
+    queue(
+        &mut sim,
+        vec![
+            Sim::file("a", 5_000),
+            Sim::file("b", 3_500),
+            Sim::file("c", 7_000),
+            Sim::file("d", 2_000),
+            Sim::file("e", 0),
+        ],
+    );
+    sim.run(10_000).unwrap();
+    assert_eq!(paths(sim.s.skipped()), vec!["a", "c", "e"]);
+    assert_eq!(paths(sim.r.skipped()), vec!["a", "c", "e"]);
+    assert_eq!(paths(sim.s.finished()), vec!["b", "d"]);
+    assert_eq!(paths(sim.r.finished()), vec!["b", "d"]);
+    assert_eq!(sim.handed_out, 4 + 2, "only the blocks of b and d went out");
+    assert_eq!(sim.r.stream_bytes().iter().sum::<u64>(), 5_500);
+}
+
+#[test]
+fn no_block_is_handed_out_before_the_receiver_has_looked() {
+    let mut sim = Sim::new(&[1], &[1], 40).checking(vec![]);
+    queue(&mut sim, vec![Sim::file("f", 4_000)]);
+    // The announcement takes 40 ms out and the answer 40 ms back.
+    while sim.now_ms < 79 {
+        sim.step().unwrap();
+        assert_eq!(sim.handed_out, 0, "at {} ms", sim.now_ms);
+        sim.now_ms += 1;
+    }
+    sim.run(10_000).unwrap();
+    assert_eq!(sim.handed_out, 4);
+    assert_eq!(paths(sim.r.finished()), vec!["f"]);
+}
+
+#[test]
+fn file_checks_out_of_turn_are_protocol_errors() {
+    let check = |existing| ControlMsg::FileCheck {
+        file_id: 1,
+        existing,
+    };
+    let mut s = one_stream_sender(true);
+    s.push(Sim::file("f", 10));
+    s.finish_listing();
+    s.handle_control(check(Existing::Absent)).unwrap();
+    let twice = s.handle_control(check(Existing::Same)).unwrap_err();
+    assert!(matches!(twice, Error::Protocol(_)), "{twice}");
+    let unknown = s
+        .handle_control(ControlMsg::FileCheck {
+            file_id: 9,
+            existing: Existing::Absent,
+        })
+        .unwrap_err();
+    assert!(matches!(unknown, Error::Protocol(_)), "{unknown}");
+    let mut unasked = one_stream_sender(false);
+    unasked.push(Sim::file("f", 10));
+    unasked.finish_listing();
+    let e = unasked.handle_control(check(Existing::Absent)).unwrap_err();
+    assert!(
+        matches!(e, Error::Protocol(_)),
+        "no skip policy, no FileCheck: {e}"
+    );
+}
+
+#[test]
+fn a_skipped_file_is_never_read_for_its_digest() {
+    let mut s = one_stream_sender(true);
+    s.push(Sim::file("kept", 10_000));
+    s.push(Sim::file("sent", 10_000));
+    s.push(Sim::file("compared", 10_000));
+    s.finish_listing();
+    assert_eq!(s.digest_need(1), DigestNeed::Wait);
+    s.handle_control(ControlMsg::FileCheck {
+        file_id: 1,
+        existing: Existing::Same,
+    })
+    .unwrap();
+    assert_eq!(s.digest_need(1), DigestNeed::None);
+    s.handle_control(ControlMsg::FileCheck {
+        file_id: 2,
+        existing: Existing::Absent,
+    })
+    .unwrap();
+    assert_eq!(s.digest_need(2), DigestNeed::Compute);
+    s.handle_control(ControlMsg::FileCheck {
+        file_id: 3,
+        existing: Existing::Digest(vec![1]),
+    })
+    .unwrap();
+    assert_eq!(s.digest_need(3), DigestNeed::Compute, "needed to compare");
+}
+
+#[test]
+fn many_small_files_are_announced_ahead_but_large_ones_only_a_few() {
+    let announced = |size: u64| {
+        let mut s = SenderSession::new(SenderConfig {
+            streams: 1,
+            block_size: BS,
+            max_files_in_flight: 256,
+            max_repair_rounds: 3,
+            deadline: None,
+            await_checks: false,
+            entries: true,
+        });
+        for i in 0..1000 {
+            s.push(Sim::file(&format!("f{i}"), size));
+        }
+        s.finish_listing();
+        std::iter::from_fn(|| s.poll_control())
+            .filter(|m| matches!(m, ControlMsg::FileAnnounce(_)))
+            .count()
+    };
+    // 256 × 16 KiB is 4 MiB: the count is the limit.
+    assert_eq!(announced(16 << 10), 256);
+    // 1 GiB files: past FEW_FILES the bytes are.
+    assert_eq!(announced(1 << 30), FEW_FILES);
+    // 1 MiB files: until 64 MiB are in flight.
+    assert_eq!(announced(1 << 20), (BYTES_IN_FLIGHT / (1 << 20)) as usize);
+}
+
+fn failure_paths(failed: &[EntryFailure]) -> Vec<(String, bool)> {
+    failed
+        .iter()
+        .map(|f| (f.path.display(), f.by_peer))
+        .collect()
+}
+
+#[test]
+fn a_file_the_receiver_cannot_create_is_reported_and_the_rest_arrive() {
+    let mut sim = Sim::new(&[1, 3], &[1, 1], 2);
+    sim.refuse = vec!["d/b".into()];
+    queue(
+        &mut sim,
+        vec![
+            Sim::file("d/a", 3_000),
+            Sim::file("d/b", 5_000),
+            Sim::file("d/c", 2_000),
+        ],
+    );
+    sim.run(10_000).unwrap();
+    assert_eq!(paths(sim.r.finished()), vec!["d/a", "d/c"]);
+    assert_eq!(sim.s.finished().len(), 2);
+    assert_eq!(failure_paths(sim.r.failed()), vec![("d/b".into(), false)]);
+    assert_eq!(failure_paths(sim.s.failed()), vec![("d/b".into(), true)]);
+    assert_eq!(
+        sim.s.failed()[0].code,
+        tern_proto::ErrorCode::PermissionDenied
+    );
+}
+
+#[test]
+fn a_file_the_sender_cannot_read_is_dropped_by_the_receiver() {
+    let mut sim = Sim::new(&[1], &[1], 2);
+    queue(
+        &mut sim,
+        vec![
+            Sim::file("a", 3_000),
+            Sim::file("b", 30_000),
+            Sim::file("c", 10),
+        ],
+    );
+    // File 2 turns out unreadable after it was announced.
+    let gone = Problem {
+        code: ErrorCode::PermissionDenied,
+        message: "b: permission denied".into(),
+    };
+    sim.s.file_failed(2, gone);
+    sim.run(10_000).unwrap();
+    assert_eq!(paths(sim.r.finished()), vec!["a", "c"]);
+    assert_eq!(failure_paths(sim.s.failed()), vec![("b".into(), false)]);
+    assert_eq!(failure_paths(sim.r.failed()), vec![("b".into(), true)]);
+    assert!(sim.r.was_given_up(2));
+}
+
+#[test]
+fn an_older_receiver_is_sent_no_links_pipes_or_names_it_cannot_decode() {
+    let mut s = SenderSession::new(SenderConfig {
+        streams: 1,
+        block_size: BS,
+        max_files_in_flight: 4,
+        max_repair_rounds: 3,
+        deadline: None,
+        await_checks: false,
+        entries: false,
+    });
+    let entry = |path: &[u8], kind| {
+        SendEntry::Entry(tern_proto::EntryMeta {
+            path: tern_proto::RelPath(path.to_vec()),
+            kind,
+            mode: 0o755,
+            mtime_s: 0,
+            mtime_ns: 0,
+        })
+    };
+    s.push(entry(b"d", tern_proto::EntryKind::Dir));
+    s.push(entry(
+        b"d/link",
+        tern_proto::EntryKind::Symlink { target: "x".into() },
+    ));
+    s.push(entry(b"d/pipe", tern_proto::EntryKind::Fifo));
+    s.push(entry(b"d/caf\xe9", tern_proto::EntryKind::Dir));
+    s.push(SendEntry::File(FileMeta {
+        file_id: 0,
+        path: tern_proto::RelPath(b"d/f\xff".to_vec()),
+        size: 0,
+        mode: 0o644,
+        mtime_s: 0,
+        mtime_ns: 0,
+    }));
+    s.finish_listing();
+    let sent: Vec<ControlMsg> = std::iter::from_fn(|| s.poll_control()).collect();
+    assert!(
+        matches!(&sent[..], [ControlMsg::DirAnnounce { path, mode: 0o755 }, ControlMsg::Close { .. }] if *path == "d"),
+        "{sent:?}"
+    );
+    let failed: Vec<String> = s.failed().iter().map(|f| f.path.display()).collect();
+    assert_eq!(failed, vec!["d/link", "d/pipe", "d/caf\\xe9", "d/f\\xff"]);
+    assert!(s.failed().iter().all(|f| !f.by_peer));
+}
