@@ -4,13 +4,16 @@
 //! The daemon (`tern serve`) and the client (`tern cp`, `tern perf`) are two
 //! uses of this one engine. It is grouped by concern, bottom up:
 //!
+//! - [`error`], [`integrity`]: the engine's error, and per-block checks
+//!   and whole-file digests (the storage's skip rules and the data path
+//!   both compute them);
 //! - [`store`]: where blocks come from and go to: sources and sinks (files
 //!   under a root, generated data, the discard sink), the resume journal,
 //!   the skip rules, and the guard that a pull receives only what it asked
 //!   for;
 //! - [`data`]: the data path and its tuning: the async driver that runs a
 //!   `tern-session` sender or receiver over a control channel and N data
-//!   streams, block checks and compression, pacing, live tuning of sockets
+//!   streams, compression, pacing, live tuning of sockets
 //!   and the stream count, stalled streams and their replacements;
 //! - [`conn`]: connections and identity: TLS, certificates and
 //!   `known_hosts`, site authorization, opening a session (the pump around
@@ -26,11 +29,12 @@ pub mod conn;
 pub mod data;
 pub mod error;
 pub mod fault;
+pub mod integrity;
 pub mod local;
 pub mod store;
 
 pub use conn::{authz, client, once, server, tls};
-pub use data::{compress, integrity, pace, transfer, tuning};
+pub use data::{compress, pace, transfer, tuning};
 pub use error::{Error, ErrorKind, Result};
 pub use store::{fsio, journal, skip};
 pub use tern_session as session;

@@ -15,6 +15,7 @@
 pub mod authz;
 pub mod client;
 mod gate;
+pub mod known_hosts;
 pub mod net;
 pub mod observe;
 pub mod once;

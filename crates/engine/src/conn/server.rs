@@ -43,9 +43,9 @@ use crate::conn::authz::{Access, Authz, Grants, Subject};
 use crate::conn::gate::Gate;
 use crate::conn::open::{self, Linger, Step};
 use crate::conn::tls::{BLOCK_MAC_LABEL, ServerIdentity, bind_token};
-use crate::data::integrity::BlockCheck;
 use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams};
 use crate::data::tuning::{Joined, StreamSupply, Tuning};
+use crate::integrity::BlockCheck;
 use crate::store::fsio::{
     DiscardSink, FsSink, FsSource, GenSource, Root, Sink, Source, checked_relative,
 };
@@ -60,7 +60,10 @@ pub use limits::{
     raise_open_file_limit,
 };
 
+mod join;
 mod limits;
+
+use join::{Admission, Joining, collect_streams, data_join};
 
 use limits::{Handshake, Limiter};
 
@@ -145,17 +148,6 @@ impl ServerOptions {
             allow_special_bits: false,
         }
     }
-}
-
-/// A data connection waiting to be taken by its session.
-struct Joining {
-    stream: BoxStream,
-    /// A duplicate of the socket, for `TCP_INFO` sampling.
-    probe: Option<std::os::fd::OwnedFd>,
-    index: u16,
-    version: u16,
-    tls: bool,
-    peer: SocketAddr,
 }
 
 /// What every connection of a server shares.
@@ -456,59 +448,6 @@ async fn peek_exact(conn: &TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-}
-
-async fn data_join(
-    ctx: Arc<Context>,
-    mut stream: BoxStream,
-    probe: Option<std::os::fd::OwnedFd>,
-    consumed: [u8; 4],
-    tls: bool,
-    handshaking: Handshaking,
-) {
-    let peer = handshaking.peer;
-    let mut buf = [0u8; JOIN_LEN];
-    let start = if tls {
-        buf[..4].copy_from_slice(&consumed);
-        4
-    } else {
-        0
-    };
-    match handshaking
-        .in_time(stream.read_exact(&mut buf[start..]))
-        .await
-    {
-        Some(Ok(_)) => {}
-        Some(Err(_)) => return tracing::warn!("{peer}: data connection dropped before joining"),
-        None => return,
-    }
-    let join = match DataJoin::decode(&buf) {
-        Ok(j) => j,
-        Err(e) => return tracing::warn!("{peer}: dropped, bad data join: {e}"),
-    };
-    let session = ctx
-        .pending
-        .lock()
-        .expect("pending")
-        .get(&join.token)
-        .cloned();
-    let Some(session) = session else {
-        tracing::warn!("{peer}: refused a data connection for an unknown session");
-        let _ = stream.write_all(&JoinReply::Refused.encode()).await;
-        return;
-    };
-    // It knew a live session's token: from here it is that session's.
-    drop(handshaking);
-    let _ = session
-        .send(Joining {
-            stream,
-            probe,
-            index: join.stream,
-            version: join.version,
-            tls,
-            peer,
-        })
-        .await;
 }
 
 async fn control_session(
@@ -830,84 +769,4 @@ fn prepare_role(ctx: &Context, open: &SessionOpen, authz: &Authorization) -> Res
             }
         }
     })
-}
-
-/// What a data connection must match to join a session.
-#[derive(Debug, Clone, Copy)]
-struct Admission {
-    tls: bool,
-    version: u16,
-    protect: Protect,
-}
-
-impl Admission {
-    /// Answers a join: `Accepted` when the connection matches the session
-    /// and its index is free in `taken` (which it then takes), else
-    /// `Refused` (and the connection is dropped).
-    async fn admit(&self, joining: Joining, taken: &mut [bool]) -> Option<Joined> {
-        let Joining {
-            mut stream,
-            probe,
-            index,
-            version,
-            tls,
-            peer,
-        } = joining;
-        let slot = taken.get_mut(usize::from(index));
-        let acceptable =
-            tls == self.tls && version == self.version && slot.as_ref().is_some_and(|t| !**t);
-        if !acceptable {
-            tracing::warn!(
-                "{peer}: refused data connection {index} ({}, version {version}; session wants {}, version {})",
-                if tls { "TLS" } else { "plain" },
-                self.protect.name(),
-                self.version
-            );
-            let _ = stream.write_all(&JoinReply::Refused.encode()).await;
-            return None;
-        }
-        let replied = match stream.write_all(&JoinReply::Accepted.encode()).await {
-            Ok(()) => stream.flush().await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = replied {
-            tracing::warn!("{peer}: data connection {index} dropped while joining: {e}");
-            return None;
-        }
-        *slot.expect("checked") = true;
-        Some(Joined {
-            index,
-            stream,
-            probe,
-        })
-    }
-}
-
-/// Waits for streams `0..initial` to join.
-async fn collect_streams(
-    rx: &mut mpsc::Receiver<Joining>,
-    want: &Admission,
-    initial: u16,
-    taken: &mut [bool],
-    timeout: Duration,
-) -> Result<Vec<Joined>> {
-    let mut joined = Vec::with_capacity(usize::from(initial));
-    let deadline = tokio::time::Instant::now() + timeout;
-    let initial_slots = usize::from(initial).min(taken.len());
-    while joined.len() < initial_slots {
-        let joining = match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(j)) => j,
-            _ => {
-                return Err(Error::PeerGone(format!(
-                    "only {} of {initial} data connections joined within {timeout:?}",
-                    joined.len()
-                )));
-            }
-        };
-        if let Some(j) = want.admit(joining, &mut taken[..initial_slots]).await {
-            joined.push(j);
-        }
-    }
-    joined.sort_by_key(|j| j.index);
-    Ok(joined)
 }

@@ -4,15 +4,16 @@
 //! - [`transfer`]: the async driver of one `tern-session` sender or
 //!   receiver: the control channel, one worker per data stream, the
 //!   shared state between them;
-//! - [`integrity`]: per-block checks and whole-file digests;
+//! - [`channel`]: byte streams, the framed control channel, a transfer's
+//!   tasks;
 //! - [`compress`]: block compression and when it pays;
 //! - [`pace`]: the rate limit;
 //! - [`tuning`]: live tuning of data sockets and the stream count; stalled
 //!   streams are seen and given up in `stall`, and replaced through
 //!   `supply`.
 
+pub mod channel;
 pub mod compress;
-pub mod integrity;
 pub mod pace;
 mod stall;
 mod supply;

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::task::AbortHandle;
 
-use crate::data::transfer::BoxStream;
+use crate::data::channel::BoxStream;
 
 /// What one stream has been doing, in milliseconds since the session's
 /// start (plus one, so that 0 means "never" / "not waiting").

@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use tokio::sync::mpsc;
 
-use crate::data::transfer::Tasks;
+use crate::data::channel::Tasks;
 use crate::data::tuning::{Connector, Joined, StreamSupply};
 
 /// What a session asks its supply for.

@@ -21,7 +21,7 @@ use tern_drs::{Diagnosis, Direction, SocketTuner, StreamChange, StreamController
 use tokio::sync::mpsc;
 
 use crate::Result;
-use crate::data::transfer::{BoxStream, Tasks};
+use crate::data::channel::{BoxStream, Tasks};
 
 /// How often data sockets are sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(200);

@@ -10,7 +10,7 @@
 
 use tern_proto::{ChecksumAlg, Existing, FileMeta, SkipExisting};
 
-use crate::data::integrity::FileDigest;
+use crate::integrity::FileDigest;
 use crate::store::fsio::Sink;
 use crate::{Error, Result};
 
@@ -64,7 +64,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::data::integrity::digest_of;
+    use crate::integrity::digest_of;
     use crate::store::fsio::{FsSink, Root};
 
     fn meta(path: &str, size: u64, mtime_s: i64) -> FileMeta {

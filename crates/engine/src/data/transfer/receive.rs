@@ -27,10 +27,10 @@ use super::{
     TaskGuard, Tasks, TransferParams, TransferStats, blocking,
 };
 use crate::data::compress::{self, Counters};
-use crate::data::integrity::{BlockCheck, FileDigest};
 use crate::data::stall::Watch;
 use crate::data::supply::{Indices, Want, supply_streams};
 use crate::data::tuning::{Joined, Sampler, StreamSupply};
+use crate::integrity::{BlockCheck, FileDigest};
 use crate::store::fsio::{BlockWrite, Sink};
 use crate::{Error, Result};
 use tern_session::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};

@@ -25,10 +25,10 @@ use super::{
     TaskGuard, Tasks, TransferParams, TransferStats,
 };
 use crate::data::compress::{self, BlockCompressor, Policy};
-use crate::data::integrity::{BlockCheck, FileDigest};
 use crate::data::stall::Watch;
 use crate::data::supply::{Indices, Want, supply_streams};
 use crate::data::tuning::{Joined, Sampler, StreamSupply};
+use crate::integrity::{BlockCheck, FileDigest};
 use crate::store::fsio::{BlockRead, Source, SourceItem};
 use crate::{Error, Result};
 use tern_drs::StreamChange;

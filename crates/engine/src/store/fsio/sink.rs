@@ -1,0 +1,533 @@
+//! Files on disk as a sink: partial files beside their final names, the
+//! journal and resume marker, and directory and link metadata applied when
+//! the tree is complete.
+
+use super::source::FileReader;
+use super::*;
+/// Where received files go, resolved like scp: into `dest` when it is an
+/// existing directory, otherwise as `dest` itself (one source only).
+///
+/// Everything is resolved beneath a handle of the directory that holds the
+/// copy (`dest`, or its parent), without following links.
+#[derive(Debug)]
+pub struct FsSink {
+    top: OwnedFd,
+    /// `top` as the user sees it.
+    shown: PathBuf,
+    plan: DestPlan,
+    /// Whether [`Sink::existing`] may look at what is at a final name (not
+    /// for a writer who may not read there).
+    peek: bool,
+    keep_special: bool,
+    left: Mutex<LeftForTheEnd>,
+}
+
+#[derive(Debug)]
+enum DestPlan {
+    /// Into the directory: an entry `T/…` lands at `T/…`, except the
+    /// source this directory was created from (its resume marker names
+    /// it), whose entries land at `…`, as when the copy started.
+    Into { resumed: Option<Vec<u8>> },
+    /// As this name in the directory: `T/…` lands at `NAME/…`.
+    As(OsString),
+}
+
+/// An entry whose last step waits for the end of the session.
+#[derive(Debug)]
+struct Later {
+    /// As announced.
+    rel: RelPath,
+    /// Where it lands, beneath the sink's top.
+    at: PathBuf,
+    /// Its modification time (none for a directory from an older sender).
+    mtime: Option<(i64, u32)>,
+}
+
+/// What [`Sink::finish`] does.
+#[derive(Debug, Default)]
+struct LeftForTheEnd {
+    /// Directories, with their modes.
+    dirs: Vec<(Later, u32)>,
+    /// Links, with their targets.
+    links: Vec<(Later, Vec<u8>)>,
+    /// Pipes, whose times are set at the end.
+    fifos: Vec<Later>,
+    /// The directory holding a resume marker to remove.
+    marker: Option<PathBuf>,
+}
+
+impl FsSink {
+    /// Receives `top_level` sources into `dest` (a path under `root`).
+    pub fn new(root: Root, dest: PathBuf, top_level: u32) -> Result<FsSink> {
+        let (top, shown, plan) = if root.dir_status(&dest)? {
+            let top = root.open_dir_fd(&dest)?;
+            let resumed = read_marker(&top);
+            (top, root.shown(&dest), DestPlan::Into { resumed })
+        } else if top_level > 1 {
+            return Err(Error::BadRequest(format!(
+                "{}: not a directory (copying several sources needs an existing directory)",
+                root.shown(&dest).display()
+            )));
+        } else {
+            let parent = match dest.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            if !root.dir_status(&parent)? {
+                return Err(Error::NotFound(root.shown(&parent)));
+            }
+            let name = dest
+                .file_name()
+                .filter(|n| !is_internal(n.as_bytes()))
+                .ok_or_else(|| {
+                    Error::BadRequest(format!("{}: not a name to copy to", dest.display()))
+                })?;
+            let top = root.open_dir_fd(&parent)?;
+            (top, root.shown(&parent), DestPlan::As(name.to_os_string()))
+        };
+        Ok(FsSink {
+            top,
+            shown,
+            plan,
+            peek: true,
+            keep_special: false,
+            left: Mutex::new(LeftForTheEnd::default()),
+        })
+    }
+
+    /// The same sink, telling nothing about the files already at the
+    /// destination: every file counts as absent and is received.
+    pub fn blind(self) -> FsSink {
+        FsSink {
+            peek: false,
+            ..self
+        }
+    }
+
+    /// Applies set-user-ID, set-group-ID and sticky bits the sender sent
+    /// (dropped by default), on files this process's user owns.
+    pub fn keep_special_bits(self, keep: bool) -> FsSink {
+        FsSink {
+            keep_special: keep,
+            ..self
+        }
+    }
+
+    /// Where an entry of the transfer lands, beneath `top` (empty: `top`
+    /// itself).
+    fn target(&self, rel: &RelPath) -> Result<PathBuf> {
+        let names = checked_entry_path(rel)?;
+        if names.iter().any(|n| is_internal(n.as_bytes())) {
+            // Never sent by a tern that lists honestly: a peer planting a
+            // resume marker or a partial file of its choice.
+            return Err(Error::PermissionDenied {
+                path: rel.display(),
+                why: "a name tern keeps for its own files".into(),
+            });
+        }
+        let (first, rest) = names.split_first().expect("a checked path has a name");
+        Ok(match &self.plan {
+            DestPlan::Into { resumed } if resumed.as_deref() == Some(first.as_bytes()) => {
+                rest.iter().collect()
+            }
+            DestPlan::Into { .. } => names.iter().collect(),
+            DestPlan::As(name) => std::iter::once(name.as_os_str())
+                .chain(rest.iter().copied())
+                .collect(),
+        })
+    }
+
+    fn shown(&self, at: &Path) -> PathBuf {
+        self.shown.join(at)
+    }
+
+    fn io_err(&self, what: &str, at: &Path, e: io::Error) -> Error {
+        Error::io(what, self.shown(at), e)
+    }
+
+    /// The directory holding `at` and its last name (`None`: `at` is the
+    /// top itself).
+    fn parent_of(&self, at: &Path) -> Result<(beneath::Parent<'_>, Option<OsString>)> {
+        beneath::parent_of(self.top.as_fd(), at).map_err(|e| self.io_err("open directory", at, e))
+    }
+
+    /// Makes a directory of the tree; its own mode and time come at the
+    /// end.
+    fn make_dir(&self, rel: &RelPath, mode: u32, mtime: Option<(i64, u32)>) -> Result<()> {
+        let at = self.target(rel)?;
+        let (parent, name) = self.parent_of(&at)?;
+        if let Some(name) = &name {
+            // Writable by us while it fills, whatever it will end as.
+            beneath::make_dir(&parent, name, (mode & 0o777) | 0o700)
+                .map_err(|e| self.io_err("create directory", &at, e))?;
+        }
+        let mut left = self.left.lock().expect("left");
+        if matches!(self.plan, DestPlan::As(_)) && at.components().count() == 1 {
+            // A copy that creates its destination directory marks it, so
+            // that the same command run again continues into it.
+            let name = name.expect("one name");
+            let dir = beneath::open_dir(&parent, &name)
+                .map_err(|e| self.io_err("open directory", &at, e))?;
+            let first = checked_entry_path(rel)?[0].as_bytes();
+            write_marker(&dir, first).map_err(|e| self.io_err("write resume marker", &at, e))?;
+            left.marker = Some(at.clone());
+        } else if at.as_os_str().is_empty() && left.marker.is_none() {
+            // A resumed copy into the directory it created.
+            left.marker = Some(at.clone());
+        }
+        let later = Later {
+            rel: rel.clone(),
+            at,
+            mtime,
+        };
+        left.dirs.push((later, mode));
+        Ok(())
+    }
+
+    fn mode_for(&self, mode: u32, owner: u32) -> u32 {
+        mode_bits(mode, self.keep_special && owner == beneath::euid())
+    }
+
+    fn finish_links(&self, left: &LeftForTheEnd, failures: &mut Vec<EntryFailure>) {
+        for (link, target) in &left.links {
+            let at = &link.at;
+            let done = self.parent_of(at).and_then(|(parent, name)| {
+                let name = name.ok_or_else(|| {
+                    Error::BadRequest(format!("{}: not a name for a link", at.display()))
+                })?;
+                let (s, ns) = link.mtime.unwrap_or_default();
+                beneath::make_symlink(&parent, &name, target)
+                    .and_then(|()| beneath::set_mtime_nofollow(&parent, &name, s, ns))
+                    .map_err(|e| self.io_err("create link", at, e))
+            });
+            if let Err(e) = done {
+                failures.push(EntryFailure::here(link.rel.clone(), e.problem()));
+            }
+        }
+        for fifo in &left.fifos {
+            let (at, (s, ns)) = (&fifo.at, fifo.mtime.unwrap_or_default());
+            let done = self.parent_of(at).and_then(|(parent, name)| match name {
+                Some(name) => beneath::set_mtime_nofollow(&parent, &name, s, ns)
+                    .map_err(|e| self.io_err("set time", at, e)),
+                None => Ok(()),
+            });
+            if let Err(e) = done {
+                failures.push(EntryFailure::here(fifo.rel.clone(), e.problem()));
+            }
+        }
+    }
+
+    fn finish_dirs(&self, left: &mut LeftForTheEnd, failures: &mut Vec<EntryFailure>) {
+        // Deepest first: setting a directory's time must come after
+        // everything inside it changed it.
+        left.dirs
+            .sort_by_key(|(d, _)| std::cmp::Reverse(d.at.components().count()));
+        for (dir, mode) in &left.dirs {
+            let (rel, at, mtime) = (&dir.rel, &dir.at, dir.mtime);
+            let done = self.parent_of(at).and_then(|(parent, name)| {
+                let fd = match name {
+                    Some(name) => beneath::open_dir(&parent, &name),
+                    None => parent.to_owned_fd(),
+                }
+                .map_err(|e| self.io_err("open directory", at, e))?;
+                let owner = rustix::fs::fstat(&fd)
+                    .map_err(|e| self.io_err("stat", at, e.into()))?
+                    .st_uid;
+                beneath::set_mode_and_mtime(&fd, self.mode_for(*mode, owner), mtime)
+                    .map_err(|e| self.io_err("set mode and time", at, e))
+            });
+            if let Err(e) = done {
+                failures.push(EntryFailure::here(rel.clone(), e.problem()));
+            }
+        }
+    }
+}
+
+/// The source name a resume marker in `dir` records, if there is one.
+fn read_marker(dir: &OwnedFd) -> Option<Vec<u8>> {
+    let file = beneath::open_file(dir, OsStr::new(RESUME_MARKER)).ok()?;
+    // Only a marker this user wrote counts: in a shared directory another
+    // user could otherwise steer a copy into it.
+    if file.metadata().ok()?.uid() != beneath::euid() {
+        return None;
+    }
+    let mut name = Vec::new();
+    io::Read::read_to_end(&mut io::Read::take(&file, 4096), &mut name).ok()?;
+    let name = name.strip_suffix(b"\n")?.to_vec();
+    (!name.is_empty() && !name.contains(&b'/')).then_some(name)
+}
+
+fn write_marker(dir: &OwnedFd, source: &[u8]) -> io::Result<()> {
+    let file = beneath::create_new(dir, OsStr::new(RESUME_MARKER))?;
+    let mut line = source.to_vec();
+    line.push(b'\n');
+    file.write_all_at(&line, 0)?;
+    file.sync_all()
+}
+
+impl Sink for FsSink {
+    fn create_dir(&self, path: &RelPath, mode: u32) -> Result<()> {
+        self.make_dir(path, mode, None)
+    }
+
+    fn create_entry(&self, entry: &EntryMeta) -> Result<()> {
+        let mtime = (entry.mtime_s, entry.mtime_ns);
+        match &entry.kind {
+            EntryKind::Dir => self.make_dir(&entry.path, entry.mode, Some(mtime)),
+            EntryKind::Symlink { target } => {
+                if target.as_bytes().is_empty() || target.as_bytes().contains(&0) {
+                    return Err(Error::BadRequest(format!(
+                        "{}: a link with an empty or malformed target",
+                        entry.path
+                    )));
+                }
+                let at = self.target(&entry.path)?;
+                let mut left = self.left.lock().expect("left");
+                let later = Later {
+                    rel: entry.path.clone(),
+                    at,
+                    mtime: Some(mtime),
+                };
+                left.links.push((later, target.as_bytes().to_vec()));
+                Ok(())
+            }
+            EntryKind::Fifo => {
+                let at = self.target(&entry.path)?;
+                let (parent, name) = self.parent_of(&at)?;
+                let name = name.ok_or_else(|| {
+                    Error::BadRequest(format!("{}: not a name for a pipe", at.display()))
+                })?;
+                let mode = self.mode_for(entry.mode, beneath::euid());
+                beneath::make_fifo(&parent, &name, mode)
+                    .map_err(|e| self.io_err("create named pipe", &at, e))?;
+                drop(parent);
+                let mut left = self.left.lock().expect("left");
+                left.fifos.push(Later {
+                    rel: entry.path.clone(),
+                    at,
+                    mtime: Some(mtime),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    fn create_file(&self, meta: &FileMeta, block_size: u32, resume: bool) -> Result<Created> {
+        let at = self.target(&meta.path)?;
+        let (parent, name) = self.parent_of(&at)?;
+        let name = name.ok_or_else(|| {
+            Error::BadRequest(format!(
+                "{}: is a directory, cannot replace it with a file",
+                self.shown.display()
+            ))
+        })?;
+        if let Ok(st) = beneath::lstat(&parent, &name) {
+            if beneath::kind(&st) == FileType::Directory {
+                return Err(Error::BadRequest(format!(
+                    "{}: is a directory, cannot replace it with a file",
+                    self.shown(&at).display()
+                )));
+            }
+        }
+        let temp = partial_name(&name);
+        let journal_file = journal_name(&name);
+        let header = journal::Header {
+            size: meta.size,
+            mtime_s: meta.mtime_s,
+            mtime_ns: meta.mtime_ns,
+            block_size,
+            boot: journal::boot_id(),
+        };
+        // A file of one block has nothing to resume: no journal (which
+        // spares small files two extra file operations each).
+        let journaled = meta.size > u64::from(block_size);
+        let recorded = if resume && journaled {
+            beneath::open_file(&parent, &journal_file)
+                .ok()
+                .filter(|f| f.metadata().is_ok_and(|m| m.uid() == beneath::euid()))
+                .and_then(|f| {
+                    let mut text = String::new();
+                    io::Read::read_to_string(&mut &f, &mut text).ok()?;
+                    Some(journal::recover(&text, &header))
+                })
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        // A partial file is reused only when this user made it: one planted
+        // by another user (the names are predictable) is replaced, never
+        // written into and renamed into place as theirs.
+        let reused = match recorded.is_empty() {
+            true => None,
+            false => beneath::open_own(&parent, &temp).map_err(|e| self.io_err("open", &at, e))?,
+        };
+        let recorded = if reused.is_some() {
+            recorded
+        } else {
+            Vec::new()
+        };
+        let file = match reused {
+            Some(f) => f,
+            None => {
+                beneath::create_new(&parent, &temp).map_err(|e| self.io_err("create", &at, e))?
+            }
+        };
+        // Only blocks that still read back as they were written count: a
+        // partial file changed since (by hand, or by a disk) is sent again
+        // where it changed, never trusted.
+        let kept = journal::still_intact(&recorded, &file);
+        if kept.is_empty() && !recorded.is_empty() {
+            file.set_len(0)
+                .map_err(|e| self.io_err("truncate", &at, e))?;
+        }
+        let writer = if journaled {
+            let journal_file = beneath::create_new(&parent, &journal_file)
+                .map_err(|e| self.io_err("create journal", &at, e))?;
+            let data = file.try_clone().map_err(|e| self.io_err("open", &at, e))?;
+            let writer = journal::JournalWriter::create(journal_file, data, &header, &kept)
+                .map_err(|e| self.io_err("write journal", &at, e))?;
+            Some(writer)
+        } else {
+            None
+        };
+        let kept_ranges = journal::ranges(&kept);
+        let dir = parent
+            .to_owned_fd()
+            .map_err(|e| self.io_err("open directory", &at, e))?;
+        let writer = FileWriter {
+            file,
+            dir,
+            temp,
+            name,
+            shown: self.shown(&at),
+            journal_name: journal_file,
+            journal: Mutex::new(writer),
+            mode: meta.mode,
+            keep_special: self.keep_special,
+            mtime: (meta.mtime_s, meta.mtime_ns),
+        };
+        Ok((Arc::new(writer), kept_ranges))
+    }
+
+    fn digests(&self) -> bool {
+        true
+    }
+
+    fn existing(&self, path: &RelPath) -> Result<Option<Found>> {
+        if !self.peek {
+            return Ok(None);
+        }
+        let at = self.target(path)?;
+        // What cannot be looked at (missing, a link, a directory) is no
+        // copy: the file is sent and replaces it.
+        let Ok((parent, Some(name))) = self.parent_of(&at) else {
+            return Ok(None);
+        };
+        match beneath::lstat(&parent, &name) {
+            Ok(st) if beneath::kind(&st) == FileType::RegularFile => {}
+            _ => return Ok(None),
+        }
+        let file = match beneath::open_file(&parent, &name) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.io_err("open", &at, e)),
+        };
+        let meta = file.metadata().map_err(|e| self.io_err("stat", &at, e))?;
+        let (mtime_s, mtime_ns) = mtime_of(&meta);
+        Ok(Some(Found {
+            size: meta.len(),
+            mtime_s,
+            mtime_ns,
+            file: Arc::new(FileReader { file }),
+        }))
+    }
+
+    fn finish(&self) -> Vec<EntryFailure> {
+        let mut left = self.left.lock().expect("left");
+        let mut failures = Vec::new();
+        self.finish_links(&left, &mut failures);
+        // The marker goes before directory times are set: removing it
+        // changes its directory's time.
+        if let Some(at) = left.marker.take() {
+            let removed = self.parent_of(&at).and_then(|(parent, name)| {
+                let dir = match name {
+                    Some(name) => beneath::open_dir(&parent, &name),
+                    None => parent.to_owned_fd(),
+                };
+                dir.and_then(|d| beneath::remove(&d, OsStr::new(RESUME_MARKER)))
+                    .map_err(|e| self.io_err("remove resume marker", &at, e))
+            });
+            if let Err(e) = removed {
+                tracing::warn!("{e}");
+            }
+        }
+        self.finish_dirs(&mut left, &mut failures);
+        failures
+    }
+}
+
+struct FileWriter {
+    file: File,
+    /// The directory the file is received in.
+    dir: OwnedFd,
+    temp: OsString,
+    name: OsString,
+    shown: PathBuf,
+    journal_name: OsString,
+    /// `None` once the file is committed.
+    journal: Mutex<Option<journal::JournalWriter>>,
+    mode: u32,
+    keep_special: bool,
+    mtime: (i64, u32),
+}
+
+impl BlockWrite for FileWriter {
+    fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(data, offset)?;
+        match self.journal.lock().expect("journal").as_mut() {
+            Some(j) => j.record(offset, data),
+            None => Ok(()),
+        }
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+
+    fn commit(&self) -> Result<()> {
+        let fail = |what: &str, e: io::Error| Error::io(what.to_string(), &self.shown, e);
+        self.file.sync_all().map_err(|e| fail("fsync", e))?;
+        let owner = self.file.metadata().map_err(|e| fail("stat", e))?.uid();
+        let keep = self.keep_special && owner == beneath::euid();
+        beneath::set_mode_and_mtime(&self.file, mode_bits(self.mode, keep), Some(self.mtime))
+            .map_err(|e| fail("set mtime", e))?;
+        beneath::rename(&self.dir, &self.temp, &self.name)
+            .map_err(|e| fail("rename into place", e))?;
+        if self.journal.lock().expect("journal").take().is_some() {
+            beneath::remove(&self.dir, &self.journal_name)
+                .map_err(|e| fail("remove journal", e))?;
+        }
+        Ok(())
+    }
+
+    fn discard(&self) -> Result<()> {
+        let fail = |what: &str, e: io::Error| Error::io(what.to_string(), &self.shown, e);
+        self.journal.lock().expect("journal").take();
+        beneath::remove(&self.dir, &self.temp).map_err(|e| fail("remove partial file", e))?;
+        beneath::remove(&self.dir, &self.journal_name).map_err(|e| fail("remove journal", e))
+    }
+
+    fn final_path(&self) -> String {
+        self.shown.display().to_string()
+    }
+}
+
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        // A transfer that failed keeps its partial file: flush it and mark
+        // the journal, so that the next run trusts all of it.
+        if let Some(j) = self.journal.get_mut().ok().and_then(Option::as_mut) {
+            let _ = j.sync();
+        }
+    }
+}
