@@ -1,22 +1,114 @@
 //! In-memory simulation of a sender and a receiver session over a network
-//! with per-stream latency and rate, a slower or faster control channel,
-//! dropped streams and corrupted blocks. Deterministic: time is a counter.
+//! with per-stream latency, rate and jitter, a slower or faster control
+//! channel, dropped streams and corrupted blocks. Deterministic: time is a
+//! counter, and whatever is random comes from a seeded generator
+//! ([`random`] drives whole transfers from seeds).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use rand::Rng;
+use rand::rngs::StdRng;
 use tern_proto::{BlockFlags, BlockHeader, ControlMsg, ErrorCode, Existing, FileMeta};
 
 use crate::*;
 
+mod random;
+
 const BS: u32 = 1000;
+
+/// A frame on its way over a data stream.
+struct InFlight {
+    at: u64,
+    header: BlockHeader,
+    /// The block's bytes (empty unless the simulation carries content).
+    payload: Vec<u8>,
+    /// Damaged on the way: its check fails.
+    corrupt: bool,
+}
 
 struct Link {
     latency_ms: u64,
-    /// Blocks the stream can take per millisecond.
+    /// Blocks the stream can take every `period_ms`.
     rate: usize,
-    queue: VecDeque<(u64, BlockHeader, bool)>,
+    period_ms: u64,
+    /// Extra delay per frame, drawn up to this; a stream stays in order.
+    jitter_ms: u64,
+    queue: VecDeque<InFlight>,
+    /// When the last frame queued arrives.
+    last_at: u64,
+    /// Cut: nothing more arrives.
     dead: bool,
+    /// The sender was told (`stream_lost`) and hands it nothing more.
+    sender_knows: bool,
+}
+
+/// A data stream cut at `at`; each end hears of it some time later.
+#[derive(Debug, Clone, Copy)]
+struct Kill {
+    stream: usize,
+    at: u64,
+    sender_after: u64,
+    receiver_after: u64,
+}
+
+impl Kill {
+    /// Cut, and both ends told at once.
+    fn now(stream: usize, at: u64) -> Kill {
+        Kill {
+            stream,
+            at,
+            sender_after: 0,
+            receiver_after: 0,
+        }
+    }
+}
+
+/// Real bytes: the sender's files, the receiver's temporary files and
+/// what ends up at each final name, with block checks and digests
+/// computed from them.
+#[derive(Default)]
+struct Content {
+    /// The sender's files, by path.
+    source: BTreeMap<String, Vec<u8>>,
+    /// Paths by file id (ids are given in push order).
+    ids: BTreeMap<u32, String>,
+    /// The receiver's temporary files, by file id.
+    disk: BTreeMap<u32, Vec<u8>>,
+    /// Files whose receiver digest was computed.
+    digested: BTreeSet<u32>,
+    /// What is at each final name: copies there before the session
+    /// (`at_dest`), then the files put in place.
+    placed: BTreeMap<String, Vec<u8>>,
+}
+
+/// A digest of whole files (FNV-1a, 64 bits): any change shows.
+fn digest_of(bytes: &[u8]) -> Vec<u8> {
+    fnv(0xcbf2_9ce4_8422_2325, bytes).to_be_bytes().to_vec()
+}
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The block check a driver computes over header fields and payload.
+fn block_check(header: &BlockHeader, payload: &[u8]) -> [u8; 16] {
+    let fields = [
+        &header.file_id.to_be_bytes()[..],
+        &header.offset.to_be_bytes(),
+        &header.length.to_be_bytes(),
+    ]
+    .concat();
+    let a = fnv(fnv(0xcbf2_9ce4_8422_2325, &fields), payload);
+    let b = fnv(fnv(0x6c62_272e_07bb_0142, payload), &fields);
+    let mut check = [0; 16];
+    check[..8].copy_from_slice(&a.to_be_bytes());
+    check[8..].copy_from_slice(&b.to_be_bytes());
+    check
 }
 
 struct Sim {
@@ -26,13 +118,23 @@ struct Sim {
     r: ReceiverSession,
     links: Vec<Link>,
     ctrl_latency_ms: u64,
+    /// Extra delay per control message, drawn up to this (needs `rng`).
+    ctrl_jitter_ms: u64,
+    /// A control message is held this long with this probability (a
+    /// stalled control connection; needs `rng`).
+    ctrl_stall: (f64, u64),
     to_r: VecDeque<(u64, ControlMsg)>,
     to_s: VecDeque<(u64, ControlMsg)>,
     /// Corrupt the n-th block handed out (0-based), once each.
     corrupt: Vec<u64>,
+    /// Corrupt each block with this probability (needs `rng`).
+    corrupt_p: f64,
+    /// Corrupt this block (file id, offset) every time it is sent.
+    doomed: Option<(u32, u64)>,
+    rng: Option<StdRng>,
     handed_out: u64,
-    /// Kill this stream at this time.
-    kill: Option<(usize, u64)>,
+    /// Streams to cut, and when each end hears of it.
+    kills: Vec<Kill>,
     opened: Vec<FileMeta>,
     dirs: Vec<String>,
     /// Files the receiver was told to drop.
@@ -43,11 +145,34 @@ struct Sim {
     /// Receiver's digest differs from the sender's for this file.
     bad_digest_for: Option<u32>,
     repair_blocks_seen: u64,
+    /// Frames whose check failed at the receiver.
+    corrupt_seen: u64,
     /// Ranges the receiver already holds, by path (a resumed partial).
     kept: Vec<(String, Vec<(u64, u64)>)>,
     /// With a skip policy: what the receiver finds at each final name
     /// (`Absent` when not listed).
     existing: Option<Vec<(String, Existing)>>,
+    /// Real bytes, when the simulation carries them.
+    content: Option<Content>,
+    /// Per file id: transmissions of its blocks that were lost (corrupt,
+    /// or on a stream that was cut).
+    losses: BTreeMap<u32, u64>,
+    /// Per file id: repair requests the receiver sent.
+    requests: BTreeMap<u32, u64>,
+    /// Per file id: the n-th of its blocks handed out cannot be read; a
+    /// frame that fails its check goes in its place (as the engine sends)
+    /// and the sender gives the file up.
+    unreadable: BTreeMap<u32, u64>,
+    /// Per file id: blocks handed out.
+    handed_per_file: BTreeMap<u32, u64>,
+    /// Files the sender gave up because a read failed.
+    read_failed: BTreeSet<u32>,
+    /// Per file id: payload bytes the receiver wrote.
+    written: BTreeMap<u32, u64>,
+    /// When the last control message queued each way arrives (the control
+    /// connection stays in order).
+    to_r_last: u64,
+    to_s_last: u64,
 }
 
 fn digest_for(file_id: u32) -> Vec<u8> {
@@ -83,16 +208,25 @@ impl Sim {
                 .map(|(&latency_ms, &rate)| Link {
                     latency_ms,
                     rate,
+                    period_ms: 1,
+                    jitter_ms: 0,
                     queue: VecDeque::new(),
+                    last_at: 0,
                     dead: false,
+                    sender_knows: false,
                 })
                 .collect(),
             ctrl_latency_ms,
+            ctrl_jitter_ms: 0,
+            ctrl_stall: (0.0, 0),
             to_r: VecDeque::new(),
             to_s: VecDeque::new(),
             corrupt: vec![],
+            corrupt_p: 0.0,
+            doomed: None,
+            rng: None,
             handed_out: 0,
-            kill: None,
+            kills: vec![],
             opened: vec![],
             dirs: vec![],
             dropped: vec![],
@@ -100,25 +234,54 @@ impl Sim {
             finalized: vec![],
             bad_digest_for: None,
             repair_blocks_seen: 0,
+            corrupt_seen: 0,
             kept: vec![],
             existing: None,
+            content: None,
+            losses: BTreeMap::new(),
+            requests: BTreeMap::new(),
+            unreadable: BTreeMap::new(),
+            handed_per_file: BTreeMap::new(),
+            read_failed: BTreeSet::new(),
+            written: BTreeMap::new(),
+            to_r_last: 0,
+            to_s_last: 0,
         }
     }
 
-    /// The same simulation with a skip policy: the receiver finds
-    /// `existing` at the final names and the sender waits for its word.
-    fn checking(mut self, existing: Vec<(String, Existing)>) -> Sim {
+    /// The same simulation with these session settings; `await_checks`: a
+    /// skip policy, the receiver finds `existing` at the final names and
+    /// the sender waits for its word.
+    fn configured(
+        mut self,
+        max_files_in_flight: usize,
+        max_repair_rounds: u32,
+        existing: Option<Vec<(String, Existing)>>,
+    ) -> Sim {
+        let streams = self.links.len() as u16;
         self.s = SenderSession::new(SenderConfig {
-            streams: self.links.len() as u16,
+            streams,
             block_size: BS,
-            max_files_in_flight: 4,
-            max_repair_rounds: 3,
+            max_files_in_flight,
+            max_repair_rounds,
             deadline: None,
-            await_checks: true,
+            await_checks: existing.is_some(),
             entries: true,
         });
-        self.existing = Some(existing);
+        self.r = ReceiverSession::new(ReceiverConfig {
+            streams,
+            block_size: BS,
+            max_repair_rounds,
+            verify_digest: true,
+            entries: true,
+        });
+        self.existing = existing;
         self
+    }
+
+    /// The same simulation with a skip policy (see [`Self::configured`]).
+    fn checking(self, existing: Vec<(String, Existing)>) -> Sim {
+        self.configured(4, 3, Some(existing))
     }
 
     fn file(path: &str, size: u64) -> SendEntry {
@@ -138,108 +301,207 @@ impl Sim {
 
     /// Runs until both sides complete, an error, or the step limit.
     fn run(&mut self, max_ms: u64) -> Result<(), Error> {
+        self.try_run(max_ms)
+            .unwrap_or_else(|| panic!("simulation did not finish in {max_ms} ms"))
+    }
+
+    /// Runs until both sides complete or an error; `None` when neither
+    /// happened within `max_ms` of simulated time.
+    fn try_run(&mut self, max_ms: u64) -> Option<Result<(), Error>> {
         while self.now_ms < max_ms {
-            self.step()?;
+            if let Err(e) = self.step() {
+                return Some(Err(e));
+            }
             if self.s.is_complete() && self.r.is_complete() {
-                return Ok(());
+                return Some(Ok(()));
             }
             self.now_ms += 1;
         }
-        panic!("simulation did not finish in {max_ms} ms");
+        None
     }
 
-    fn step(&mut self) -> Result<(), Error> {
-        let now = self.now();
-        if let Some((k, at)) = self.kill {
-            if at == self.now_ms {
+    /// When a control message sent now arrives.
+    fn ctrl_arrival(&mut self, to_receiver: bool) -> u64 {
+        let mut at = self.now_ms + self.ctrl_latency_ms;
+        if let Some(rng) = &mut self.rng {
+            if self.ctrl_jitter_ms > 0 {
+                at += rng.gen_range(0..=self.ctrl_jitter_ms);
+            }
+            let (p, stall) = self.ctrl_stall;
+            if p > 0.0 && rng.gen_bool(p) {
+                at += stall;
+            }
+        }
+        let last = if to_receiver {
+            &mut self.to_r_last
+        } else {
+            &mut self.to_s_last
+        };
+        at = at.max(*last);
+        *last = at;
+        at
+    }
+
+    fn lost(&mut self, file_id: u32) {
+        *self.losses.entry(file_id).or_default() += 1;
+    }
+
+    /// Cuts streams, and tells each end when its turn comes.
+    fn kill_streams(&mut self) -> Result<(), Error> {
+        for i in 0..self.kills.len() {
+            let kill = self.kills[i];
+            let k = kill.stream;
+            if kill.at == self.now_ms && !self.links[k].dead {
                 self.links[k].dead = true;
-                self.links[k].queue.clear();
+                let gone: Vec<InFlight> = self.links[k].queue.drain(..).collect();
+                for f in gone.iter().filter(|f| !f.corrupt) {
+                    self.lost(f.header.file_id);
+                }
+            }
+            if kill.at + kill.sender_after == self.now_ms {
+                self.links[k].sender_knows = true;
                 self.s.stream_lost(k)?;
+            }
+            if kill.at + kill.receiver_after == self.now_ms {
                 self.r.stream_lost(k)?;
             }
         }
-        // Sender: every stream pulls as many blocks as its rate allows.
-        for k in 0..self.links.len() {
-            if self.links[k].dead {
-                continue;
-            }
-            for _ in 0..self.links[k].rate {
-                let Some(task) = self.s.next_block(k, now) else {
-                    break;
-                };
-                let corrupt = self.corrupt.contains(&self.handed_out);
-                self.handed_out += 1;
-                let header = BlockHeader {
-                    flags: if task.repair {
-                        BlockFlags::REPAIR
-                    } else {
-                        BlockFlags::default()
-                    },
-                    file_id: task.file_id,
-                    offset: task.offset,
-                    length: task.len,
-                    check: [0; 16],
-                };
-                let at = self.now_ms + self.links[k].latency_ms;
-                self.links[k].queue.push_back((at, header, corrupt));
-                self.s.record_sent(k, u64::from(task.len));
-            }
+        Ok(())
+    }
+
+    /// Writes a block the sender handed to stream `k` onto its link.
+    fn send_block(&mut self, k: usize, task: BlockTask) {
+        let nth = self.handed_out;
+        self.handed_out += 1;
+        let mut corrupt =
+            self.corrupt.contains(&nth) || self.doomed == Some((task.file_id, task.offset));
+        if let Some(rng) = &mut self.rng {
+            corrupt |= self.corrupt_p > 0.0 && rng.gen_bool(self.corrupt_p);
         }
-        // Sender control out; digests are "computed" as soon as a file is announced.
-        while let Some(msg) = self.s.poll_control() {
-            if let ControlMsg::FileAnnounce(meta) = &msg {
-                let id = meta.file_id;
-                self.to_r
-                    .push_back((self.now_ms + self.ctrl_latency_ms, msg));
-                self.s.set_digest(id, digest_for(id));
-                continue;
-            }
-            self.to_r
-                .push_back((self.now_ms + self.ctrl_latency_ms, msg));
+        let of_file = self.handed_per_file.entry(task.file_id).or_default();
+        let nth_of_file = *of_file;
+        *of_file += 1;
+        if self.unreadable.get(&task.file_id) == Some(&nth_of_file) {
+            corrupt = true;
+            self.read_failed.insert(task.file_id);
+            let why = Problem {
+                code: ErrorCode::Io,
+                message: "read error (by the test)".into(),
+            };
+            self.s.file_failed(task.file_id, why);
         }
-        // Receiver: control first, then data that is due.
-        while self.to_r.front().is_some_and(|(at, _)| *at <= self.now_ms) {
-            let (_, msg) = self.to_r.pop_front().unwrap();
-            self.r.handle_control(msg)?;
-        }
-        for k in 0..self.links.len() {
-            while let Some(&(at, header, corrupt)) = self.links[k].queue.front() {
-                if at > self.now_ms || !self.r.is_announced(header.file_id) {
-                    break;
-                }
-                self.links[k].queue.pop_front();
-                if header.flags.contains(BlockFlags::REPAIR) {
-                    self.repair_blocks_seen += 1;
-                }
-                match self.r.handle_block(k, &header, !corrupt)? {
-                    BlockVerdict::Write => self.r.block_written(k, &header)?,
-                    BlockVerdict::Corrupt | BlockVerdict::Duplicate => {}
-                }
+        let mut header = BlockHeader {
+            flags: if task.repair {
+                BlockFlags::REPAIR
+            } else {
+                BlockFlags::default()
+            },
+            file_id: task.file_id,
+            offset: task.offset,
+            length: task.len,
+            check: [0; 16],
+        };
+        let mut payload = Vec::new();
+        if let Some(c) = &self.content {
+            let src = &c.source[&c.ids[&task.file_id]];
+            payload = src[task.offset as usize..][..task.len as usize].to_vec();
+            header.check = block_check(&header, &payload);
+            if corrupt {
+                payload[task.len as usize / 2] ^= 0x40;
             }
         }
-        self.r.poll_judgements()?;
-        // Receiver digests: ready once the whole file is contiguous on "disk".
-        for meta in &self.opened {
-            if let Some(size) = self.r.final_size(meta.file_id) {
-                if self.r.contiguous_prefix(meta.file_id) == size
-                    && !self.finalized.contains(&meta.file_id)
-                {
-                    let mut d = digest_for(meta.file_id);
-                    if self.bad_digest_for == Some(meta.file_id) {
-                        d[0] ^= 1;
+        self.s.record_sent(k, u64::from(task.len));
+        if corrupt || self.links[k].dead {
+            self.lost(task.file_id);
+        }
+        if self.links[k].dead {
+            return;
+        }
+        let jitter = match &mut self.rng {
+            Some(rng) if self.links[k].jitter_ms > 0 => rng.gen_range(0..=self.links[k].jitter_ms),
+            _ => 0,
+        };
+        let link = &mut self.links[k];
+        let at = (self.now_ms + link.latency_ms + jitter).max(link.last_at);
+        link.last_at = at;
+        link.queue.push_back(InFlight {
+            at,
+            header,
+            payload,
+            corrupt,
+        });
+    }
+
+    /// Takes a block the receiver judged worth writing onto "disk".
+    fn write_block(&mut self, f: &InFlight) {
+        *self.written.entry(f.header.file_id).or_default() += u64::from(f.header.length);
+        if let Some(c) = &mut self.content {
+            let file = c.disk.entry(f.header.file_id).or_default();
+            let end = f.header.offset as usize + f.payload.len();
+            if file.len() < end {
+                file.resize(end, 0);
+            }
+            file[f.header.offset as usize..end].copy_from_slice(&f.payload);
+        }
+    }
+
+    /// The receiver's digests: ready once the whole file is contiguous on
+    /// "disk".
+    fn receiver_digests(&mut self) -> Result<(), Error> {
+        let Some(c) = &mut self.content else {
+            for meta in &self.opened {
+                if let Some(size) = self.r.final_size(meta.file_id) {
+                    if self.r.contiguous_prefix(meta.file_id) == size
+                        && !self.finalized.contains(&meta.file_id)
+                    {
+                        let mut d = digest_for(meta.file_id);
+                        if self.bad_digest_for == Some(meta.file_id) {
+                            d[0] ^= 1;
+                        }
+                        self.r.set_digest(meta.file_id, d)?;
                     }
-                    self.r.set_digest(meta.file_id, d)?;
                 }
             }
+            return Ok(());
+        };
+        for meta in &self.opened {
+            let id = meta.file_id;
+            let Some(size) = self.r.final_size(id) else {
+                continue;
+            };
+            if c.digested.contains(&id) || self.r.contiguous_prefix(id) != size {
+                continue;
+            }
+            let bytes = c.disk.get(&id).map_or(&[][..], |d| &d[..size as usize]);
+            let mut d = digest_of(bytes);
+            if self.bad_digest_for == Some(id) {
+                d[0] ^= 1;
+            }
+            c.digested.insert(id);
+            self.r.set_digest(id, d)?;
         }
+        Ok(())
+    }
+
+    /// Carries out what the receiver asks of its driver.
+    fn receiver_actions(&mut self) -> Result<(), Error> {
         while let Some(action) = self.r.poll_action() {
             match action {
-                RecvAction::Send(msg) => self
-                    .to_s
-                    .push_back((self.now_ms + self.ctrl_latency_ms, msg)),
+                RecvAction::Send(msg) => {
+                    if let ControlMsg::BlockRequest { file_id, .. } = &msg {
+                        *self.requests.entry(*file_id).or_default() += 1;
+                    }
+                    let at = self.ctrl_arrival(false);
+                    self.to_s.push_back((at, msg));
+                }
                 RecvAction::CreateDir { path, .. } => self.dirs.push(path.display()),
                 RecvAction::Entry(meta) => self.dirs.push(meta.path.display()),
-                RecvAction::Drop { file_id } => self.dropped.push(file_id),
+                RecvAction::Drop { file_id } => {
+                    if let Some(c) = &mut self.content {
+                        c.disk.remove(&file_id);
+                    }
+                    self.dropped.push(file_id);
+                }
                 RecvAction::FinishTree => self.r.tree_finished(Vec::new())?,
                 RecvAction::OpenFile(meta)
                     if self.refuse.iter().any(|p| meta.path == p.as_str()) =>
@@ -261,6 +523,17 @@ impl Sim {
                         continue;
                     }
                     let kept = self.kept.iter().find(|(p, _)| meta.path == p.as_str());
+                    if let Some(c) = &mut self.content {
+                        // The partial copy of an earlier session holds the
+                        // kept ranges.
+                        let src = &c.source[&meta.path.display()];
+                        let file = c.disk.entry(meta.file_id).or_default();
+                        file.resize(file.len().max(src.len()), 0);
+                        for &(offset, len) in kept.map_or(&[][..], |(_, r)| &r[..]) {
+                            let range = offset as usize..(offset + len) as usize;
+                            file[range.clone()].copy_from_slice(&src[range]);
+                        }
+                    }
                     if let Some((_, ranges)) = kept {
                         self.r.resumed(meta.file_id, ranges.clone())?;
                     }
@@ -271,11 +544,94 @@ impl Sim {
                 }
                 RecvAction::Finalize { file_id } => {
                     self.finalized.push(file_id);
+                    if let Some(c) = &mut self.content {
+                        let size = self.r.final_size(file_id).expect("tracked") as usize;
+                        let bytes = c.disk.remove(&file_id).unwrap_or_default();
+                        c.placed
+                            .insert(c.ids[&file_id].clone(), bytes[..size].to_vec());
+                    }
                     self.r.finalized(file_id)?;
                 }
-                RecvAction::KeepExisting { file_id } => self.r.discarded(file_id)?,
+                RecvAction::KeepExisting { file_id } => {
+                    if let Some(c) = &mut self.content {
+                        c.disk.remove(&file_id);
+                    }
+                    self.r.discarded(file_id)?;
+                }
             }
         }
+        Ok(())
+    }
+
+    fn step(&mut self) -> Result<(), Error> {
+        let now = self.now();
+        self.kill_streams()?;
+        // Sender: every stream pulls as many blocks as its rate allows.
+        for k in 0..self.links.len() {
+            let link = &self.links[k];
+            if link.sender_knows || self.now_ms % link.period_ms != 0 {
+                continue;
+            }
+            for _ in 0..link.rate {
+                let Some(task) = self.s.next_block(k, now) else {
+                    break;
+                };
+                self.send_block(k, task);
+            }
+        }
+        // Sender control out; digests are "computed" as soon as a file is announced.
+        while let Some(msg) = self.s.poll_control() {
+            if let ControlMsg::FileAnnounce(meta) = &msg {
+                let id = meta.file_id;
+                let digest = match &self.content {
+                    Some(c) => digest_of(&c.source[&c.ids[&id]]),
+                    None => digest_for(id),
+                };
+                let at = self.ctrl_arrival(true);
+                self.to_r.push_back((at, msg));
+                self.s.set_digest(id, digest);
+                continue;
+            }
+            let at = self.ctrl_arrival(true);
+            self.to_r.push_back((at, msg));
+        }
+        // Receiver: control first, then data that is due.
+        while self.to_r.front().is_some_and(|(at, _)| *at <= self.now_ms) {
+            let (_, msg) = self.to_r.pop_front().unwrap();
+            self.r.handle_control(msg)?;
+        }
+        // Files are opened as soon as they are announced, before any of
+        // their blocks is written.
+        self.receiver_actions()?;
+        for k in 0..self.links.len() {
+            while let Some(f) = self.links[k].queue.front() {
+                if f.at > self.now_ms || !self.r.is_announced(f.header.file_id) {
+                    break;
+                }
+                let f = self.links[k].queue.pop_front().unwrap();
+                if f.header.flags.contains(BlockFlags::REPAIR) {
+                    self.repair_blocks_seen += 1;
+                }
+                let check_ok = match &self.content {
+                    Some(_) => block_check(&f.header, &f.payload) == f.header.check,
+                    None => !f.corrupt,
+                };
+                assert_eq!(check_ok, !f.corrupt, "the simulated check sees damage");
+                if !check_ok {
+                    self.corrupt_seen += 1;
+                }
+                match self.r.handle_block(k, &f.header, check_ok)? {
+                    BlockVerdict::Write => {
+                        self.write_block(&f);
+                        self.r.block_written(k, &f.header)?;
+                    }
+                    BlockVerdict::Corrupt | BlockVerdict::Duplicate => {}
+                }
+            }
+        }
+        self.r.poll_judgements()?;
+        self.receiver_digests()?;
+        self.receiver_actions()?;
         while self.to_s.front().is_some_and(|(at, _)| *at <= self.now_ms) {
             let (_, msg) = self.to_s.pop_front().unwrap();
             self.s.handle_control(msg)?;
@@ -358,7 +714,7 @@ fn a_corrupt_block_is_requested_again_and_counted() {
 #[test]
 fn a_dropped_stream_loses_nothing() {
     let mut sim = Sim::new(&[10, 10, 10], &[1, 1, 1], 1);
-    sim.kill = Some((1, 15));
+    sim.kills = vec![Kill::now(1, 15)];
     queue(
         &mut sim,
         vec![Sim::file("f", 100_000), Sim::file("g", 5_000)],
@@ -376,7 +732,7 @@ fn a_dropped_stream_loses_nothing() {
 #[test]
 fn losing_every_stream_is_an_error_not_a_hang() {
     let mut sim = Sim::new(&[10], &[1], 1);
-    sim.kill = Some((0, 5));
+    sim.kills = vec![Kill::now(0, 5)];
     queue(&mut sim, vec![Sim::file("f", 100_000)]);
     let err = sim.run(20_000).unwrap_err();
     assert!(matches!(err, Error::PeerGone(_)), "{err}");
