@@ -20,8 +20,11 @@ fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
-cargo clippy --release --workspace --all-targets -- -D warnings
+echo "== layering: no import cycles, layers import downwards, pure crates without I/O, files under 800 lines"
+python3 scripts/check-layers.py
+echo "== cargo clippy (with and without the test-only fault-injection feature)"
+cargo clippy --release --workspace --all-targets --features tern/fault-injection -- -D warnings
+cargo clippy --release -p tern -- -D warnings
 echo "== libdrs: C example built with gcc, run over loopback"
 bash scripts/test-libdrs.sh
 fuzz_secs=${TERN_FUZZ_SECS:-30}
@@ -41,7 +44,14 @@ pg_env=$(bash scripts/pg-test.sh start)
 eval "$pg_env"
 echo "TERN_TEST_PG=$TERN_TEST_PG"
 echo "== cargo test"
-cargo test --release --workspace 2>&1 | tee "$log"
+cargo test --release --workspace --features tern/fault-injection 2>&1 | tee "$log"
+echo "== the release binary carries no test hooks"
+cargo build --release -p tern
+if grep -q TERN_FAULT target/release/tern; then
+    echo "target/release/tern contains TERN_FAULT hooks; they belong behind the fault-injection feature" >&2
+    exit 1
+fi
+echo "target/release/tern: no TERN_FAULT hooks"
 echo "== Python client: unit tests against tern serve --http (SQLite and PostgreSQL), pip install"
 TERN_BIN="$PWD/target/release/tern" python3 -m unittest discover -s python/tests -v 2>&1 | tee -a "$log"
 venv=$(mktemp -d)

@@ -62,9 +62,22 @@ fn name_of(msg: &ControlMsg) -> String {
         .to_string()
 }
 
+/// Longest excerpt of an unexpected message quoted in an error: a refusal
+/// must fit a control frame however large the message it refuses.
+const QUOTE_MAX: usize = 200;
+
 /// An error for a message that came where another was due.
 fn unexpected(expected: &str, got: &ControlMsg) -> Error {
-    Error::Protocol(format!("expected {expected}, got {got:?}"))
+    let mut quoted = format!("{got:?}");
+    if quoted.len() > QUOTE_MAX {
+        let mut cut = QUOTE_MAX;
+        while !quoted.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        quoted.truncate(cut);
+        quoted.push('…');
+    }
+    Error::Protocol(format!("expected {expected}, got {quoted}"))
 }
 
 /// What a client asks of a session.
@@ -122,6 +135,8 @@ enum ClientState {
 #[derive(Debug)]
 pub struct ClientOpen {
     negotiated: Negotiated,
+    /// What was asked: streams to start, block size, the stream cap.
+    asked: (u16, u32, u16),
     outbox: VecDeque<ControlMsg>,
     /// The options sent, when `OPTIONS` was negotiated.
     sent_options: Option<TransferOptions>,
@@ -172,8 +187,14 @@ impl ClientOpen {
         if let Some(o) = &sent_options {
             outbox.push_back(ControlMsg::TransferOptions(o.clone()));
         }
+        let cap = if tuned {
+            max_asked + spares
+        } else {
+            request.streams
+        };
         Ok(ClientOpen {
             negotiated,
+            asked: (request.streams, request.block_size, cap),
             outbox,
             sent_options,
             state: ClientState::AwaitAccept,
@@ -229,6 +250,18 @@ impl ClientOpen {
 
     fn agreed(&mut self, accept: SessionAccept, max_streams: u16) -> Result<ClientAgreed> {
         self.state = ClientState::Done;
+        // The server may grant less than asked, never more (§5.2).
+        let (streams, block_size, cap) = self.asked;
+        if !(1..=streams).contains(&accept.streams)
+            || !(MIN_BLOCK_SIZE..=block_size).contains(&accept.block_size)
+            || !(accept.streams..=cap).contains(&max_streams)
+        {
+            return Err(Error::Protocol(format!(
+                "the server accepted {} streams of {} bytes growing to {max_streams}; \
+                 asked for {streams} streams of {block_size} bytes growing to {cap}",
+                accept.streams, accept.block_size
+            )));
+        }
         let options = Agreed::new(
             self.sent_options.as_ref(),
             self.negotiated.features,
@@ -503,6 +536,11 @@ fn validate(open: &SessionOpen, features: Features) -> Result<()> {
             "block size {} outside {MIN_BLOCK_SIZE}..={MAX_BLOCK_SIZE}",
             open.block_size
         )));
+    }
+    if matches!(open.mode, SessionMode::Perf { .. }) && !features.contains(Features::PERF) {
+        return Err(Error::BadRequest(
+            "throughput tests (perf) are not supported by both ends".into(),
+        ));
     }
     let needed = match open.protect {
         Protect::Clear => Features(0),
