@@ -132,8 +132,23 @@ struct Opened {
     setup: Duration,
 }
 
-async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<Opened> {
-    let started = Instant::now();
+/// The control connection, verified and past the hello exchange.
+struct Connected {
+    stream: BoxStream,
+    /// The TCP socket under it, for an RTT sample.
+    control_fd: std::os::fd::RawFd,
+    /// Where the session's data connections come from.
+    route: Route,
+    negotiated: tern_proto::hello::Negotiated,
+    fingerprint: String,
+    recorded: Option<PathBuf>,
+    /// Keying material for `safe` block MACs, when TLS could export it.
+    material: Option<[u8; 32]>,
+}
+
+/// Connects to the daemon, checks that it is the one `opts.trust` names,
+/// and exchanges hellos.
+async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
     let host_port = ep.host_port();
     let expected = opts.trust.expect(&host_port)?;
     let verifier = PinVerifier::for_trust(&expected.verify)?;
@@ -161,7 +176,6 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         .1
         .export_keying_material(&mut material, BLOCK_MAC_LABEL, None)
         .is_ok();
-
     let mut stream: BoxStream = Box::new(tls);
     let ours = Hello::ours();
     stream.write_all(&ours.encode()).await.map_err(gone)?;
@@ -178,6 +192,28 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     let negotiated = ours
         .negotiate(&Hello::decode(&theirs)?)
         .map_err(|e| Error::Protocol(e.to_string()))?;
+    Ok(Connected {
+        stream,
+        control_fd,
+        route,
+        negotiated,
+        fingerprint,
+        recorded,
+        material: exported.then_some(material),
+    })
+}
+
+async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<Opened> {
+    let started = Instant::now();
+    let Connected {
+        stream,
+        control_fd,
+        route,
+        negotiated,
+        fingerprint,
+        recorded,
+        material,
+    } = connect(ep, opts).await?;
     let mut control = Control::new(stream);
     // The TLS and hello round trips have given the kernel an RTT sample.
     let streams = if opts.tuning.streams_from_rtt {
@@ -188,22 +224,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     } else {
         opts.streams
     };
-    let request = ClientRequest {
-        mode,
-        streams,
-        max_streams: opts.max_streams,
-        block_size: opts.block_size,
-        checksum: opts.checksum,
-        protect: opts.protect,
-        window: match opts.tuning.window {
-            WindowMode::Auto => Window::Auto,
-            WindowMode::Kernel => Window::Kernel,
-            WindowMode::Fixed(n) => Window::Fixed(n.min(u64::from(u32::MAX)) as u32),
-        },
-        congestion: opts.tuning.congestion.clone(),
-        choices: opts.choices,
-        once_token: opts.once_token,
-    };
+    let request = request_of(opts, mode, streams);
     let mut opening = ClientOpen::new(request, negotiated)?;
     // The server may hold a valid request until a session slot is free:
     // the client waits as long as it takes.
@@ -226,15 +247,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         max_streams,
         wrap: opts.wrap.clone(),
     });
-    let mut joins = tokio::task::JoinSet::new();
-    for k in 0..accept_streams {
-        joins.spawn(joiner.clone().join(k));
-    }
-    let mut streams = Vec::with_capacity(usize::from(accept_streams));
-    while let Some(joined) = joins.join_next().await {
-        streams.push(joined.map_err(|e| Error::Protocol(format!("connect task: {e}")))??);
-    }
-    streams.sort_by_key(|j| j.index);
+    let streams = join_all(&joiner, accept_streams).await?;
     let supply = if max_streams > accept_streams {
         let connector: Connector = Arc::new(move |k| Box::pin(joiner.clone().join(k)));
         StreamSupply::Connect(connector)
@@ -242,8 +255,10 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         StreamSupply::Fixed
     };
     let block_check = match opts.protect {
-        Protect::Safe if exported => BlockCheck::KeyedBlake3(bind_token(&material, &agreed.token)),
-        Protect::Safe => return Err(Error::Tls("cannot export keying material".into())),
+        Protect::Safe => match &material {
+            Some(material) => BlockCheck::KeyedBlake3(bind_token(material, &agreed.token)),
+            None => return Err(Error::Tls("cannot export keying material".into())),
+        },
         Protect::Clear | Protect::Private => BlockCheck::Xxh3,
     };
     let mut params = TransferParams::new(accept_streams, agreed.block_size, opts.checksum);
@@ -268,6 +283,40 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         recorded,
         setup: started.elapsed(),
     })
+}
+
+/// What the client asks of a session, from its options.
+fn request_of(opts: &ClientOptions, mode: SessionMode, streams: u16) -> ClientRequest {
+    ClientRequest {
+        mode,
+        streams,
+        max_streams: opts.max_streams,
+        block_size: opts.block_size,
+        checksum: opts.checksum,
+        protect: opts.protect,
+        window: match opts.tuning.window {
+            WindowMode::Auto => Window::Auto,
+            WindowMode::Kernel => Window::Kernel,
+            WindowMode::Fixed(n) => Window::Fixed(n.min(u64::from(u32::MAX)) as u32),
+        },
+        congestion: opts.tuning.congestion.clone(),
+        choices: opts.choices,
+        once_token: opts.once_token,
+    }
+}
+
+/// Connects the session's first `n` data streams at once.
+async fn join_all(joiner: &Arc<Joiner>, n: u16) -> Result<Vec<Joined>> {
+    let mut joins = tokio::task::JoinSet::new();
+    for k in 0..n {
+        joins.spawn(joiner.clone().join(k));
+    }
+    let mut streams = Vec::with_capacity(usize::from(n));
+    while let Some(joined) = joins.join_next().await {
+        streams.push(joined.map_err(|e| Error::Protocol(format!("connect task: {e}")))??);
+    }
+    streams.sort_by_key(|j| j.index);
+    Ok(streams)
 }
 
 /// Opens data connections of one session.

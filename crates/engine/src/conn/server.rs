@@ -40,7 +40,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::conn::authz::{Access, Authz, Grants, Subject};
-use crate::conn::gate::Gate;
+use crate::conn::gate::{Claim, Gate};
 use crate::conn::open::{self, Linger, Step};
 use crate::conn::tls::{BLOCK_MAC_LABEL, ServerIdentity, bind_token};
 use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams};
@@ -464,20 +464,25 @@ async fn control_session(
     }
 }
 
-async fn run_control(
-    ctx: &Context,
+/// A session request read within the handshake deadline.
+struct Requested<'a> {
+    control: Control,
+    opening: ServerOpen,
+    request: SessionRequest,
+    /// A once server's one session, claimed by this connection.
+    claim: Option<Claim<'a>>,
+}
+
+/// Exchanges hellos and reads the session request (and a once server's
+/// token) within the handshake deadline; `None` when it ran out.
+async fn read_request<'a>(
+    ctx: &'a Context,
     mut stream: BoxStream,
-    key: KeyExporter,
-    authorization: &Authorization,
-    handshaking: Handshaking,
-) -> Result<()> {
-    // Until the session request is validated, every step must end before
-    // the handshake deadline; a step that does not ends the connection,
-    // counted and reported (rate-limited) by the limiter, so `Ok(())`.
-    let peer = handshaking.peer;
+    handshaking: &Handshaking,
+) -> Result<Option<Requested<'a>>> {
     let mut rest = [0u8; HELLO_LEN - 4];
     let Some(read) = handshaking.in_time(stream.read_exact(&mut rest)).await else {
-        return Ok(());
+        return Ok(None);
     };
     read.map_err(|e| Error::PeerGone(e.to_string()))?;
     let mut hello = [0u8; HELLO_LEN];
@@ -507,23 +512,18 @@ async fn run_control(
         Err(e) => return Err(open::refuse(&mut control, e.into(), linger).await),
     };
     let mut claim = None;
-    let request = loop {
-        let step = open::expect(
-            &mut control,
-            &mut opening,
-            Some(handshaking.deadline),
-            linger,
-        );
-        match step.await? {
+    loop {
+        let deadline = Some(handshaking.deadline);
+        match open::expect(&mut control, &mut opening, deadline, linger).await? {
             Step::Expired => {
                 handshaking.handshake.timed_out();
-                return Ok(());
+                return Ok(None);
             }
             Step::Event(ServerEvent::TokenPresented) => {
                 let gate = ctx
                     .once
                     .as_ref()
-                    .expect("a token is asked for by once servers");
+                    .expect("only once servers ask for a token");
                 match gate.claim() {
                     Some(c) => claim = Some(c),
                     None => {
@@ -533,8 +533,37 @@ async fn run_control(
                     }
                 }
             }
-            Step::Event(ServerEvent::Request(request)) => break *request,
+            Step::Event(ServerEvent::Request(request)) => {
+                return Ok(Some(Requested {
+                    control,
+                    opening,
+                    request: *request,
+                    claim,
+                }));
+            }
         }
+    }
+}
+
+async fn run_control(
+    ctx: &Context,
+    stream: BoxStream,
+    key: KeyExporter,
+    authorization: &Authorization,
+    handshaking: Handshaking,
+) -> Result<()> {
+    // Until the session request is validated, every step must end before
+    // the handshake deadline; a step that does not ends the connection,
+    // counted and reported (rate-limited) by the limiter, so `Ok(())`.
+    let peer = handshaking.peer;
+    let Some(Requested {
+        mut control,
+        mut opening,
+        request,
+        claim,
+    }) = read_request(ctx, stream, &handshaking).await?
+    else {
+        return Ok(());
     };
     let max_streams = request.tuning.max_streams;
     let role = match prepare_role(ctx, &request.open, authorization) {
@@ -611,26 +640,10 @@ async fn run_control(
         },
         Protect::Clear | Protect::Private => BlockCheck::Xxh3,
     };
-    let mut params = TransferParams::new(open.streams, open.block_size, open.checksum);
-    params.max_streams = max_streams;
-    params.tuning = tuning_of(&request);
-    params.block_check = block_check;
-    params.resume = request.features.contains(tern_proto::Features::RESUME);
-    params.entries = request.features.contains(tern_proto::Features::ENTRIES);
-    params.apply_agreed(&request.options);
-    let progress = Arc::new(Progress::default());
+    let params = params_of(&request, block_check);
     let started = Instant::now();
     let sent = matches!(role, Role::Send(..));
-    let result = match role {
-        Role::Send(source, deadline) => {
-            params.deadline = deadline.map(|d| Instant::now() + d);
-            params.tuning.script = ctx.opts.stream_script.clone();
-            transfer::run_sender(control, streams, supply, source, params, progress).await
-        }
-        Role::Receive(sink) => {
-            transfer::run_receiver(control, streams, supply, sink, params, progress).await
-        }
-    };
+    let result = run_role(ctx, role, control, streams, supply, params).await;
     ctx.pending.lock().expect("pending").remove(&token);
     late_joins.abort();
     let stats = result?;
@@ -652,6 +665,41 @@ async fn run_control(
         });
     }
     Ok(())
+}
+
+/// A session's parameters, from its agreed request.
+fn params_of(request: &SessionRequest, block_check: BlockCheck) -> TransferParams {
+    let open = &request.open;
+    let mut params = TransferParams::new(open.streams, open.block_size, open.checksum);
+    params.max_streams = request.tuning.max_streams;
+    params.tuning = tuning_of(request);
+    params.block_check = block_check;
+    params.resume = request.features.contains(tern_proto::Features::RESUME);
+    params.entries = request.features.contains(tern_proto::Features::ENTRIES);
+    params.apply_agreed(&request.options);
+    params
+}
+
+/// Runs the daemon's end of an accepted session.
+async fn run_role(
+    ctx: &Context,
+    role: Role,
+    control: Control,
+    streams: Vec<Joined>,
+    supply: StreamSupply,
+    mut params: TransferParams,
+) -> Result<transfer::TransferStats> {
+    let progress = Arc::new(Progress::default());
+    match role {
+        Role::Send(source, deadline) => {
+            params.deadline = deadline.map(|d| Instant::now() + d);
+            params.tuning.script = ctx.opts.stream_script.clone();
+            transfer::run_sender(control, streams, supply, source, params, progress).await
+        }
+        Role::Receive(sink) => {
+            transfer::run_receiver(control, streams, supply, sink, params, progress).await
+        }
+    }
 }
 
 /// The congestion controls this daemon may grant, found once per process.
