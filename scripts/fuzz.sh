@@ -70,16 +70,38 @@ target_of() {
     *) echo control ;;
     esac
 }
-awk '
+goldens="$(awk '
     /^```golden/ { for (i = 2; i <= NF; i++) if ($i ~ /^name=/) name = substr($i, 6); hex = ""; inb = 1; next }
     inb && /^```/ { print name, hex; inb = 0; next }
     inb { sub(/#.*/, ""); gsub(/[ \t]/, ""); hex = hex $0 }
-' "$root/docs/PROTOCOL.md" | while read -r name hex; do
+' "$root/docs/PROTOCOL.md")"
+while read -r name hex; do
     t="$(target_of "$name")"
     [ -n "$t" ] || continue
     mkdir -p "corpus/$t"
     printf '%s' "$hex" | xxd -r -p >"corpus/$t/golden_$name"
-done
+done <<<"$goldens"
+# The opening target (fuzz_targets/open.rs) reads a 4-byte header (features,
+# flags, congestion controls), then control frames; a length with its top
+# bit set sends the frame to the client. Seed it with the spec's opening
+# frames in the order a session exchanges them.
+golden_hex() { awk -v n="$1" '$1 == n { print $2 }' <<<"$goldens"; }
+open_seed() { # NAME HEADER FRAME... (>FRAME: to the client)
+    local name="$1" hex="$2" f h
+    shift 2
+    for f in "$@"; do
+        h="$(golden_hex "${f#>}")"
+        [ -n "$h" ] || return 0 # the spec renamed a vector
+        case "$f" in '>'*) h="8${h:1}" ;; esac
+        hex="$hex$h"
+    done
+    mkdir -p corpus/open
+    printf '%s' "$hex" | xxd -r -p >"corpus/open/golden_$name"
+}
+open_seed push 07ff0007 session_open_push tuning_fixed transfer_options '>session_accept' '>tuning_accept'
+open_seed once 07ff0107 token_auth session_open_pull tuning_auto transfer_options '>session_accept' '>tuning_accept'
+open_seed perf 000f0007 session_open_perf '>session_accept'
+open_seed refused 07ff0007 session_open_push '>error_session'
 
 # A failure here (e.g. no Cargo project around fuzz/) must stop the script,
 # so list first, then split.
