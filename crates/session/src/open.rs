@@ -68,16 +68,32 @@ const QUOTE_MAX: usize = 200;
 
 /// An error for a message that came where another was due.
 fn unexpected(expected: &str, got: &ControlMsg) -> Error {
-    let mut quoted = format!("{got:?}");
-    if quoted.len() > QUOTE_MAX {
-        let mut cut = QUOTE_MAX;
-        while !quoted.is_char_boundary(cut) {
-            cut -= 1;
+    Error::Protocol(format!("expected {expected}, got {}", quote(got)))
+}
+
+/// At most [`QUOTE_MAX`] bytes of `value`'s debug form, without building
+/// the rest: a peer that has not authenticated may send megabytes.
+fn quote(value: &impl std::fmt::Debug) -> String {
+    struct Bounded(String);
+    impl std::fmt::Write for Bounded {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let room = QUOTE_MAX - self.0.len();
+            if s.len() <= room {
+                self.0.push_str(s);
+                return Ok(());
+            }
+            let mut cut = room;
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            self.0.push_str(&s[..cut]);
+            self.0.push('…');
+            Err(std::fmt::Error)
         }
-        quoted.truncate(cut);
-        quoted.push('…');
     }
-    Error::Protocol(format!("expected {expected}, got {quoted}"))
+    let mut out = Bounded(String::new());
+    let _ = std::fmt::write(&mut out, format_args!("{value:?}"));
+    out.0
 }
 
 /// What a client asks of a session.
@@ -489,6 +505,10 @@ impl ServerOpen {
     /// Accepts the request under `token`: queues `SessionAccept` and, when
     /// the client asked about tuning, `TuningAccept`.
     pub fn accept(&mut self, request: &SessionRequest, token: Token) {
+        if self.state != ServerState::Judging {
+            // Refused already, or no request yet: nothing to accept.
+            return;
+        }
         self.state = ServerState::Done;
         self.outbox
             .push_back(ControlMsg::SessionAccept(SessionAccept {
@@ -593,7 +613,7 @@ fn agree_tuning(
     } else {
         return Err(Error::BadRequest(format!(
             "congestion control '{}' is not available on the server (usable: {})",
-            req.congestion,
+            quote(&format_args!("{}", req.congestion)),
             congestion.usable.join(" ")
         )));
     };

@@ -1408,7 +1408,6 @@ fn a_refusal_fits_in_a_control_frame() {
 }
 
 #[test]
-#[ignore = "bug: a refused congestion control is quoted whole, so a Tuning frame near MAX_CONTROL_FRAME is refused with a frame over it (PROTOCOL.md §4)"]
 fn a_refused_congestion_control_is_quoted_within_a_frame() {
     // The largest Tuning that fits a frame, naming no usable algorithm.
     let name = "x".repeat(MAX_CONTROL_FRAME as usize - 16);
