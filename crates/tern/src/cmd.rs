@@ -20,14 +20,14 @@ use tern_engine::{StreamWrap, local};
 use tern_proto::{ChecksumAlg, Compression, Protect, SkipExisting};
 
 use crate::advise::{self, Consulted};
-use crate::cli::exit::Usage;
 use crate::cli::{
     ChecksumArg, Cli, Command, CompressArg, CpArgs, PerfArgs, ProtectArg, ServeArgs, SkipArg,
     SshArgs, Streams, TransferArgs, WindowArg,
 };
+use crate::error::{Partial, Retry, SshFailure};
 use crate::location::{self, Location, SshTarget};
 use crate::output::{ProgressDisplay, Report, ReportInput};
-use crate::ssh::{Remote, SshFailure, SshOptions};
+use crate::ssh::{Remote, SshOptions};
 
 /// Runs the parsed command.
 pub async fn run(cli: Cli, started: Instant) -> Result<()> {
@@ -47,10 +47,7 @@ pub async fn run(cli: Cli, started: Instant) -> Result<()> {
     }
 }
 
-/// A usage error (exit code 2).
-pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Usage(msg.into()))
-}
+pub(crate) use crate::error::usage;
 
 fn protect_of(p: ProtectArg) -> Protect {
     match p {
@@ -307,7 +304,7 @@ fn retry_backoff(attempt: u32) -> Duration {
 /// the peer at all.
 fn retry_class(e: &anyhow::Error) -> (bool, bool) {
     if let Some(f) = e.downcast_ref::<SshFailure>() {
-        return (f.retryable, true);
+        return (f.retry == Retry::May, true);
     }
     match e.downcast_ref::<tern_engine::Error>() {
         Some(e) => (
@@ -604,7 +601,7 @@ fn partial_result(stats: &tern_engine::transfer::TransferStats) -> Result<()> {
                 message: format!("{}: {}", only.path, only.message),
             })
         }
-        failed => bail!(crate::cli::exit::Partial(failed.len())),
+        failed => bail!(Partial(failed.len())),
     }
 }
 

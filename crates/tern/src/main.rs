@@ -6,6 +6,8 @@
 mod advise;
 mod cli;
 mod cmd;
+mod error;
+mod exit;
 mod location;
 mod output;
 mod probe;
@@ -35,14 +37,14 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tern: cannot start the runtime: {e}");
-            return ExitCode::from(cli::exit::GENERAL);
+            return exit::Exit::General.into();
         }
     };
     match runtime.block_on(cmd::run(args, started)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tern: {e:#}");
-            ExitCode::from(cli::exit::code_for(&e))
+            exit::Exit::of(&e).into()
         }
     }
 }
