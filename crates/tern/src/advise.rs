@@ -9,17 +9,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use tern_advisor::aggregate::AggregationPolicy;
-use tern_advisor::scheduler::SchedulerOptions;
 use tern_advisor::{
-    Advice, Advisor, AdvisorClient, AdvisorOptions, EngineSweep, EngineThroughput, Probe,
-    TransferReport,
+    Advice, Advisor, AdvisorClient, EngineSweep, EngineThroughput, Probe, TransferReport,
 };
-use tern_engine::client::{ClientOptions, Endpoint};
+use tern_engine::client::Endpoint;
 use tern_engine::transfer::TransferStats;
 use tokio::sync::watch;
 
 use crate::cli::{AdviseArgs, AdvisorArgs, AdvisorCmdArgs, Streams, TransferArgs, WindowArg};
+use crate::options::Advised;
 use crate::size::{human_bytes, human_rate};
 
 /// Becomes true once on shutdown; every part of a server watches it.
@@ -40,30 +38,6 @@ pub fn http_addr(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// The advisor's options from the command line.
-pub fn options(args: &AdvisorArgs, state_dir: &Path) -> AdvisorOptions {
-    let db = args
-        .db
-        .clone()
-        .unwrap_or_else(|| state_dir.join("advisor.db").to_string_lossy().into_owned());
-    let mut o = AdvisorOptions::new(db);
-    o.targets_file = args.targets.clone();
-    o.default_interval = Duration::from_secs(args.probe_interval);
-    o.max_age = Duration::from_secs_f64(args.target_max_age * 86_400.0);
-    o.probes_enabled = !args.no_probes;
-    o.scheduler = SchedulerOptions {
-        workers: usize::from(args.probe_workers),
-        budget_bps: args.probe_budget,
-        start_jitter: Duration::from_secs_f64(args.probe_jitter),
-        aggregation: AggregationPolicy {
-            enabled: args.aggregate == "subnet",
-            ..AggregationPolicy::default()
-        },
-        ..SchedulerOptions::default()
-    };
-    o
-}
-
 /// The default probes, and the throughput test and the sweep when asked:
 /// `tern perf` runs with the defaults of `tern perf` (trust on first use,
 /// in the usual known_hosts).
@@ -72,13 +46,7 @@ fn probes(args: &AdvisorArgs) -> Result<Vec<Arc<dyn Probe>>> {
     if args.probe_throughput <= 0.0 && args.probe_sweep <= 0.0 {
         return Ok(probes);
     }
-    #[derive(clap::Parser)]
-    struct Defaults {
-        #[command(flatten)]
-        transfer: TransferArgs,
-    }
-    let defaults = <Defaults as clap::Parser>::try_parse_from(["tern"])?;
-    let options = crate::cmd::client_options(&defaults.transfer, tern_proto::ChecksumAlg::Xxh3)?;
+    let options = crate::options::default_measure_options()?;
     if args.probe_throughput > 0.0 {
         probes.push(Arc::new(EngineThroughput {
             options: options.clone(),
@@ -117,7 +85,7 @@ pub async fn start(
         .with_context(|| format!("advisor: cannot listen on {want}"))?;
     let addr = listener.local_addr()?;
     let advisor = Advisor::start_with_probes(
-        options(args, state_dir),
+        crate::options::advisor_options(args, state_dir),
         probes(args)?,
         stopped(stop.clone()),
     )
@@ -355,12 +323,7 @@ pub async fn consult(url: &str, host: &str, quiet: bool) -> Consulted {
 impl Consulted {
     /// Sets the transfer's starting point from the advice: the stream
     /// count (when `--streams auto`) and the window (unless `--window`).
-    pub fn apply(
-        &mut self,
-        t: &TransferArgs,
-        opts: &mut ClientOptions,
-        quiet: bool,
-    ) -> Option<WindowArg> {
+    pub fn apply(&mut self, t: &TransferArgs, quiet: bool) -> Option<Advised> {
         let a = self.used.advice.as_ref()?;
         let (mut advised, mut advised_window) = (
             a.streams.clamp(1, tern_engine::server::MAX_STREAMS),
@@ -369,12 +332,11 @@ impl Consulted {
         if t.window.is_none() {
             (advised, advised_window) = fit_to_this_host(t, advised, advised_window, quiet);
         }
-        if t.streams == Streams::Auto {
-            opts.streams = advised;
-            opts.max_streams = opts.max_streams.max(advised);
-            opts.tuning.streams_from_rtt = false;
-            self.used.streams = Some(advised);
-        }
+        let (streams, starting) = match t.streams {
+            Streams::Auto => (Some(advised), advised),
+            Streams::Fixed(n) => (None, n),
+        };
+        self.used.streams = streams;
         let window = match t.window {
             Some(w) => w,
             None => {
@@ -385,7 +347,7 @@ impl Consulted {
         if !quiet {
             eprintln!(
                 "tern: advisor: starting with {} streams, window {} (RTT {}, capacity {}; {} samples, {}, {} old)",
-                opts.streams,
+                starting,
                 match window {
                     WindowArg::Fixed(n) => human_bytes(n),
                     WindowArg::Auto => "auto".into(),
@@ -398,7 +360,7 @@ impl Consulted {
                 age(a.age_s)
             );
         }
-        Some(window)
+        Some(Advised { streams, window })
     }
 
     /// Reports what the transfer achieved; returns what to put in the

@@ -6,26 +6,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use tern_drs::WindowMode;
 use tern_engine::authz::Authz;
 use tern_engine::client::{self, ClientOptions, Endpoint};
 use tern_engine::fsio::{FsSink, FsSource, Root};
+use tern_engine::local;
 use tern_engine::once::{Callback, OnceOptions, OnceServer};
-use tern_engine::options::Choices;
-use tern_engine::server::{ServerOptions, SiteAuth, serve};
-use tern_engine::tls::{ClientCert, KnownHosts, ServerIdentity, load_roots};
-use tern_engine::transfer::{Progress, TransferParams};
-use tern_engine::tuning::{AUTO_START_STREAMS, Tuning};
-use tern_engine::{StreamWrap, local};
-use tern_proto::{ChecksumAlg, Compression, Protect, SkipExisting};
+use tern_engine::server::{SiteAuth, serve};
+use tern_engine::tls::{ServerIdentity, load_roots};
+use tern_engine::transfer::Progress;
+use tern_proto::Protect;
 
 use crate::advise::{self, Consulted};
-use crate::cli::{
-    ChecksumArg, Cli, Command, CompressArg, CpArgs, PerfArgs, ProtectArg, ServeArgs, SkipArg,
-    SshArgs, Streams, TransferArgs, WindowArg,
-};
+use crate::cli::{Cli, Command, CpArgs, PerfArgs, ServeArgs, TransferArgs};
 use crate::error::{Partial, Retry, SshFailure};
 use crate::location::{self, Location, SshTarget};
+use crate::options;
 use crate::output::{ProgressDisplay, Report, ReportInput};
 use crate::ssh::{Remote, SshOptions};
 
@@ -49,204 +44,28 @@ pub async fn run(cli: Cli, started: Instant) -> Result<()> {
 
 pub(crate) use crate::error::usage;
 
-fn protect_of(p: ProtectArg) -> Protect {
-    match p {
-        ProtectArg::Private => Protect::Private,
-        ProtectArg::Safe => Protect::Safe,
-        ProtectArg::Clear => Protect::Clear,
-    }
-}
-
-fn checksum_of(c: ChecksumArg) -> ChecksumAlg {
-    match c {
-        ChecksumArg::Xxh3 => ChecksumAlg::Xxh3,
-        ChecksumArg::Blake3 => ChecksumAlg::Blake3,
-        ChecksumArg::Crc32c => ChecksumAlg::Crc32c,
-        ChecksumArg::Adler32 => ChecksumAlg::Adler32,
-        ChecksumArg::Md5 => ChecksumAlg::Md5,
-        ChecksumArg::Sha256 => ChecksumAlg::Sha256,
-    }
-}
-
-/// What the user chose about compression and stalls; skipping files is
-/// for `cp` to add ([`skip_of`]): `perf` has no destination.
-fn choices_of(t: &TransferArgs) -> Choices {
-    Choices {
-        compression: match t.compress {
-            CompressArg::Auto => Compression::Auto,
-            CompressArg::Zstd => Compression::Zstd,
-            CompressArg::Lz4 => Compression::Lz4,
-            CompressArg::None => Compression::None,
-        },
-        skip_existing: SkipExisting::Never,
-        stall_timeout: (t.stall_timeout > 0.0).then(|| Duration::from_secs_f64(t.stall_timeout)),
-        keep_special_bits: false,
-    }
-}
-
-/// `--skip-existing`.
-fn skip_of(skip: SkipArg) -> SkipExisting {
-    match skip {
-        SkipArg::Size => SkipExisting::Size,
-        SkipArg::Mtime => SkipExisting::Mtime,
-        SkipArg::Digest => SkipExisting::Digest,
-        SkipArg::Never => SkipExisting::Never,
-    }
-}
-
-fn block_size(t: &TransferArgs) -> Result<u32> {
-    let bs = t.block_size;
-    if !(u64::from(tern_engine::server::MIN_BLOCK_SIZE)..=u64::from(tern_proto::MAX_BLOCK_SIZE))
-        .contains(&bs)
-    {
-        return Err(usage(format!(
-            "--block-size must be between 4K and 64M, not {bs}"
-        )));
-    }
-    Ok(bs as u32)
-}
-
-/// Test hooks, not for users: `TERN_FAULT_CORRUPT=STREAM:BYTE` flips the
-/// byte at that position of that data stream, to show repair end to end;
-/// `TERN_FAULT_STALL=STREAM:BYTE` lets that stream carry that many bytes
-/// each way and then stalls it forever, to show it being replaced.
-fn fault_from_env() -> Option<StreamWrap> {
-    let hook = |var: &str| -> Option<(usize, u64)> {
-        let spec = std::env::var(var).ok()?;
-        let (stream, byte) = spec.split_once(':')?;
-        Some((stream.parse().ok()?, byte.parse().ok()?))
+/// The options of a transfer with a daemon at `ep`: `opts`, started
+/// from the advisor's advice with `--advisor`.
+async fn remote_options(
+    t: &TransferArgs,
+    mut opts: ClientOptions,
+    ep: &Endpoint,
+) -> (ClientOptions, Option<Consulted>) {
+    let Some(url) = &t.advisor else {
+        return (opts, None);
     };
-    if let Some((stream, byte)) = hook("TERN_FAULT_STALL") {
-        tracing::warn!("test hook: stalling data stream {stream} after {byte} bytes");
-        return Some(Arc::new(move |k, s| {
-            if k == stream {
-                Box::new(tern_engine::fault::StallAfter::new(s, byte))
-            } else {
-                s
-            }
-        }));
+    let mut consulted = advise::consult(url, &ep.host, t.json).await;
+    if let Some(advised) = consulted.apply(t, t.json) {
+        options::apply_advice(&mut opts, advised);
     }
-    let (stream, byte) = hook("TERN_FAULT_CORRUPT")?;
-    tracing::warn!("test hook: corrupting byte {byte} of data stream {stream}");
-    Some(Arc::new(move |k, s| {
-        if k == stream {
-            Box::new(tern_engine::fault::CorruptAt::new(s, byte))
-        } else {
-            s
-        }
-    }))
+    (opts, Some(consulted))
 }
 
 /// Options for a transfer over ssh: the advisor is asked only about daemons.
-fn ssh_client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptions> {
+fn warn_advisor_over_ssh(t: &TransferArgs) {
     if t.advisor.is_some() {
         eprintln!("tern: --advisor is for transfers with a daemon; ignored over ssh");
     }
-    client_options(t, checksum)
-}
-
-pub(crate) fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptions> {
-    let known_hosts = t
-        .known_hosts
-        .clone()
-        .or_else(KnownHosts::default_path)
-        .map(|path| KnownHosts { path });
-    if let Some(fp) = &t.fingerprint {
-        if !fp.starts_with("SHA256:") {
-            return Err(usage(format!(
-                "--fingerprint must look like SHA256:…, not '{fp}'"
-            )));
-        }
-    }
-    let (streams, max_streams) = match t.streams {
-        Streams::Auto => (AUTO_START_STREAMS.min(t.max_streams), t.max_streams),
-        Streams::Fixed(n) => (n, n),
-    };
-    Ok(ClientOptions {
-        streams,
-        max_streams,
-        tuning: tuning_of(t)?,
-        rate_limit: t.rate_limit,
-        block_size: block_size(t)?,
-        checksum,
-        protect: protect_of(t.protect),
-        pin: t.fingerprint.clone(),
-        known_hosts,
-        ca: t.ca.as_deref().map(load_roots).transpose()?,
-        client_cert: match (&t.cert, &t.key) {
-            (Some(cert), Some(key)) => Some(ClientCert::from_pem(cert, key)?),
-            _ => None,
-        },
-        wrap: fault_from_env(),
-        connect_timeout: Duration::from_secs(15),
-        io_timeout: Duration::from_secs_f64(t.io_timeout),
-        once_token: None,
-        callback: None,
-        choices: choices_of(t),
-    })
-}
-
-fn window_mode(w: WindowArg) -> WindowMode {
-    match w {
-        WindowArg::Auto => WindowMode::Auto,
-        WindowArg::Kernel => WindowMode::Kernel,
-        WindowArg::Fixed(n) => WindowMode::Fixed(n),
-    }
-}
-
-/// The options of a transfer with a daemon at `ep`: the command line's,
-/// started from the advisor's advice with `--advisor`.
-async fn remote_options(
-    t: &TransferArgs,
-    checksum: ChecksumAlg,
-    ep: &Endpoint,
-) -> Result<(ClientOptions, Option<Consulted>)> {
-    let mut opts = client_options(t, checksum)?;
-    let Some(url) = &t.advisor else {
-        return Ok((opts, None));
-    };
-    let mut consulted = advise::consult(url, &ep.host, t.json).await;
-    if let Some(w) = consulted.apply(t, &mut opts, t.json) {
-        opts.tuning.window = window_mode(w);
-    }
-    Ok((opts, Some(consulted)))
-}
-
-/// The tuning asked for on the command line; a congestion control this
-/// process cannot use is a usage error, caught before connecting.
-fn tuning_of(t: &TransferArgs) -> Result<Tuning> {
-    let window = window_mode(t.window.unwrap_or(WindowArg::Auto));
-    let congestion = if t.congestion == "auto" {
-        String::new()
-    } else {
-        let caps = tern_drs::HostCaps::read();
-        let privileged = tern_drs::socket::privileged();
-        if !caps.may_use_congestion(&t.congestion, privileged) {
-            let usable = if privileged {
-                &caps.congestion_available
-            } else {
-                &caps.congestion_allowed
-            };
-            return Err(usage(format!(
-                "--cc {}: not usable here (usable: {}{})",
-                t.congestion,
-                usable.join(" "),
-                if privileged {
-                    ""
-                } else {
-                    "; root may use any of net.ipv4.tcp_available_congestion_control"
-                }
-            )));
-        }
-        t.congestion.clone()
-    };
-    Ok(Tuning {
-        window,
-        congestion,
-        auto_streams: t.streams == Streams::Auto,
-        streams_from_rtt: t.streams == Streams::Auto,
-        script: Vec::new(),
-    })
 }
 
 fn progress_choice(t: &TransferArgs) -> Option<bool> {
@@ -340,24 +159,13 @@ where
         None => None,
     };
     let mut remote = Remote::start(target, ssh, connect_back).await?;
-    if let Some(pinned) = base.pin.as_ref().filter(|p| **p != remote.line.fingerprint) {
-        let actual = remote.line.fingerprint.clone();
-        remote.finish().await;
-        return Err(tern_engine::Error::FingerprintMismatch {
-            host: target.host.clone(),
-            expected: pinned.clone(),
-            actual,
-            known_hosts: None,
+    let opts = match options::vouched_by_ssh(base, &target.host, &remote.line, callback.clone()) {
+        Ok(opts) => opts,
+        Err(e) => {
+            remote.finish().await;
+            return Err(e.into());
         }
-        .into());
-    }
-    let mut opts = base.clone();
-    opts.pin = Some(remote.line.fingerprint.clone());
-    opts.known_hosts = None;
-    // ssh vouched for the fingerprint; a CA has nothing to add.
-    opts.ca = None;
-    opts.once_token = Some(remote.line.token);
-    opts.callback = callback.clone();
+    };
     let ep = remote.endpoint().await;
     let ssh_time = started.elapsed();
     let session = session(ep, opts);
@@ -401,10 +209,6 @@ async fn listen_any() -> Result<tokio::net::TcpListener> {
             .await
             .map_err(|e| tern_engine::Error::io("listen", "0.0.0.0:0", e).into()),
     }
-}
-
-fn ssh_options(args: &SshArgs) -> Result<SshOptions> {
-    SshOptions::from_args(args).map_err(usage)
 }
 
 fn tell_recorded(outcome: &client::Outcome, ep: &Endpoint) {
@@ -474,7 +278,7 @@ fn sources_of(srcs: &[Location]) -> Result<Sources> {
 
 async fn cp(args: CpArgs, started: Instant) -> Result<()> {
     raise_open_files();
-    let checksum = checksum_of(args.checksum);
+    let checksum = options::checksum_of(args.checksum);
     let t = &args.transfer;
     let (dst_arg, src_args) = args.paths.split_last().expect("clap requires two paths");
     let dst = location::parse(dst_arg).map_err(usage)?;
@@ -486,16 +290,14 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
     let sources = sources_of(&srcs)?;
     let progress = Arc::new(Progress::default());
     let display = ProgressDisplay::start(&progress, progress_choice(t), t.json);
-    let protect = protect_of(t.protect);
+    let protect = options::protect_of(t.protect);
     let recursive = args.recursive;
     let reverse = args.ssh.reverse_connect;
     type Copied = (client::Outcome, &'static str, Via, Option<Consulted>);
     let result: Result<Copied> = async {
         match (&dst, sources) {
             (Location::Remote { endpoint, path }, Sources::Local(sources)) => {
-                let (mut opts, consulted) = remote_options(t, checksum, endpoint).await?;
-                opts.choices.skip_existing = skip_of(args.skip_existing);
-                opts.choices.keep_special_bits = args.keep_special_bits;
+                let (opts, consulted) = remote_options(t, options::copy_options(&args)?, endpoint).await;
                 let o = with_retries(t.retries, || async {
                     Ok(client::push(endpoint, &opts, sources.clone(), recursive, path.clone(), progress.clone()).await?)
                 })
@@ -503,11 +305,9 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                 Ok((o, "push", Via::Daemon(endpoint.clone()), consulted))
             }
             (Location::Ssh { target, path }, Sources::Local(sources)) => {
-                let mut opts = ssh_client_options(t, checksum)?;
-                opts.choices.skip_existing = skip_of(args.skip_existing);
-                opts.choices.keep_special_bits = args.keep_special_bits;
-                let mut ssh = ssh_options(&args.ssh)?;
-                ssh.allow_special_bits = args.keep_special_bits;
+                warn_advisor_over_ssh(t);
+                let opts = options::copy_options(&args)?;
+                let ssh = options::copy_ssh_options(&args)?;
                 let o = with_retries(t.retries, || {
                     let (sources, path, progress) = (sources.clone(), path.clone(), progress.clone());
                     over_ssh(target, &ssh, reverse, &opts, move |ep, o| async move {
@@ -518,9 +318,7 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                 Ok((o, "push", Via::Ssh { reverse }, None))
             }
             (Location::Local(dest), Sources::Daemon(endpoint, paths)) => {
-                let (mut opts, consulted) = remote_options(t, checksum, &endpoint).await?;
-                opts.choices.skip_existing = skip_of(args.skip_existing);
-                opts.choices.keep_special_bits = args.keep_special_bits;
+                let (opts, consulted) = remote_options(t, options::copy_options(&args)?, &endpoint).await;
                 let o = with_retries(t.retries, || async {
                     Ok(client::pull(&endpoint, &opts, paths.clone(), recursive, dest.clone(), progress.clone()).await?)
                 })
@@ -528,11 +326,9 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                 Ok((o, "pull", Via::Daemon(endpoint), consulted))
             }
             (Location::Local(dest), Sources::Ssh(target, paths)) => {
-                let mut opts = ssh_client_options(t, checksum)?;
-                opts.choices.skip_existing = skip_of(args.skip_existing);
-                opts.choices.keep_special_bits = args.keep_special_bits;
-                let mut ssh = ssh_options(&args.ssh)?;
-                ssh.allow_special_bits = args.keep_special_bits;
+                warn_advisor_over_ssh(t);
+                let opts = options::copy_options(&args)?;
+                let ssh = options::copy_ssh_options(&args)?;
                 let o = with_retries(t.retries, || {
                     let (paths, dest, progress) = (paths.clone(), dest.clone(), progress.clone());
                     over_ssh(&target, &ssh, reverse, &opts, move |ep, o| async move {
@@ -546,7 +342,7 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                 if t.advisor.is_some() {
                     eprintln!("tern: --advisor is for transfers with a daemon; ignored for a local copy");
                 }
-                let o = copy_local(&sources, dest, &args, checksum, progress.clone()).await?;
+                let o = copy_local(&sources, dest, &args, progress.clone()).await?;
                 Ok((o, "local", Via::Local, None))
             }
             _ => {
@@ -609,10 +405,8 @@ async fn copy_local(
     sources: &[PathBuf],
     dest: &std::path::Path,
     args: &CpArgs,
-    checksum: ChecksumAlg,
     progress: Arc<Progress>,
 ) -> Result<client::Outcome> {
-    let t = &args.transfer;
     let sources = sources.to_vec();
     for s in &sources {
         let meta = std::fs::metadata(s).map_err(|e| tern_engine::Error::io("stat", s, e))?;
@@ -630,23 +424,15 @@ async fn copy_local(
     );
     let source =
         Arc::new(FsSource::new(Root::Ambient, sources, args.recursive).keep_special_bits(keep));
-    // In-memory pipes: no TCP to tune, so a fixed count (auto means 4).
-    let streams = match t.streams {
-        Streams::Auto => 4,
-        Streams::Fixed(n) => n,
-    };
-    let mut params = TransferParams::new(streams, block_size(t)?, checksum);
-    let mut choices = choices_of(t);
-    choices.skip_existing = skip_of(args.skip_existing);
-    choices.apply_local(&mut params);
-    params.pace = t.rate_limit.map(|bps| {
-        Arc::new(tern_engine::pace::Pace::new(
-            bps,
-            block_size(t).unwrap_or(1 << 20).into(),
-        ))
-    });
-    let (sent, mut received) =
-        local::copy(source, sink, params, progress, fault_from_env().as_ref()).await?;
+    let params = options::local_params(args)?;
+    let (sent, mut received) = local::copy(
+        source,
+        sink,
+        params,
+        progress,
+        crate::fault::from_env().as_ref(),
+    )
+    .await?;
     // The sender knows what compression did (blocks compressed in vain).
     received.compression = sent.compression;
     Ok(client::Outcome {
@@ -681,8 +467,11 @@ async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
         (None, None) => Some(Duration::from_secs(10)),
     };
     let (opts, consulted) = match &far {
-        Ok(endpoint) => remote_options(t, ChecksumAlg::Xxh3, endpoint).await?,
-        Err(_) => (ssh_client_options(t, ChecksumAlg::Xxh3)?, None),
+        Ok(endpoint) => remote_options(t, options::measure_options(t)?, endpoint).await,
+        Err(_) => {
+            warn_advisor_over_ssh(t);
+            (options::measure_options(t)?, None)
+        }
     };
     let progress = Arc::new(Progress::default());
     let display = ProgressDisplay::start(&progress, progress_choice(t), t.json);
@@ -692,7 +481,7 @@ async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
             .await
             .map_err(anyhow::Error::from),
         Err(target) => {
-            let ssh = ssh_options(&args.ssh)?;
+            let ssh = options::ssh_options(&args.ssh)?;
             over_ssh(
                 target,
                 &ssh,
@@ -821,11 +610,7 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
         advisor.as_ref(),
     );
     banner_line(&banner);
-    let mut opts = ServerOptions::new(root);
-    opts.max_sessions = args.max_sessions;
-    apply_limits(&args, &mut opts);
-    opts.grace = Duration::from_secs(args.grace);
-    opts.io_timeout = Duration::from_secs_f64(args.io_timeout);
+    let mut opts = options::server_options(&args, root);
     opts.site = site;
     let _udp_probe = if args.no_udp_probe {
         None
@@ -833,7 +618,6 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
         crate::probe::start_responder(bound).await
     };
     opts.on_session_done = advisor.as_ref().map(|a| a.advisor.session_hook());
-    opts.allow_special_bits = args.allow_special_bits;
     serve(listener, &identity, opts, advise::stopped(stop)).await?;
     tracing::info!("stopped");
     Ok(())
@@ -849,16 +633,6 @@ fn raise_open_files() {
         Ok(_) => {}
         Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),
     }
-}
-
-/// What a connection may hold before and after it authenticates, from the
-/// command line (a once server's too).
-fn apply_limits(args: &ServeArgs, opts: &mut ServerOptions) {
-    opts.max_sessions_per_address = args.max_sessions_per_address as usize;
-    opts.max_handshakes = args.max_handshakes as usize;
-    opts.max_handshakes_per_address = args.max_handshakes_per_address as usize;
-    opts.handshake_timeout = Duration::from_secs_f64(args.handshake_timeout);
-    opts.join_timeout = Duration::from_secs_f64(args.join_timeout);
 }
 
 /// The daemon's startup lines: where it listens, its fingerprint, site
@@ -935,11 +709,7 @@ async fn serve_once(args: ServeArgs) -> Result<()> {
         .filter(|h| h.is_absolute())
         .map_or_else(std::env::current_dir, Ok)
         .context("no home directory (HOME) and no current directory")?;
-    let mut opts = OnceOptions::new(home);
-    opts.wait = Duration::from_secs_f64(args.once_timeout);
-    opts.server.io_timeout = Duration::from_secs_f64(args.io_timeout);
-    apply_limits(&args, &mut opts.server);
-    opts.server.allow_special_bits = args.allow_special_bits;
+    let opts = options::once_options(&args, home);
     let ssh = std::env::var("SSH_CONNECTION").ok();
     let server = match &args.connect {
         Some(target) => {

@@ -73,10 +73,7 @@ struct ProbeReport {
 pub async fn run(args: ProbeArgs) -> Result<()> {
     let endpoint = endpoint_of(&args.target).map_err(crate::cmd::usage)?;
     let throughput_opts = if args.throughput {
-        Some(crate::cmd::client_options(
-            &args.transfer,
-            tern_proto::ChecksumAlg::Xxh3,
-        )?)
+        Some(crate::options::measure_options(&args.transfer)?)
     } else {
         None
     };
