@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 use tern_advisor::{
     Advice, Advisor, AdvisorClient, EngineSweep, EngineThroughput, Probe, TransferReport,
 };
@@ -17,7 +16,9 @@ use tern_engine::transfer::TransferStats;
 use tokio::sync::watch;
 
 use crate::cli::{AdviseArgs, AdvisorArgs, AdvisorCmdArgs, Streams, TransferArgs, WindowArg};
+use crate::console::Console;
 use crate::options::Advised;
+use crate::report::AdvisorUse;
 use crate::size::{human_bytes, human_rate};
 
 /// Becomes true once on shutdown; every part of a server watches it.
@@ -103,14 +104,10 @@ pub async fn start(
 pub async fn advisor_cmd(args: AdvisorCmdArgs, state_dir: &Path, stop: Stop) -> Result<()> {
     let running = start(&args.advisor, &args.http, state_dir, stop.clone()).await?;
     let store = running.advisor.service().store().location().to_string();
-    crate::cmd::banner_line(&if args.json {
-        format!(
-            "{}\n",
-            serde_json::json!({"http": running.addr.to_string(), "db": store})
-        )
-    } else {
-        format!("tern advisor: http://{} (archive {store})\n", running.addr)
-    });
+    Console::for_advisor(&args).banner(
+        serde_json::json!({"http": running.addr.to_string(), "db": store}),
+        format!("tern advisor: http://{} (archive {store})\n", running.addr),
+    );
     stopped(stop).await;
     Ok(())
 }
@@ -126,16 +123,13 @@ fn default_server() -> String {
 /// `tern advise HOST`.
 pub async fn advise_cmd(args: AdviseArgs) -> Result<()> {
     tern_advisor::model::validate_host(&args.host)?;
+    let console = Console::for_advise(&args);
     let client = AdvisorClient::new(&args.server.unwrap_or_else(default_server))?;
     let answer = client.advice_json(&args.host).await?;
     let advice: Advice = serde_json::from_value(answer.clone()).context("the advisor's answer")?;
     // Nothing no network can do is printed or acted on.
     let advice = client.checked(advice)?;
-    if args.json {
-        println!("{answer}");
-        return Ok(());
-    }
-    print!("{}", describe(&advice, client.url()));
+    console.result(&answer, || describe(&advice, client.url()));
     Ok(())
 }
 
@@ -253,30 +247,6 @@ pub fn describe(a: &Advice, url: &str) -> String {
     out
 }
 
-/// What `--advisor` did, in the `--json` report.
-#[derive(Debug, Clone, Serialize)]
-pub struct AdvisorUse {
-    /// The advisor asked.
-    pub url: String,
-    /// The streams the transfer started with on its advice.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub streams: Option<u16>,
-    /// The window it set on its advice, bytes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub window_bytes: Option<u64>,
-    /// The advice itself.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub advice: Option<Advice>,
-    /// Why there was no advice.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub advice_error: Option<String>,
-    /// The result was reported back.
-    pub reported: bool,
-    /// Why reporting failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub report_error: Option<String>,
-}
-
 /// The advice a transfer starts from.
 pub struct Consulted {
     client: Option<AdvisorClient>,
@@ -288,7 +258,7 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Asks the advisor at `url` about `host`; a transfer never fails for
 /// want of advice (it says why and starts from the defaults).
-pub async fn consult(url: &str, host: &str, quiet: bool) -> Consulted {
+pub async fn consult(url: &str, host: &str, console: &Console) -> Consulted {
     let mut used = AdvisorUse {
         url: url.to_string(),
         streams: None,
@@ -308,9 +278,9 @@ pub async fn consult(url: &str, host: &str, quiet: bool) -> Consulted {
     match client.advice(host).await {
         Ok(a) => used.advice = Some(a),
         Err(e) => {
-            if !quiet {
-                eprintln!("tern: advisor: no advice for {host} ({e}); starting from the defaults");
-            }
+            console.note(format!(
+                "advisor: no advice for {host} ({e}); starting from the defaults"
+            ));
             used.advice_error = Some(e.to_string());
         }
     }
@@ -323,14 +293,14 @@ pub async fn consult(url: &str, host: &str, quiet: bool) -> Consulted {
 impl Consulted {
     /// Sets the transfer's starting point from the advice: the stream
     /// count (when `--streams auto`) and the window (unless `--window`).
-    pub fn apply(&mut self, t: &TransferArgs, quiet: bool) -> Option<Advised> {
+    pub fn apply(&mut self, t: &TransferArgs, console: &Console) -> Option<Advised> {
         let a = self.used.advice.as_ref()?;
         let (mut advised, mut advised_window) = (
             a.streams.clamp(1, tern_engine::server::MAX_STREAMS),
             a.tern_window_bytes.clamp(4096, 1 << 30),
         );
         if t.window.is_none() {
-            (advised, advised_window) = fit_to_this_host(t, advised, advised_window, quiet);
+            (advised, advised_window) = fit_to_this_host(t, advised, advised_window, console);
         }
         let (streams, starting) = match t.streams {
             Streams::Auto => (Some(advised), advised),
@@ -344,9 +314,8 @@ impl Consulted {
                 WindowArg::Fixed(advised_window)
             }
         };
-        if !quiet {
-            eprintln!(
-                "tern: advisor: starting with {} streams, window {} (RTT {}, capacity {}; {} samples, {}, {} old)",
+        console.note(format!(
+                "advisor: starting with {} streams, window {} (RTT {}, capacity {}; {} samples, {}, {} old)",
                 starting,
                 match window {
                     WindowArg::Fixed(n) => human_bytes(n),
@@ -358,8 +327,7 @@ impl Consulted {
                 a.samples,
                 source(a.source),
                 age(a.age_s)
-            );
-        }
+            ));
         Some(Advised { streams, window })
     }
 
@@ -371,7 +339,7 @@ impl Consulted {
         stats: &TransferStats,
         command: &str,
         direction: &str,
-        quiet: bool,
+        console: &Console,
     ) -> AdvisorUse {
         let Some(client) = &self.client else {
             return self.used;
@@ -381,24 +349,23 @@ impl Consulted {
         match client.report(&report).await {
             Ok(outcome) => {
                 self.used.reported = true;
-                if !quiet {
-                    let rate = report.throughput_bps.map_or("no rate".into(), human_rate);
-                    eprintln!(
-                        "tern: advisor: reported {rate} to {} ({} measurement(s) stored{})",
-                        client.url(),
-                        outcome.stored,
-                        if outcome.ignored.is_empty() {
-                            String::new()
-                        } else {
-                            format!("; {}", outcome.ignored.join("; "))
-                        }
-                    );
-                }
+                let rate = report.throughput_bps.map_or("no rate".into(), human_rate);
+                console.note(format!(
+                    "advisor: reported {rate} to {} ({} measurement(s) stored{})",
+                    client.url(),
+                    outcome.stored,
+                    if outcome.ignored.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {}", outcome.ignored.join("; "))
+                    }
+                ));
             }
             Err(e) => {
-                if !quiet {
-                    eprintln!("tern: advisor: could not report to {}: {e}", client.url());
-                }
+                console.note(format!(
+                    "advisor: could not report to {}: {e}",
+                    client.url()
+                ));
                 self.used.report_error = Some(e.to_string());
             }
         }
@@ -408,7 +375,7 @@ impl Consulted {
 
 /// The advice's `streams` × `window` as this process can hold them (see
 /// [`fit_to_cap`]), saying so when they change.
-fn fit_to_this_host(t: &TransferArgs, streams: u16, window: u64, quiet: bool) -> (u16, u64) {
+fn fit_to_this_host(t: &TransferArgs, streams: u16, window: u64, console: &Console) -> (u16, u64) {
     let cap = (!tern_drs::socket::privileged())
         .then(|| tern_advisor::advice::fixed_window_max(&tern_drs::HostCaps::read()))
         .flatten();
@@ -418,9 +385,9 @@ fn fit_to_this_host(t: &TransferArgs, streams: u16, window: u64, quiet: bool) ->
         streams
     };
     let (fitted_streams, fitted_window) = fit_to_cap(streams, window, cap, room);
-    if (fitted_streams, fitted_window) != (streams, window) && !quiet {
-        eprintln!(
-            "tern: advisor: a window of {} is over what this unprivileged process may set ({}, twice net.core.wmem_max/rmem_max); {}",
+    if (fitted_streams, fitted_window) != (streams, window) {
+        console.note(format!(
+            "advisor: a window of {} is over what this unprivileged process may set ({}, twice net.core.wmem_max/rmem_max); {}",
             human_bytes(window),
             human_bytes(fitted_window),
             if fitted_streams > streams {
@@ -431,7 +398,7 @@ fn fit_to_this_host(t: &TransferArgs, streams: u16, window: u64, quiet: bool) ->
             } else {
                 "the transfer may hold less in flight than advised".to_string()
             }
-        );
+        ));
     }
     (fitted_streams, fitted_window)
 }

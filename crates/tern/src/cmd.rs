@@ -17,11 +17,12 @@ use tern_engine::transfer::Progress;
 use tern_proto::Protect;
 
 use crate::advise::{self, Consulted};
-use crate::cli::{Cli, Command, CpArgs, PerfArgs, ServeArgs, TransferArgs};
+use crate::cli::{Cli, Command, CpArgs, PerfArgs, ServeArgs, SshArgs, TransferArgs};
+use crate::console::Console;
 use crate::error::{Partial, Retry, SshFailure};
 use crate::location::{self, Location, SshTarget};
 use crate::options;
-use crate::output::{ProgressDisplay, Report, ReportInput};
+use crate::report::{Connect, Report, ReportInput, Via};
 use crate::ssh::{Remote, SshOptions};
 
 /// Runs the parsed command.
@@ -50,31 +51,22 @@ async fn remote_options(
     t: &TransferArgs,
     mut opts: ClientOptions,
     ep: &Endpoint,
+    console: &Console,
 ) -> (ClientOptions, Option<Consulted>) {
     let Some(url) = &t.advisor else {
         return (opts, None);
     };
-    let mut consulted = advise::consult(url, &ep.host, t.json).await;
-    if let Some(advised) = consulted.apply(t, t.json) {
+    let mut consulted = advise::consult(url, &ep.host, console).await;
+    if let Some(advised) = consulted.apply(t, console) {
         options::apply_advice(&mut opts, advised);
     }
     (opts, Some(consulted))
 }
 
 /// Options for a transfer over ssh: the advisor is asked only about daemons.
-fn warn_advisor_over_ssh(t: &TransferArgs) {
+fn warn_advisor_over_ssh(t: &TransferArgs, console: &Console) {
     if t.advisor.is_some() {
-        eprintln!("tern: --advisor is for transfers with a daemon; ignored over ssh");
-    }
-}
-
-fn progress_choice(t: &TransferArgs) -> Option<bool> {
-    if t.no_progress {
-        Some(false)
-    } else if t.progress {
-        Some(true)
-    } else {
-        None
+        console.warn("--advisor is for transfers with a daemon; ignored over ssh");
     }
 }
 
@@ -141,7 +133,7 @@ fn retry_class(e: &anyhow::Error) -> (bool, bool) {
 async fn over_ssh<F, Fut>(
     target: &SshTarget,
     ssh: &SshOptions,
-    reverse: bool,
+    connect: Connect,
     base: &ClientOptions,
     session: F,
 ) -> Result<client::Outcome>
@@ -150,9 +142,9 @@ where
     Fut: std::future::Future<Output = tern_engine::Result<client::Outcome>>,
 {
     let started = Instant::now();
-    let callback = match reverse {
-        true => Some(Arc::new(Callback::new(listen_any().await?))),
-        false => None,
+    let callback = match connect {
+        Connect::Reverse => Some(Arc::new(Callback::new(listen_any().await?))),
+        Connect::Forward => None,
     };
     let connect_back = match &callback {
         Some(cb) => Some(cb.port()?),
@@ -200,6 +192,15 @@ where
     }
 }
 
+/// `-z`.
+fn connect_of(args: &SshArgs) -> Connect {
+    if args.reverse_connect {
+        Connect::Reverse
+    } else {
+        Connect::Forward
+    }
+}
+
 /// A listener for reverse mode, on every address (IPv6 and IPv4 where the
 /// host has both): the remote tern dials whichever its ssh came from.
 async fn listen_any() -> Result<tokio::net::TcpListener> {
@@ -208,39 +209,6 @@ async fn listen_any() -> Result<tokio::net::TcpListener> {
         Err(_) => tokio::net::TcpListener::bind("0.0.0.0:0")
             .await
             .map_err(|e| tern_engine::Error::io("listen", "0.0.0.0:0", e).into()),
-    }
-}
-
-fn tell_recorded(outcome: &client::Outcome, ep: &Endpoint) {
-    if let Some(path) = &outcome.recorded {
-        eprintln!(
-            "tern: first contact with {}: recorded its fingerprint {} in {}",
-            ep.host_port(),
-            outcome.fingerprint,
-            path.display()
-        );
-    }
-}
-
-/// How a command reached its far end.
-#[derive(Debug, Clone)]
-enum Via {
-    /// Nowhere: a local copy.
-    Local,
-    /// A daemon.
-    Daemon(Endpoint),
-    /// A `tern serve --once` started over ssh.
-    Ssh { reverse: bool },
-}
-
-impl Via {
-    fn name(&self) -> &'static str {
-        match self {
-            Via::Local => "local",
-            Via::Daemon(_) => "daemon",
-            Via::Ssh { reverse: false } => "ssh",
-            Via::Ssh { reverse: true } => "ssh-reverse",
-        }
     }
 }
 
@@ -289,15 +257,16 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
         .map_err(usage)?;
     let sources = sources_of(&srcs)?;
     let progress = Arc::new(Progress::default());
-    let display = ProgressDisplay::start(&progress, progress_choice(t), t.json);
+    let console = Console::for_transfer(t);
+    let display = console.progress(&progress);
     let protect = options::protect_of(t.protect);
     let recursive = args.recursive;
-    let reverse = args.ssh.reverse_connect;
+    let reverse = connect_of(&args.ssh);
     type Copied = (client::Outcome, &'static str, Via, Option<Consulted>);
     let result: Result<Copied> = async {
         match (&dst, sources) {
             (Location::Remote { endpoint, path }, Sources::Local(sources)) => {
-                let (opts, consulted) = remote_options(t, options::copy_options(&args)?, endpoint).await;
+                let (opts, consulted) = remote_options(t, options::copy_options(&args)?, endpoint, &console).await;
                 let o = with_retries(t.retries, || async {
                     Ok(client::push(endpoint, &opts, sources.clone(), recursive, path.clone(), progress.clone()).await?)
                 })
@@ -305,7 +274,7 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                 Ok((o, "push", Via::Daemon(endpoint.clone()), consulted))
             }
             (Location::Ssh { target, path }, Sources::Local(sources)) => {
-                warn_advisor_over_ssh(t);
+                warn_advisor_over_ssh(t, &console);
                 let opts = options::copy_options(&args)?;
                 let ssh = options::copy_ssh_options(&args)?;
                 let o = with_retries(t.retries, || {
@@ -315,10 +284,10 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                     })
                 })
                 .await?;
-                Ok((o, "push", Via::Ssh { reverse }, None))
+                Ok((o, "push", Via::Ssh(reverse), None))
             }
             (Location::Local(dest), Sources::Daemon(endpoint, paths)) => {
-                let (opts, consulted) = remote_options(t, options::copy_options(&args)?, &endpoint).await;
+                let (opts, consulted) = remote_options(t, options::copy_options(&args)?, &endpoint, &console).await;
                 let o = with_retries(t.retries, || async {
                     Ok(client::pull(&endpoint, &opts, paths.clone(), recursive, dest.clone(), progress.clone()).await?)
                 })
@@ -326,7 +295,7 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                 Ok((o, "pull", Via::Daemon(endpoint), consulted))
             }
             (Location::Local(dest), Sources::Ssh(target, paths)) => {
-                warn_advisor_over_ssh(t);
+                warn_advisor_over_ssh(t, &console);
                 let opts = options::copy_options(&args)?;
                 let ssh = options::copy_ssh_options(&args)?;
                 let o = with_retries(t.retries, || {
@@ -336,11 +305,11 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
                     })
                 })
                 .await?;
-                Ok((o, "pull", Via::Ssh { reverse }, None))
+                Ok((o, "pull", Via::Ssh(reverse), None))
             }
             (Location::Local(dest), Sources::Local(sources)) => {
                 if t.advisor.is_some() {
-                    eprintln!("tern: --advisor is for transfers with a daemon; ignored for a local copy");
+                    console.warn("--advisor is for transfers with a daemon; ignored for a local copy");
                 }
                 let o = copy_local(&sources, dest, &args, progress.clone()).await?;
                 Ok((o, "local", Via::Local, None))
@@ -354,7 +323,7 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
     display.finish();
     let (outcome, direction, via, consulted) = result?;
     if let Via::Daemon(ep) = &via {
-        tell_recorded(&outcome, ep);
+        console.first_contact(&outcome, ep);
     }
     let remote = !matches!(via, Via::Local);
     let advisor = match (consulted, &via) {
@@ -364,11 +333,11 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
             } else {
                 "receive"
             };
-            Some(c.report(ep, &outcome.stats, "tern cp", way, t.json).await)
+            Some(c.report(ep, &outcome.stats, "tern cp", way, &console).await)
         }
         _ => None,
     };
-    Report::new(ReportInput {
+    let report = Report::new(ReportInput {
         command: "cp",
         direction,
         via: via.name(),
@@ -380,8 +349,8 @@ async fn cp(args: CpArgs, started: Instant) -> Result<()> {
         block_size: t.block_size,
         fingerprint: remote.then(|| outcome.fingerprint.clone()),
         advisor,
-    })
-    .emit(t.json);
+    });
+    console.report(&report);
     partial_result(&outcome.stats)
 }
 
@@ -446,6 +415,7 @@ async fn copy_local(
 
 async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
     let t = &args.transfer;
+    let console = Console::for_transfer(t);
     let far = match location::parse(&args.target).map_err(usage)? {
         Location::Remote { endpoint, path } if path.is_empty() => Ok(endpoint),
         Location::Ssh { target, path } if path.is_empty() => Err(target),
@@ -467,14 +437,14 @@ async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
         (None, None) => Some(Duration::from_secs(10)),
     };
     let (opts, consulted) = match &far {
-        Ok(endpoint) => remote_options(t, options::measure_options(t)?, endpoint).await,
+        Ok(endpoint) => remote_options(t, options::measure_options(t)?, endpoint, &console).await,
         Err(_) => {
-            warn_advisor_over_ssh(t);
+            warn_advisor_over_ssh(t, &console);
             (options::measure_options(t)?, None)
         }
     };
     let progress = Arc::new(Progress::default());
-    let display = ProgressDisplay::start(&progress, progress_choice(t), t.json);
+    let display = console.progress(&progress);
     let (size, reverse) = (args.size, args.reverse);
     let result = match &far {
         Ok(endpoint) => client::perf(endpoint, &opts, size, duration, reverse, progress)
@@ -485,7 +455,7 @@ async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
             over_ssh(
                 target,
                 &ssh,
-                args.ssh.reverse_connect,
+                connect_of(&args.ssh),
                 &opts,
                 move |ep, o| async move {
                     client::perf(&ep, &o, size, duration, reverse, progress).await
@@ -499,24 +469,19 @@ async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
     let direction = if args.reverse { "receive" } else { "send" };
     let (via, advisor) = match far {
         Ok(endpoint) => {
-            tell_recorded(&outcome, &endpoint);
+            console.first_contact(&outcome, &endpoint);
             let advisor = match consulted {
                 Some(c) => Some(
-                    c.report(&endpoint, &outcome.stats, "tern perf", direction, t.json)
+                    c.report(&endpoint, &outcome.stats, "tern perf", direction, &console)
                         .await,
                 ),
                 None => None,
             };
             (Via::Daemon(endpoint), advisor)
         }
-        Err(_) => (
-            Via::Ssh {
-                reverse: args.ssh.reverse_connect,
-            },
-            None,
-        ),
+        Err(_) => (Via::Ssh(connect_of(&args.ssh)), None),
     };
-    Report::new(ReportInput {
+    let report = Report::new(ReportInput {
         command: "perf",
         direction,
         via: via.name(),
@@ -528,8 +493,8 @@ async fn perf(args: PerfArgs, started: Instant) -> Result<()> {
         block_size: t.block_size,
         fingerprint: Some(outcome.fingerprint.clone()),
         advisor,
-    })
-    .emit(t.json);
+    });
+    console.report(&report);
     Ok(())
 }
 
@@ -601,15 +566,14 @@ async fn serve_cmd(args: ServeArgs) -> Result<()> {
         None => None,
     };
     let site_rules = site.as_ref().map(|s| s.authz.len());
-    let banner = serve_banner(
-        args.json,
+    serve_banner(
+        &Console::for_serve(&args),
         bound,
         &root,
         &identity.fingerprint,
         site_rules,
         advisor.as_ref(),
     );
-    banner_line(&banner);
     let mut opts = options::server_options(&args, root);
     opts.site = site;
     let _udp_probe = if args.no_udp_probe {
@@ -638,19 +602,16 @@ fn raise_open_files() {
 /// The daemon's startup lines: where it listens, its fingerprint, site
 /// mode, and the advisor when it runs one.
 fn serve_banner(
-    json: bool,
+    console: &Console,
     bound: SocketAddr,
     root: &std::path::Path,
     fingerprint: &str,
     site_rules: Option<usize>,
     advisor: Option<&advise::Running>,
-) -> String {
-    if json {
-        let mut line = serde_json::json!({"listen": bound.to_string(), "root": root, "fingerprint": fingerprint, "authz_rules": site_rules});
-        if let Some(a) = advisor {
-            line["http"] = a.addr.to_string().into();
-        }
-        return format!("{line}\n");
+) {
+    let mut line = serde_json::json!({"listen": bound.to_string(), "root": root, "fingerprint": fingerprint, "authz_rules": site_rules});
+    if let Some(a) = advisor {
+        line["http"] = a.addr.to_string().into();
     }
     let mut text = format!(
         "tern serve: listening on {bound}, root {}\ntern serve: certificate fingerprint {fingerprint}\n",
@@ -668,15 +629,7 @@ fn serve_banner(
             a.advisor.service().store().location()
         ));
     }
-    text
-}
-
-/// Prints a server's startup lines, best effort: a daemon whose stdout was
-/// closed must keep serving, not die of a broken pipe.
-pub fn banner_line(text: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    console.banner(line, text);
 }
 
 /// A stop flag that turns true on SIGINT or SIGTERM.

@@ -6,13 +6,14 @@
 mod advise;
 mod cli;
 mod cmd;
+mod console;
 mod error;
 mod exit;
 mod fault;
 mod location;
 mod options;
-mod output;
 mod probe;
+mod report;
 mod size;
 mod ssh;
 

@@ -12,6 +12,7 @@ use tern_probe::{Capacity, CapacityOptions, DirectionCapacity, Rtt, RttOptions, 
 use tokio::sync::oneshot;
 
 use crate::cli::ProbeArgs;
+use crate::console::Console;
 use crate::location::{self, Location};
 use crate::size::{human_bytes, human_rate};
 
@@ -122,14 +123,7 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
             }
         }
     }
-    if args.transfer.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).expect("report serializes")
-        );
-    } else {
-        print_human(&report);
-    }
+    Console::for_transfer(&args.transfer).result(&report, || human(&report));
     match first_error {
         Some(e) => Err(e.into()),
         None => Ok(()),
@@ -157,25 +151,32 @@ fn direction_line(arrow: &str, d: &DirectionCapacity, whom: &str) -> String {
     }
 }
 
-fn print_human(r: &ProbeReport) {
-    println!("tern probe {} ({})", r.target, r.address);
+/// The report for people.
+fn human(r: &ProbeReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "tern probe {} ({})", r.target, r.address);
     if let Some(rtt) = &r.rtt {
         let s = &rtt.stats;
-        println!(
+        let _ = writeln!(
+            out,
             "  rtt         {:.2} ms median (min {:.2}, max {:.2}, stddev {:.2}; {} TCP connects)",
             s.median_ms, s.min_ms, s.max_ms, s.stddev_ms, s.samples
         );
     }
     if let Some(c) = &r.capacity {
-        println!(
+        let _ = writeln!(
+            out,
             "{}",
             direction_line("→", &c.forward, "this host to the daemon")
         );
-        println!(
+        let _ = writeln!(
+            out,
             "{}",
             direction_line("←", &c.reverse, "the daemon to this host")
         );
-        println!(
+        let _ = writeln!(
+            out,
             "  probe load  {} each way in {:.1} s ({} average), trains of {} × {}-byte packets sent at {}",
             human_bytes(c.bytes_each_way),
             c.elapsed_s,
@@ -186,7 +187,8 @@ fn print_human(r: &ProbeReport) {
         );
         if let (Some(sent), Some(fwd)) = (c.send_bps, c.forward.estimate_bps) {
             if fwd > 0.8 * sent {
-                println!(
+                let _ = writeln!(
+                    out,
                     "  note        trains left this host hardly faster than they arrived: → is a lower bound"
                 );
             }
@@ -198,7 +200,8 @@ fn print_human(r: &ProbeReport) {
             .and_then(|l| serde_json::to_value(l).ok())
             .and_then(|v| v.as_str().map(|l| format!(", limit: {l}")))
             .unwrap_or_default();
-        println!(
+        let _ = writeln!(
+            out,
             "  throughput  {} over {:.1} s, {} streams, window {}, {} blocks re-sent{limit}",
             human_rate(t.bits_per_second),
             t.elapsed_s,
@@ -208,8 +211,9 @@ fn print_human(r: &ProbeReport) {
         );
     }
     for (name, e) in &r.errors {
-        println!("  {name:<11} failed: {e}");
+        let _ = writeln!(out, "  {name:<11} failed: {e}");
     }
+    out
 }
 
 #[cfg(test)]
