@@ -113,32 +113,7 @@ impl Remote {
         opts: &SshOptions,
         connect_back: Option<u16>,
     ) -> Result<Remote, SshFailure> {
-        let mut remote = vec![opts.remote_tern.clone(), "serve".into(), "--once".into()];
-        if let Some(port) = connect_back {
-            remote.extend(["--connect".into(), format!(":{port}")]);
-        }
-        if opts.allow_special_bits {
-            remote.push("--allow-special-bits".into());
-        }
-        let mut cmd = Command::new(&opts.command[0]);
-        cmd.args(&opts.command[1..])
-            .arg(target.destination())
-            // ssh hands the remote shell one string; quote for it.
-            .arg(shell_words::join(&remote))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        tracing::debug!("running {:?}", cmd.as_std());
-        let mut child = cmd.spawn().map_err(|e| {
-            failure(
-                format!(
-                    "cannot run the ssh command '{}': {e} (choose another with --ssh)",
-                    opts.command[0]
-                ),
-                Retry::Futile,
-            )
-        })?;
+        let mut child = spawn(target, opts, connect_back)?;
         let stderr = Tail::default();
         let mut drains = Vec::new();
         if let Some(err) = child.stderr.take() {
@@ -289,6 +264,41 @@ impl Remote {
         }
         (status, self.stderr.text())
     }
+}
+
+/// Runs ssh to start `tern serve --once` on `target` (with `--connect
+/// :PORT` when `connect_back` is given), its stdio piped here.
+fn spawn(
+    target: &SshTarget,
+    opts: &SshOptions,
+    connect_back: Option<u16>,
+) -> Result<Child, SshFailure> {
+    let mut remote = vec![opts.remote_tern.clone(), "serve".into(), "--once".into()];
+    if let Some(port) = connect_back {
+        remote.extend(["--connect".into(), format!(":{port}")]);
+    }
+    if opts.allow_special_bits {
+        remote.push("--allow-special-bits".into());
+    }
+    let mut cmd = Command::new(&opts.command[0]);
+    cmd.args(&opts.command[1..])
+        .arg(target.destination())
+        // ssh hands the remote shell one string; quote for it.
+        .arg(shell_words::join(&remote))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    tracing::debug!("running {:?}", cmd.as_std());
+    cmd.spawn().map_err(|e| {
+        failure(
+            format!(
+                "cannot run the ssh command '{}': {e} (choose another with --ssh)",
+                opts.command[0]
+            ),
+            Retry::Futile,
+        )
+    })
 }
 
 fn quoted(said: &str) -> String {

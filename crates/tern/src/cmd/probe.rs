@@ -1,6 +1,5 @@
 //! `tern probe`: the active measurements of tern-probe against a daemon,
-//! printed for people or as one JSON object; and the UDP probe responder
-//! that `tern serve` runs beside its TCP listener.
+//! printed for people or as one JSON object.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -9,40 +8,13 @@ use anyhow::Result;
 use serde::Serialize;
 use tern_engine::client::Endpoint;
 use tern_probe::{Capacity, CapacityOptions, DirectionCapacity, Rtt, RttOptions, Throughput};
-use tokio::sync::oneshot;
 
 use crate::cli::ProbeArgs;
 use crate::console::Console;
+use crate::error::usage;
 use crate::location::{self, Location};
+use crate::options;
 use crate::size::{human_bytes, human_rate};
-
-/// Stops the UDP probe responder when dropped.
-pub struct Responder {
-    _stop: oneshot::Sender<()>,
-}
-
-/// Starts the UDP probe responder on the daemon's address and port. A
-/// port that UDP cannot have is a warning: the daemon serves without it.
-pub async fn start_responder(addr: SocketAddr) -> Option<Responder> {
-    let socket = match tokio::net::UdpSocket::bind(addr).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("UDP probe responder not started: cannot bind udp {addr}: {e}");
-            return None;
-        }
-    };
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        if let Err(e) = tern_probe::serve_udp(socket, shutdown).await {
-            tracing::warn!("UDP probe responder stopped: {e}");
-        }
-    });
-    tracing::info!("UDP probe responder on udp {addr}");
-    Some(Responder { _stop: stop })
-}
 
 /// `HOST`, `HOST:PORT` or `tern://HOST[:PORT]`.
 fn endpoint_of(target: &str) -> Result<Endpoint, String> {
@@ -72,9 +44,9 @@ struct ProbeReport {
 /// Runs the measurements asked for; the first that failed decides the
 /// exit code, after everything measured has been printed.
 pub async fn run(args: ProbeArgs) -> Result<()> {
-    let endpoint = endpoint_of(&args.target).map_err(crate::cmd::usage)?;
+    let endpoint = endpoint_of(&args.target).map_err(usage)?;
     let throughput_opts = if args.throughput {
-        Some(crate::options::measure_options(&args.transfer)?)
+        Some(options::measure_options(&args.transfer)?)
     } else {
         None
     };
