@@ -106,20 +106,19 @@ impl Consulted {
                 WindowArg::Fixed(advised_window)
             }
         };
+        let window_text = match window {
+            WindowArg::Fixed(n) => human_bytes(n),
+            WindowArg::Auto => "auto".into(),
+            WindowArg::Kernel => "kernel".into(),
+        };
         console.note(format!(
-                "advisor: starting with {} streams, window {} (RTT {}, capacity {}; {} samples, {}, {} old)",
-                starting,
-                match window {
-                    WindowArg::Fixed(n) => human_bytes(n),
-                    WindowArg::Auto => "auto".into(),
-                    WindowArg::Kernel => "kernel".into(),
-                },
-                ms(a.rtt_ms),
-                human_rate(a.capacity_bps),
-                a.samples,
-                source(a.source),
-                age(a.age_s)
-            ));
+            "advisor: starting with {starting} streams, window {window_text} (RTT {}, capacity {}; {} samples, {}, {} old)",
+            ms(a.rtt_ms),
+            human_rate(a.capacity_bps),
+            a.samples,
+            source(a.source),
+            age(a.age_s)
+        ));
         Some(Advised { streams, window })
     }
 
