@@ -8,29 +8,12 @@ use tern_engine::server::{
     DEFAULT_MAX_HANDSHAKES_PER_ADDRESS, DEFAULT_MAX_SESSIONS_PER_ADDRESS,
 };
 
+use crate::exit::Exit;
 use crate::size::parse_size;
-
-const EXIT_CODES: &str = "\
-Exit codes:
-  0   success
-  1   unexpected internal error
-  2   usage: bad arguments or a request that makes no sense
-  3   a source does not exist
-  4   permission denied, or a path outside the served root
-  5   no space left at the destination
-  6   other I/O error
-  7   cannot connect (nothing listening, name does not resolve)
-  8   security: TLS failure or server fingerprint mismatch
-  9   connection lost during the transfer (partial files are kept)
-  10  integrity: digest mismatch, or blocks still bad after repairs
-  11  protocol error: the peer sent something invalid
-  12  ssh: could not log in, or could not start tern on the remote host
-  23  partial: some entries could not be copied (listed); everything else was
-  130 interrupted";
 
 /// Move large data sets over long, fast networks at the speed the path allows.
 #[derive(Debug, Parser)]
-#[command(name = "tern", version, after_help = EXIT_CODES)]
+#[command(name = "tern", version, after_help = Exit::help_table())]
 pub struct Cli {
     /// More log output (-v info, -vv debug); TERN_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -689,101 +672,5 @@ fn positive_share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
         _ => Err(format!("'{s}' is not a positive number")),
-    }
-}
-
-/// Exit codes; see [`EXIT_CODES`].
-pub mod exit {
-    use tern_engine::ErrorKind;
-
-    pub const GENERAL: u8 = 1;
-    pub const USAGE: u8 = 2;
-    pub const SSH: u8 = 12;
-    /// As rsync's 23: the copy completed except for the entries listed.
-    pub const PARTIAL: u8 = 23;
-
-    /// A copy that completed except for `0` entries, listed in its report.
-    #[derive(Debug)]
-    pub struct Partial(pub usize);
-
-    impl std::fmt::Display for Partial {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            let entries = if self.0 == 1 { "entry" } else { "entries" };
-            write!(
-                f,
-                "{} {entries} could not be copied (listed above); everything else was",
-                self.0
-            )
-        }
-    }
-
-    impl std::error::Error for Partial {}
-
-    /// A usage error found by tern itself (not by clap).
-    #[derive(Debug)]
-    pub struct Usage(pub String);
-
-    impl std::fmt::Display for Usage {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(&self.0)
-        }
-    }
-
-    impl std::error::Error for Usage {}
-
-    /// The exit code for an error.
-    pub fn code_for(e: &anyhow::Error) -> u8 {
-        if e.downcast_ref::<Usage>().is_some() {
-            return USAGE;
-        }
-        if e.downcast_ref::<Partial>().is_some() {
-            return PARTIAL;
-        }
-        if e.downcast_ref::<crate::ssh::SshFailure>().is_some() {
-            return SSH;
-        }
-        if let Some(probe) = e.downcast_ref::<tern_probe::Error>() {
-            return match probe {
-                tern_probe::Error::Engine(engine) => code_for_kind(engine.kind()),
-                tern_probe::Error::BadOptions(_) => USAGE,
-                tern_probe::Error::Io { .. } => 6,
-                tern_probe::Error::Resolve { .. }
-                | tern_probe::Error::Connect { .. }
-                | tern_probe::Error::NoResponder { .. } => 7,
-            };
-        }
-        if let Some(advisor) = e.downcast_ref::<tern_advisor::Error>() {
-            return match advisor {
-                tern_advisor::Error::BadRequest(_) | tern_advisor::Error::Config(_) => USAGE,
-                tern_advisor::Error::NotFound(_) => 3,
-                tern_advisor::Error::Client { status, .. } => match status {
-                    None => 7,
-                    Some(400) => USAGE,
-                    Some(404) => 3,
-                    Some(_) => GENERAL,
-                },
-                _ => GENERAL,
-            };
-        }
-        match e.downcast_ref::<tern_engine::Error>() {
-            Some(engine) => code_for_kind(engine.kind()),
-            None => GENERAL,
-        }
-    }
-
-    fn code_for_kind(kind: ErrorKind) -> u8 {
-        match kind {
-            ErrorKind::Usage => USAGE,
-            ErrorKind::NotFound => 3,
-            ErrorKind::Permission => 4,
-            ErrorKind::NoSpace => 5,
-            ErrorKind::Io => 6,
-            ErrorKind::Connect => 7,
-            ErrorKind::Security => 8,
-            ErrorKind::Network => 9,
-            ErrorKind::Integrity => 10,
-            ErrorKind::Protocol => 11,
-            ErrorKind::Aborted => 130,
-        }
     }
 }

@@ -2,15 +2,54 @@
 //!
 //! A thin main, like ripgrep's: set up logging, parse the command line,
 //! run the command, and turn the outcome into a documented exit code.
+//!
+//! # Layers
+//!
+//! Each module uses only modules of the layers below its own, so nothing
+//! calls back up and the module graph has no cycles (`layering.rs`
+//! checks this against the sources):
+//!
+//! 1. `main`: the process (logging, runtime, exit code).
+//! 2. `cmd`: the dispatcher, a match on the subcommand.
+//! 3. `cmd::{cp, perf, serve, probe, advise, advisor}`: one module per
+//!    command; they never use one another.
+//! 4. What commands share: `ssh_session` (one session with a remote tern
+//!    started over ssh), `consult` (`--advisor`: advice a transfer starts
+//!    from, and its report back), `advisor` (running the advisor).
+//! 5. `options` (every converter from arguments to engine values, every
+//!    `ClientOptions`), `retry` (running a copy again).
+//! 6. `ssh` (the ssh process and its once line), `console` (all output).
+//! 7. `cli` (the clap definitions).
+//! 8. `exit` (exit codes and the `--help` table), `addr` (addresses on
+//!    the command line), `advice` (advice as text), `report` (what a
+//!    transfer did).
+//! 9. Leaves: `error` (the binary's own errors), `size`, `location`,
+//!    `fault` (test hooks, with the `fault-injection` feature), `host`
+//!    (state directory, open-files limit), `signals`, `responder` (UDP
+//!    probe responder).
 
-mod advise;
+mod addr;
+mod advice;
+mod advisor;
 mod cli;
 mod cmd;
+mod console;
+mod consult;
+mod error;
+mod exit;
+mod fault;
+mod host;
+#[cfg(test)]
+mod layering;
 mod location;
-mod output;
-mod probe;
+mod options;
+mod report;
+mod responder;
+mod retry;
+mod signals;
 mod size;
 mod ssh;
+mod ssh_session;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -35,14 +74,14 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tern: cannot start the runtime: {e}");
-            return ExitCode::from(cli::exit::GENERAL);
+            return exit::Exit::General.into();
         }
     };
     match runtime.block_on(cmd::run(args, started)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tern: {e:#}");
-            ExitCode::from(cli::exit::code_for(&e))
+            exit::Exit::of(&e).into()
         }
     }
 }

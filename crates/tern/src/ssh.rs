@@ -21,6 +21,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
 use crate::cli::SshArgs;
+use crate::error::{Retry, SshFailure};
 use crate::location::SshTarget;
 
 /// Lines a login may print on stdout before the once line (motd, rc files).
@@ -30,26 +31,8 @@ const KEPT_STDERR_LINES: usize = 20;
 /// How long ssh may take to end once its session is over.
 const REAP_WAIT: Duration = Duration::from_secs(10);
 
-/// ssh could not log in, or the remote tern could not be started.
-#[derive(Debug)]
-pub struct SshFailure {
-    /// What happened, with ssh's words.
-    pub message: String,
-    /// Trying again later may work (ssh itself failed: the network, or a
-    /// login that may succeed later); a missing remote tern will not.
-    pub retryable: bool,
-}
-
-impl std::fmt::Display for SshFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for SshFailure {}
-
-fn failure(message: String, retryable: bool) -> SshFailure {
-    SshFailure { message, retryable }
+fn failure(message: String, retry: Retry) -> SshFailure {
+    SshFailure::new(message, retry)
 }
 
 /// How to start the remote tern.
@@ -130,32 +113,7 @@ impl Remote {
         opts: &SshOptions,
         connect_back: Option<u16>,
     ) -> Result<Remote, SshFailure> {
-        let mut remote = vec![opts.remote_tern.clone(), "serve".into(), "--once".into()];
-        if let Some(port) = connect_back {
-            remote.extend(["--connect".into(), format!(":{port}")]);
-        }
-        if opts.allow_special_bits {
-            remote.push("--allow-special-bits".into());
-        }
-        let mut cmd = Command::new(&opts.command[0]);
-        cmd.args(&opts.command[1..])
-            .arg(target.destination())
-            // ssh hands the remote shell one string; quote for it.
-            .arg(shell_words::join(&remote))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        tracing::debug!("running {:?}", cmd.as_std());
-        let mut child = cmd.spawn().map_err(|e| {
-            failure(
-                format!(
-                    "cannot run the ssh command '{}': {e} (choose another with --ssh)",
-                    opts.command[0]
-                ),
-                false,
-            )
-        })?;
+        let mut child = spawn(target, opts, connect_back)?;
         let stderr = Tail::default();
         let mut drains = Vec::new();
         if let Some(err) = child.stderr.take() {
@@ -208,7 +166,7 @@ impl Remote {
                         target.host,
                         quoted(&said)
                     ),
-                    false,
+                    Retry::Futile,
                 ))
             }
             Err(_) => {
@@ -221,7 +179,7 @@ impl Remote {
                         opts.timeout,
                         quoted(&said)
                     ),
-                    true,
+                    Retry::May,
                 ))
             }
         }
@@ -234,25 +192,25 @@ impl Remote {
         let (status, said) = self.stop().await;
         let said_q = quoted(&said);
         match status.and_then(|s| s.code()) {
-            Some(255) => failure(format!("ssh to {host} failed{said_q}"), true),
+            Some(255) => failure(format!("ssh to {host} failed{said_q}"), Retry::May),
             Some(127) | Some(126) => failure(
                 format!(
                     "'{}' could not be run on {host}{said_q}\n\
                      Install tern there, or give its path with --remote-tern PATH.",
                     opts.remote_tern
                 ),
-                false,
+                Retry::Futile,
             ),
             Some(code) => failure(
                 format!(
                     "'{} serve --once' failed on {host} (exit {code}){said_q}",
                     opts.remote_tern
                 ),
-                false,
+                Retry::Futile,
             ),
             None => failure(
                 format!("ssh to {host} ended without an answer from tern{said_q}"),
-                true,
+                Retry::May,
             ),
         }
     }
@@ -306,6 +264,41 @@ impl Remote {
         }
         (status, self.stderr.text())
     }
+}
+
+/// Runs ssh to start `tern serve --once` on `target` (with `--connect
+/// :PORT` when `connect_back` is given), its stdio piped here.
+fn spawn(
+    target: &SshTarget,
+    opts: &SshOptions,
+    connect_back: Option<u16>,
+) -> Result<Child, SshFailure> {
+    let mut remote = vec![opts.remote_tern.clone(), "serve".into(), "--once".into()];
+    if let Some(port) = connect_back {
+        remote.extend(["--connect".into(), format!(":{port}")]);
+    }
+    if opts.allow_special_bits {
+        remote.push("--allow-special-bits".into());
+    }
+    let mut cmd = Command::new(&opts.command[0]);
+    cmd.args(&opts.command[1..])
+        .arg(target.destination())
+        // ssh hands the remote shell one string; quote for it.
+        .arg(shell_words::join(&remote))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    tracing::debug!("running {:?}", cmd.as_std());
+    cmd.spawn().map_err(|e| {
+        failure(
+            format!(
+                "cannot run the ssh command '{}': {e} (choose another with --ssh)",
+                opts.command[0]
+            ),
+            Retry::Futile,
+        )
+    })
 }
 
 fn quoted(said: &str) -> String {

@@ -62,6 +62,9 @@ pub use limits::{
 
 mod join;
 mod limits;
+mod role;
+
+use role::{Role, prepare_role};
 
 use join::{Admission, Joining, collect_streams, data_join};
 
@@ -730,91 +733,4 @@ fn tuning_of(request: &SessionRequest) -> Tuning {
         streams_from_rtt: false,
         script: Vec::new(),
     }
-}
-
-enum Role {
-    Send(Arc<dyn Source>, Option<Duration>),
-    Receive(Arc<dyn Sink>),
-}
-
-fn prepare_role(ctx: &Context, open: &SessionOpen, authz: &Authorization) -> Result<Role> {
-    let grants = match authz {
-        Authorization::Open => None,
-        Authorization::Granted(g) => Some(g),
-        Authorization::Denied(subject) => {
-            return Err(Error::PermissionDenied {
-                path: subject.clone(),
-                why: "this certificate is not authorized on this server".into(),
-            });
-        }
-    };
-    // The root a request is served from, and the path beneath it: with
-    // grants, the subtree of the grant it falls in.
-    let place = |path: PathBuf, access: Access| -> Result<(Root, PathBuf)> {
-        match grants {
-            None => Ok((ctx.root.clone(), path)),
-            Some(g) => {
-                let (grant, rest) = g.resolve(&path, access)?;
-                Ok((ctx.root.subtree(&grant.path)?, rest))
-            }
-        }
-    };
-    Ok(match &open.mode {
-        SessionMode::Push { dest, top_level } => {
-            let dest = ctx.place(dest)?;
-            // A writer who may not read is not told what is there already
-            // (--skip-existing would say, and give digests).
-            let readable = grants.is_none_or(|g| g.resolve(&dest, Access::Read).is_ok());
-            let (root, dest) = place(dest, Access::Write)?;
-            let sink =
-                FsSink::new(root, dest, *top_level)?.keep_special_bits(ctx.opts.allow_special_bits);
-            Role::Receive(Arc::new(if readable { sink } else { sink.blind() }))
-        }
-        SessionMode::Pull { sources, recursive } => {
-            if sources.is_empty() {
-                return Err(Error::BadRequest("no source paths".into()));
-            }
-            // All sources must lie in one grant: one source, one root.
-            let mut grant_path: Option<PathBuf> = None;
-            let mut paths = Vec::with_capacity(sources.len());
-            for s in sources {
-                let path = ctx.place(s)?;
-                let Some(g) = grants else {
-                    paths.push(path);
-                    continue;
-                };
-                let (grant, rest) = g.resolve(&path, Access::Read)?;
-                if grant_path.as_ref().is_some_and(|p| *p != grant.path) {
-                    return Err(Error::BadRequest(
-                        "the sources lie in different grants; copy them separately".into(),
-                    ));
-                }
-                grant_path = Some(grant.path.clone());
-                paths.push(rest);
-            }
-            let root = match &grant_path {
-                Some(sub) => ctx.root.subtree(sub)?,
-                None => ctx.root.clone(),
-            };
-            let source = FsSource::new(root, paths, *recursive)
-                .keep_special_bits(ctx.opts.allow_special_bits);
-            Role::Send(Arc::new(source), None)
-        }
-        SessionMode::Perf {
-            server_sends,
-            bytes,
-            millis,
-        } => {
-            if *server_sends {
-                let (size, deadline) = if *bytes > 0 {
-                    (*bytes, None)
-                } else {
-                    (FileMeta::UNKNOWN_SIZE, Some(Duration::from_millis(*millis)))
-                };
-                Role::Send(Arc::new(GenSource::new(size, open.block_size)), deadline)
-            } else {
-                Role::Receive(Arc::new(DiscardSink))
-            }
-        }
-    })
 }

@@ -1,14 +1,12 @@
-//! What tern prints: progress while working, then a summary for people or
-//! one JSON object for scripts.
+//! What a transfer did: the `--json` object, and the summary for people
+//! made from it (printed by [`crate::console`]).
 
-use std::io::IsTerminal;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
-use tern_engine::transfer::{Progress, TransferStats};
+use tern_advisor::Advice;
+use tern_engine::client::Endpoint;
+use tern_engine::transfer::TransferStats;
 use tern_proto::{ChecksumAlg, Protect};
 
 use crate::size::{human_bytes, human_rate};
@@ -127,7 +125,63 @@ pub struct Report {
     pub tuning: Option<tern_drs::Diagnosis>,
     /// The advice started from and the report sent back (`--advisor`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub advisor: Option<crate::advise::AdvisorUse>,
+    pub advisor: Option<AdvisorUse>,
+}
+
+/// What `--advisor` did, in the `--json` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdvisorUse {
+    /// The advisor asked.
+    pub url: String,
+    /// The streams the transfer started with on its advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub streams: Option<u16>,
+    /// The window it set on its advice, bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_bytes: Option<u64>,
+    /// The advice itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice: Option<Advice>,
+    /// Why there was no advice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice_error: Option<String>,
+    /// The result was reported back.
+    pub reported: bool,
+    /// Why reporting failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report_error: Option<String>,
+}
+
+/// How a command reached its far end.
+#[derive(Debug, Clone)]
+pub enum Via {
+    /// Nowhere: a local copy.
+    Local,
+    /// A daemon.
+    Daemon(Endpoint),
+    /// A `tern serve --once` started over ssh.
+    Ssh(Connect),
+}
+
+/// Who dials whom when ssh started the far end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connect {
+    /// This side connects to the remote tern.
+    Forward,
+    /// The remote tern connects to this side (`-z`).
+    Reverse,
+}
+
+impl Via {
+    /// The report's `via`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Via::Local => "local",
+            Via::Daemon(_) => "daemon",
+            Via::Ssh(Connect::Forward) => "ssh",
+            Via::Ssh(Connect::Reverse) => "ssh-reverse",
+        }
+    }
 }
 
 fn bps(bytes: u64, d: Duration) -> f64 {
@@ -147,7 +201,7 @@ pub struct ReportInput<'a> {
     pub checksum: Option<ChecksumAlg>,
     pub block_size: u64,
     pub fingerprint: Option<String>,
-    pub advisor: Option<crate::advise::AdvisorUse>,
+    pub advisor: Option<AdvisorUse>,
 }
 
 impl Report {
@@ -220,44 +274,15 @@ impl Report {
         }
     }
 
-    /// Lists on stderr the entries that could not be copied.
-    fn emit_failed(&self) {
-        if self.failed.is_empty() {
-            return;
-        }
-        let entries = if self.failed.len() == 1 {
-            "entry"
-        } else {
-            "entries"
-        };
-        eprintln!("  not copied: {} {entries}", self.failed.len());
-        for f in &self.failed {
-            let at = if f.seen_by == "peer" {
-                " (at the peer)"
-            } else {
-                ""
-            };
-            eprintln!("    {}: {}{at}", f.path, f.error);
-        }
-    }
-
-    /// Prints the report: JSON on stdout, or a summary on stderr.
-    pub fn emit(&self, json: bool) {
-        if json {
-            println!(
-                "{}",
-                serde_json::to_string(self).expect("report serializes")
-            );
-            // What was not copied goes to stderr whatever the format, as
-            // rsync's errors do.
-            self.emit_failed();
-            return;
-        }
+    /// The human summary, one line a string: the totals, then what a
+    /// resume, skipping, failures, compression, lost streams, the streams
+    /// and the tuning did.
+    pub fn human_lines(&self) -> Vec<String> {
         let files = match self.files {
             1 => "1 file".to_string(),
             n => format!("{n} files"),
         };
-        eprintln!(
+        let mut out = vec![format!(
             "tern {}: {} in {files}, {:.2} s, {} (network {}), {} streams, protect {}, {} blocks re-sent",
             self.command,
             human_bytes(self.bytes),
@@ -267,27 +292,34 @@ impl Report {
             self.streams,
             self.protect,
             self.blocks_retransmitted,
-        );
+        )];
         if self.bytes_resumed > 0 {
-            eprintln!(
+            out.push(format!(
                 "  resumed: {} were already at the destination from an interrupted run",
                 human_bytes(self.bytes_resumed)
-            );
+            ));
         }
         if self.files_skipped > 0 {
-            eprintln!(
+            out.push(format!(
                 "  skipped: {} files ({}) already complete at the destination",
                 self.files_skipped,
                 human_bytes(self.bytes_skipped)
-            );
+            ));
         }
-        self.emit_failed();
+        out.extend(failed_lines(&self.failed));
+        out.extend(self.transport_lines());
+        out
+    }
+
+    /// Compression, lost and replaced streams, per-stream rates, tuning.
+    fn transport_lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
         if let Some(c) = self
             .compression
             .as_ref()
             .filter(|c| c.blocks_compressed > 0)
         {
-            eprintln!(
+            out.push(format!(
                 "  compression: {} ({}), {} → {} on the wire ({:.0}%), {} blocks sent raw",
                 c.codec,
                 c.mode,
@@ -295,13 +327,13 @@ impl Report {
                 human_bytes(c.bytes_wire),
                 c.ratio * 100.0,
                 c.blocks_raw
-            );
+            ));
         }
         if self.streams_lost > 0 || self.streams_replaced > 0 {
-            eprintln!(
+            out.push(format!(
                 "  streams: {} lost ({} stalled), {} replaced",
                 self.streams_lost, self.streams_stalled, self.streams_replaced
-            );
+            ));
         }
         if self.streams > 1 {
             let parts: Vec<String> = self
@@ -309,16 +341,40 @@ impl Report {
                 .iter()
                 .map(|s| format!("#{} {}", s.stream, human_rate(s.throughput_bps)))
                 .collect();
-            eprintln!("  per stream: {}", parts.join(", "));
+            out.push(format!("  per stream: {}", parts.join(", ")));
         }
         if let Some(t) = &self.tuning {
-            eprintln!("  {}", tuning_line(t, self.direction));
-            eprintln!("  {}", t.summary);
+            out.push(format!("  {}", tuning_line(t, self.direction)));
+            out.push(format!("  {}", t.summary));
             for line in &t.sysctls {
-                eprintln!("  to lift the cap: {line}");
+                out.push(format!("  to lift the cap: {line}"));
             }
         }
+        out
     }
+}
+
+/// The entries that could not be copied, one line each after a count
+/// (nothing when there are none).
+pub fn failed_lines(failed: &[FailedEntry]) -> Vec<String> {
+    if failed.is_empty() {
+        return Vec::new();
+    }
+    let entries = if failed.len() == 1 {
+        "entry"
+    } else {
+        "entries"
+    };
+    let mut out = vec![format!("  not copied: {} {entries}", failed.len())];
+    for f in failed {
+        let at = if f.seen_by == "peer" {
+            " (at the peer)"
+        } else {
+            ""
+        };
+        out.push(format!("    {}: {}{at}", f.path, f.error));
+    }
+    out
 }
 
 /// How the transport was tuned, in one line: congestion control, buffer
@@ -360,59 +416,6 @@ fn tuning_line(t: &tern_drs::Diagnosis, direction: &str) -> String {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A progress bar fed from the engine's counters.
-pub struct ProgressDisplay {
-    bar: Option<ProgressBar>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl ProgressDisplay {
-    /// Starts drawing when `enabled` is set, or by default when stderr is a
-    /// terminal and the output is not JSON.
-    pub fn start(progress: &Arc<Progress>, explicit: Option<bool>, json: bool) -> ProgressDisplay {
-        let enabled = explicit.unwrap_or(!json && std::io::stderr().is_terminal());
-        if !enabled {
-            return ProgressDisplay {
-                bar: None,
-                task: None,
-            };
-        }
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{bytes:>10} / {total_bytes:<10} {bar:30} {binary_bytes_per_sec:>12}  ETA {eta}",
-            )
-            .expect("template")
-            .progress_chars("=> "),
-        );
-        let (b, p) = (bar.clone(), progress.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let total = p.total.load(Ordering::Relaxed);
-                if total > 0 {
-                    b.set_length(total);
-                }
-                b.set_position(p.bytes.load(Ordering::Relaxed));
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
-        ProgressDisplay {
-            bar: Some(bar),
-            task: Some(task),
-        }
-    }
-
-    /// Stops drawing and clears the bar.
-    pub fn finish(self) {
-        if let Some(t) = self.task {
-            t.abort();
-        }
-        if let Some(b) = self.bar {
-            b.finish_and_clear();
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! `tern probe`: the active measurements of tern-probe against a daemon,
-//! printed for people or as one JSON object; and the UDP probe responder
-//! that `tern serve` runs beside its TCP listener.
+//! printed for people or as one JSON object.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -9,39 +8,13 @@ use anyhow::Result;
 use serde::Serialize;
 use tern_engine::client::Endpoint;
 use tern_probe::{Capacity, CapacityOptions, DirectionCapacity, Rtt, RttOptions, Throughput};
-use tokio::sync::oneshot;
 
 use crate::cli::ProbeArgs;
+use crate::console::Console;
+use crate::error::usage;
 use crate::location::{self, Location};
+use crate::options;
 use crate::size::{human_bytes, human_rate};
-
-/// Stops the UDP probe responder when dropped.
-pub struct Responder {
-    _stop: oneshot::Sender<()>,
-}
-
-/// Starts the UDP probe responder on the daemon's address and port. A
-/// port that UDP cannot have is a warning: the daemon serves without it.
-pub async fn start_responder(addr: SocketAddr) -> Option<Responder> {
-    let socket = match tokio::net::UdpSocket::bind(addr).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("UDP probe responder not started: cannot bind udp {addr}: {e}");
-            return None;
-        }
-    };
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        if let Err(e) = tern_probe::serve_udp(socket, shutdown).await {
-            tracing::warn!("UDP probe responder stopped: {e}");
-        }
-    });
-    tracing::info!("UDP probe responder on udp {addr}");
-    Some(Responder { _stop: stop })
-}
 
 /// `HOST`, `HOST:PORT` or `tern://HOST[:PORT]`.
 fn endpoint_of(target: &str) -> Result<Endpoint, String> {
@@ -71,12 +44,9 @@ struct ProbeReport {
 /// Runs the measurements asked for; the first that failed decides the
 /// exit code, after everything measured has been printed.
 pub async fn run(args: ProbeArgs) -> Result<()> {
-    let endpoint = endpoint_of(&args.target).map_err(crate::cmd::usage)?;
+    let endpoint = endpoint_of(&args.target).map_err(usage)?;
     let throughput_opts = if args.throughput {
-        Some(crate::cmd::client_options(
-            &args.transfer,
-            tern_proto::ChecksumAlg::Xxh3,
-        )?)
+        Some(options::measure_options(&args.transfer)?)
     } else {
         None
     };
@@ -125,14 +95,7 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
             }
         }
     }
-    if args.transfer.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).expect("report serializes")
-        );
-    } else {
-        print_human(&report);
-    }
+    Console::for_transfer(&args.transfer).result(&report, || human(&report));
     match first_error {
         Some(e) => Err(e.into()),
         None => Ok(()),
@@ -160,25 +123,32 @@ fn direction_line(arrow: &str, d: &DirectionCapacity, whom: &str) -> String {
     }
 }
 
-fn print_human(r: &ProbeReport) {
-    println!("tern probe {} ({})", r.target, r.address);
+/// The report for people.
+fn human(r: &ProbeReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "tern probe {} ({})", r.target, r.address);
     if let Some(rtt) = &r.rtt {
         let s = &rtt.stats;
-        println!(
+        let _ = writeln!(
+            out,
             "  rtt         {:.2} ms median (min {:.2}, max {:.2}, stddev {:.2}; {} TCP connects)",
             s.median_ms, s.min_ms, s.max_ms, s.stddev_ms, s.samples
         );
     }
     if let Some(c) = &r.capacity {
-        println!(
+        let _ = writeln!(
+            out,
             "{}",
             direction_line("→", &c.forward, "this host to the daemon")
         );
-        println!(
+        let _ = writeln!(
+            out,
             "{}",
             direction_line("←", &c.reverse, "the daemon to this host")
         );
-        println!(
+        let _ = writeln!(
+            out,
             "  probe load  {} each way in {:.1} s ({} average), trains of {} × {}-byte packets sent at {}",
             human_bytes(c.bytes_each_way),
             c.elapsed_s,
@@ -189,7 +159,8 @@ fn print_human(r: &ProbeReport) {
         );
         if let (Some(sent), Some(fwd)) = (c.send_bps, c.forward.estimate_bps) {
             if fwd > 0.8 * sent {
-                println!(
+                let _ = writeln!(
+                    out,
                     "  note        trains left this host hardly faster than they arrived: → is a lower bound"
                 );
             }
@@ -201,7 +172,8 @@ fn print_human(r: &ProbeReport) {
             .and_then(|l| serde_json::to_value(l).ok())
             .and_then(|v| v.as_str().map(|l| format!(", limit: {l}")))
             .unwrap_or_default();
-        println!(
+        let _ = writeln!(
+            out,
             "  throughput  {} over {:.1} s, {} streams, window {}, {} blocks re-sent{limit}",
             human_rate(t.bits_per_second),
             t.elapsed_s,
@@ -211,8 +183,9 @@ fn print_human(r: &ProbeReport) {
         );
     }
     for (name, e) in &r.errors {
-        println!("  {name:<11} failed: {e}");
+        let _ = writeln!(out, "  {name:<11} failed: {e}");
     }
+    out
 }
 
 #[cfg(test)]

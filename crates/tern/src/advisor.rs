@@ -1,0 +1,77 @@
+//! The advisor run by the binary (`tern serve --http`, `tern advisor`):
+//! its probes, its archive and its HTTP API.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tern_advisor::{Advisor, EngineSweep, EngineThroughput, Probe};
+
+use crate::addr::http_addr;
+use crate::cli::AdvisorArgs;
+use crate::error::usage;
+use crate::options;
+use crate::signals::{Stop, stopped};
+
+/// The default probes, and the throughput test and the sweep when asked:
+/// `tern perf` runs with the defaults of `tern perf` (trust on first use,
+/// in the usual known_hosts).
+fn probes(args: &AdvisorArgs) -> Result<Vec<Arc<dyn Probe>>> {
+    let mut probes = tern_advisor::service::default_probes();
+    if args.probe_throughput <= 0.0 && args.probe_sweep <= 0.0 {
+        return Ok(probes);
+    }
+    let options = options::default_measure_options()?;
+    if args.probe_throughput > 0.0 {
+        probes.push(Arc::new(EngineThroughput {
+            options: options.clone(),
+            duration: Duration::from_secs_f64(args.probe_throughput),
+        }));
+    }
+    if args.probe_sweep > 0.0 {
+        probes.push(Arc::new(EngineSweep::new(
+            options,
+            Duration::from_secs_f64(args.probe_sweep),
+        )));
+    }
+    Ok(probes)
+}
+
+/// An advisor serving its API.
+pub struct Running {
+    /// The advisor (for the daemon's session hook).
+    pub advisor: Advisor,
+    /// Where the API listens.
+    pub addr: SocketAddr,
+}
+
+/// Starts the advisor and its API on `http`; both stop with `stop`.
+pub async fn start(
+    args: &AdvisorArgs,
+    http: &str,
+    state_dir: &Path,
+    stop: Stop,
+) -> Result<Running> {
+    let want = http_addr(http).map_err(usage)?;
+    std::fs::create_dir_all(state_dir)
+        .with_context(|| format!("create the state directory {}", state_dir.display()))?;
+    let listener = tokio::net::TcpListener::bind(want)
+        .await
+        .with_context(|| format!("advisor: cannot listen on {want}"))?;
+    let addr = listener.local_addr()?;
+    let advisor = Advisor::start_with_probes(
+        options::advisor_options(args, state_dir),
+        probes(args)?,
+        stopped(stop.clone()),
+    )
+    .await?;
+    let service = advisor.service().clone();
+    tokio::spawn(async move {
+        if let Err(e) = tern_advisor::api::serve(listener, service, stopped(stop)).await {
+            tracing::error!("advisor API stopped: {e}");
+        }
+    });
+    Ok(Running { advisor, addr })
+}

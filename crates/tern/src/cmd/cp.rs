@@ -1,0 +1,361 @@
+//! `tern cp`: copy files and trees to, from or between places (local
+//! paths, daemons, hosts reached through ssh).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use tern_engine::client::{self, Endpoint};
+use tern_engine::fsio::{FsSink, FsSource, Root};
+use tern_engine::local;
+use tern_engine::transfer::{Progress, TransferStats};
+use tern_proto::Protect;
+
+use crate::cli::CpArgs;
+use crate::console::Console;
+use crate::consult::{Consulted, remote_options, warn_advisor_over_ssh};
+use crate::error::{Partial, usage};
+use crate::host;
+use crate::location::{self, Location, SshTarget};
+use crate::options;
+use crate::report::{Report, ReportInput, Via};
+use crate::retry::with_retries;
+use crate::ssh_session::{connect_of, over_ssh};
+
+/// The sources of a copy: all local, or all at one place.
+enum Sources {
+    Local(Vec<PathBuf>),
+    Daemon(Endpoint, Vec<String>),
+    Ssh(SshTarget, Vec<String>),
+}
+
+fn sources_of(srcs: &[Location]) -> Result<Sources> {
+    let mut out = match &srcs[0] {
+        Location::Local(_) => Sources::Local(Vec::new()),
+        Location::Remote { endpoint, .. } => Sources::Daemon(endpoint.clone(), Vec::new()),
+        Location::Ssh { target, .. } => Sources::Ssh(target.clone(), Vec::new()),
+    };
+    for s in srcs {
+        match (&mut out, s) {
+            (Sources::Local(v), Location::Local(p)) => v.push(p.clone()),
+            (Sources::Daemon(ep, v), Location::Remote { endpoint, path }) if ep == endpoint => {
+                v.push(path.clone())
+            }
+            (Sources::Ssh(t, v), Location::Ssh { target, path }) if t == target => {
+                v.push(path.clone())
+            }
+            _ => {
+                return Err(usage(
+                    "sources must be all local, or all on one daemon or ssh host",
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The destination and the sources named on the command line.
+fn places(args: &CpArgs) -> Result<(Location, Sources)> {
+    let (dst_arg, src_args) = args.paths.split_last().expect("clap requires two paths");
+    let dst = location::parse(dst_arg).map_err(usage)?;
+    let srcs = src_args
+        .iter()
+        .map(|s| location::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(usage)?;
+    Ok((dst, sources_of(&srcs)?))
+}
+
+/// What a copy did, and how.
+struct Copied {
+    outcome: client::Outcome,
+    /// push, pull or local.
+    direction: &'static str,
+    via: Via,
+    consulted: Option<Consulted>,
+}
+
+/// Copies, and reports what was copied.
+pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
+    host::raise_open_files();
+    let (dst, sources) = places(&args)?;
+    let progress = Arc::new(Progress::default());
+    let console = Console::for_transfer(&args.transfer);
+    let display = console.progress(&progress);
+    let result = copy(&args, &dst, sources, &progress, &console).await;
+    display.finish();
+    finish(&args, result?, started, &console).await
+}
+
+/// Runs the copy the places call for, again after a lost connection.
+async fn copy(
+    args: &CpArgs,
+    dst: &Location,
+    sources: Sources,
+    progress: &Arc<Progress>,
+    console: &Console,
+) -> Result<Copied> {
+    let t = &args.transfer;
+    match (dst, sources) {
+        (Location::Remote { endpoint, path }, Sources::Local(sources)) => {
+            push_to_daemon(args, endpoint, path, sources, progress, console).await
+        }
+        (Location::Ssh { target, path }, Sources::Local(sources)) => {
+            push_over_ssh(args, target, path, sources, progress, console).await
+        }
+        (Location::Local(dest), Sources::Daemon(endpoint, paths)) => {
+            pull_from_daemon(args, endpoint, paths, dest, progress, console).await
+        }
+        (Location::Local(dest), Sources::Ssh(target, paths)) => {
+            pull_over_ssh(args, target, paths, dest, progress, console).await
+        }
+        (Location::Local(dest), Sources::Local(sources)) => {
+            if t.advisor.is_some() {
+                console.warn("--advisor is for transfers with a daemon; ignored for a local copy");
+            }
+            let outcome = copy_local(&sources, dest, args, progress.clone()).await?;
+            Ok(Copied {
+                outcome,
+                direction: "local",
+                via: Via::Local,
+                consulted: None,
+            })
+        }
+        _ => {
+            bail!(usage(
+                "copying from one remote place to another is not supported yet; copy through a local directory"
+            ))
+        }
+    }
+}
+
+/// Local `sources` to `path` under a daemon's root.
+async fn push_to_daemon(
+    args: &CpArgs,
+    endpoint: &Endpoint,
+    path: &str,
+    sources: Vec<PathBuf>,
+    progress: &Arc<Progress>,
+    console: &Console,
+) -> Result<Copied> {
+    let t = &args.transfer;
+    let (opts, consulted) =
+        remote_options(t, options::copy_options(args)?, endpoint, console).await;
+    let outcome = with_retries(t.retries, console, || async {
+        let (sources, path) = (sources.clone(), path.to_string());
+        Ok(client::push(
+            endpoint,
+            &opts,
+            sources,
+            args.recursive,
+            path,
+            progress.clone(),
+        )
+        .await?)
+    })
+    .await?;
+    Ok(Copied {
+        outcome,
+        direction: "push",
+        via: Via::Daemon(endpoint.clone()),
+        consulted,
+    })
+}
+
+/// Local `sources` to `path` on a host reached through ssh.
+async fn push_over_ssh(
+    args: &CpArgs,
+    target: &SshTarget,
+    path: &str,
+    sources: Vec<PathBuf>,
+    progress: &Arc<Progress>,
+    console: &Console,
+) -> Result<Copied> {
+    let t = &args.transfer;
+    warn_advisor_over_ssh(t, console);
+    let opts = options::copy_options(args)?;
+    let ssh = options::copy_ssh_options(args)?;
+    let (recursive, connect) = (args.recursive, connect_of(&args.ssh));
+    let outcome = with_retries(t.retries, console, || {
+        let (sources, path, progress) = (sources.clone(), path.to_string(), progress.clone());
+        over_ssh(target, &ssh, connect, &opts, move |ep, o| async move {
+            client::push(&ep, &o, sources, recursive, path, progress).await
+        })
+    })
+    .await?;
+    Ok(Copied {
+        outcome,
+        direction: "push",
+        via: Via::Ssh(connect),
+        consulted: None,
+    })
+}
+
+/// `paths` under a daemon's root to local `dest`.
+async fn pull_from_daemon(
+    args: &CpArgs,
+    endpoint: Endpoint,
+    paths: Vec<String>,
+    dest: &Path,
+    progress: &Arc<Progress>,
+    console: &Console,
+) -> Result<Copied> {
+    let t = &args.transfer;
+    let (opts, consulted) =
+        remote_options(t, options::copy_options(args)?, &endpoint, console).await;
+    let outcome = with_retries(t.retries, console, || async {
+        let (paths, dest) = (paths.clone(), dest.to_path_buf());
+        Ok(client::pull(
+            &endpoint,
+            &opts,
+            paths,
+            args.recursive,
+            dest,
+            progress.clone(),
+        )
+        .await?)
+    })
+    .await?;
+    Ok(Copied {
+        outcome,
+        direction: "pull",
+        via: Via::Daemon(endpoint),
+        consulted,
+    })
+}
+
+/// `paths` on a host reached through ssh to local `dest`.
+async fn pull_over_ssh(
+    args: &CpArgs,
+    target: SshTarget,
+    paths: Vec<String>,
+    dest: &Path,
+    progress: &Arc<Progress>,
+    console: &Console,
+) -> Result<Copied> {
+    let t = &args.transfer;
+    warn_advisor_over_ssh(t, console);
+    let opts = options::copy_options(args)?;
+    let ssh = options::copy_ssh_options(args)?;
+    let (recursive, connect) = (args.recursive, connect_of(&args.ssh));
+    let outcome = with_retries(t.retries, console, || {
+        let (paths, dest, progress) = (paths.clone(), dest.to_path_buf(), progress.clone());
+        over_ssh(&target, &ssh, connect, &opts, move |ep, o| async move {
+            client::pull(&ep, &o, paths, recursive, dest, progress).await
+        })
+    })
+    .await?;
+    Ok(Copied {
+        outcome,
+        direction: "pull",
+        via: Via::Ssh(connect),
+        consulted: None,
+    })
+}
+
+/// Says what the copy did, reports it to the advisor it started from, and
+/// fails as [`partial_result`] says.
+async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Console) -> Result<()> {
+    let t = &args.transfer;
+    let Copied {
+        outcome,
+        direction,
+        via,
+        consulted,
+    } = copied;
+    if let Via::Daemon(ep) = &via {
+        console.first_contact(&outcome, ep);
+    }
+    let remote = !matches!(via, Via::Local);
+    let advisor = match (consulted, &via) {
+        (Some(c), Via::Daemon(ep)) => {
+            let way = if direction == "push" {
+                "send"
+            } else {
+                "receive"
+            };
+            Some(c.report(ep, &outcome.stats, "tern cp", way, console).await)
+        }
+        _ => None,
+    };
+    let report = Report::new(ReportInput {
+        command: "cp",
+        direction,
+        via: via.name(),
+        stats: &outcome.stats,
+        started,
+        setup: outcome.setup,
+        protect: if remote {
+            options::protect_of(t.protect)
+        } else {
+            Protect::Clear
+        },
+        checksum: Some(options::checksum_of(args.checksum)),
+        block_size: t.block_size,
+        fingerprint: remote.then(|| outcome.fingerprint.clone()),
+        advisor,
+    });
+    console.report(&report);
+    partial_result(&outcome.stats)
+}
+
+/// A copy that completed except for some entries is exit 23 (as rsync's);
+/// one whose only entry failed fails as that entry did (a single file into
+/// an unwritable directory is a permission error, 4, as it always was).
+fn partial_result(stats: &TransferStats) -> Result<()> {
+    match stats.failed.as_slice() {
+        [] => Ok(()),
+        [only] if stats.files.is_empty() && stats.skipped.is_empty() => {
+            bail!(tern_engine::Error::Entry {
+                code: only.code,
+                message: format!("{}: {}", only.path, only.message),
+            })
+        }
+        failed => bail!(Partial(failed.len())),
+    }
+}
+
+/// A copy between local paths: both ends in this process.
+async fn copy_local(
+    sources: &[PathBuf],
+    dest: &Path,
+    args: &CpArgs,
+    progress: Arc<Progress>,
+) -> Result<client::Outcome> {
+    let sources = sources.to_vec();
+    for s in &sources {
+        let meta = std::fs::metadata(s).map_err(|e| tern_engine::Error::io("stat", s, e))?;
+        if meta.is_dir() && !args.recursive {
+            bail!(tern_engine::Error::BadRequest(format!(
+                "{}: is a directory (use -r to copy it)",
+                s.display()
+            )));
+        }
+    }
+    let keep = args.keep_special_bits;
+    let sink = Arc::new(
+        FsSink::new(Root::Ambient, dest.to_path_buf(), sources.len() as u32)?
+            .keep_special_bits(keep),
+    );
+    let source =
+        Arc::new(FsSource::new(Root::Ambient, sources, args.recursive).keep_special_bits(keep));
+    let params = options::local_params(args)?;
+    let (sent, mut received) = local::copy(
+        source,
+        sink,
+        params,
+        progress,
+        crate::fault::from_env().as_ref(),
+    )
+    .await?;
+    // The sender knows what compression did (blocks compressed in vain).
+    received.compression = sent.compression;
+    Ok(client::Outcome {
+        streams: received.streams_used,
+        stats: received,
+        fingerprint: String::new(),
+        recorded: None,
+        setup: Duration::ZERO,
+    })
+}

@@ -1,0 +1,101 @@
+//! A session with a `tern serve --once` that ssh starts at the far end of
+//! a `[USER@]HOST:` location.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
+use tern_engine::client::Callback;
+use tern_engine::client::{self, ClientOptions, Endpoint};
+
+use crate::cli::SshArgs;
+use crate::location::SshTarget;
+use crate::options;
+use crate::report::Connect;
+use crate::ssh::{Remote, SshOptions};
+
+/// Runs one session against a `tern serve --once` that ssh starts on
+/// `target`: pins the certificate and presents the token from its once
+/// line, and ends the ssh session afterwards. In reverse mode this side
+/// listens and the remote tern connects to it. ssh's time counts as setup.
+pub async fn over_ssh<F, Fut>(
+    target: &SshTarget,
+    ssh: &SshOptions,
+    connect: Connect,
+    base: &ClientOptions,
+    session: F,
+) -> Result<client::Outcome>
+where
+    F: FnOnce(Endpoint, ClientOptions) -> Fut,
+    Fut: std::future::Future<Output = tern_engine::Result<client::Outcome>>,
+{
+    let started = Instant::now();
+    let callback = match connect {
+        Connect::Reverse => Some(Arc::new(Callback::new(listen_any().await?))),
+        Connect::Forward => None,
+    };
+    let connect_back = match &callback {
+        Some(cb) => Some(cb.port()?),
+        None => None,
+    };
+    let mut remote = Remote::start(target, ssh, connect_back).await?;
+    let opts = match options::vouched_by_ssh(base, &target.host, &remote.line, callback.clone()) {
+        Ok(opts) => opts,
+        Err(e) => {
+            remote.finish().await;
+            return Err(e.into());
+        }
+    };
+    let ep = remote.endpoint().await;
+    let ssh_time = started.elapsed();
+    let session = session(ep, opts);
+    tokio::pin!(session);
+    let result = match &callback {
+        // A remote tern that ended cannot connect back: stop waiting for it.
+        Some(cb) => tokio::select! {
+            r = &mut session => r,
+            () = remote.ended() => {
+                cb.close();
+                session.await
+            }
+        },
+        None => session.await,
+    };
+    let said = remote.finish().await;
+    match result {
+        Ok(mut outcome) => {
+            outcome.setup += ssh_time;
+            Ok(outcome)
+        }
+        // The peer's own error message says it all; otherwise what the
+        // remote logged may tell why the connection failed.
+        Err(e) if said.trim().is_empty() || matches!(e, tern_engine::Error::Peer { .. }) => {
+            Err(e.into())
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!(
+            "via ssh to {} (the remote tern said: {})",
+            target.host,
+            said.trim().replace('\n', " | ")
+        ))),
+    }
+}
+
+/// `-z`.
+pub fn connect_of(args: &SshArgs) -> Connect {
+    if args.reverse_connect {
+        Connect::Reverse
+    } else {
+        Connect::Forward
+    }
+}
+
+/// A listener for reverse mode, on every address (IPv6 and IPv4 where the
+/// host has both): the remote tern dials whichever its ssh came from.
+async fn listen_any() -> Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind("[::]:0").await {
+        Ok(l) => Ok(l),
+        Err(_) => tokio::net::TcpListener::bind("0.0.0.0:0")
+            .await
+            .map_err(|e| tern_engine::Error::io("listen", "0.0.0.0:0", e).into()),
+    }
+}
