@@ -66,3 +66,21 @@ pub fn closed_addr() -> SocketAddr {
 pub fn free_port() -> u16 {
     closed_addr().port()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_is_seen_and_a_closed_port_is_not() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        wait_until_listening(l.local_addr().unwrap(), Duration::from_secs(5));
+        let closed = closed_addr();
+        let waited = std::panic::catch_unwind(|| {
+            wait_until_listening(closed, Duration::from_millis(300));
+        });
+        let why = waited.expect_err("nothing listens there");
+        let why = why.downcast_ref::<String>().unwrap();
+        assert!(why.contains(&closed.to_string()), "{why}");
+    }
+}
