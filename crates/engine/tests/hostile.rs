@@ -25,6 +25,9 @@ use tern_engine::tls::ServerIdentity;
 use tern_engine::transfer::Progress;
 use tern_engine::{Error, ErrorKind};
 use tern_proto::{ErrorCode, Protect};
+use tern_testkit::daemon::tern_bin;
+use tern_testkit::files::{content_difference, hashed_bytes};
+use tern_testkit::skip::skip;
 
 const KEY: &[u8] =
     b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGhvc3RpbGUgcGVlciBrZXkgZm9yIHRlc3Rz mallory\n";
@@ -39,18 +42,13 @@ fn init_tracing() {
 
 /// The report a user asked for: a few blocks of 64 KiB.
 fn report() -> Vec<u8> {
-    (0..200_000u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect()
+    hashed_bytes(200_000)
 }
 
 /// `path` holds the report.
+#[track_caller]
 fn assert_report(path: &Path) {
-    assert!(
-        std::fs::read(path).unwrap() == report(),
-        "{}",
-        path.display()
-    );
+    assert_eq!(content_difference(path, report()), None);
 }
 
 /// One step of a script.
@@ -285,7 +283,7 @@ async fn an_honest_fake_is_received() {
         .await
         .unwrap();
     d.finished().await.unwrap();
-    assert_eq!(std::fs::read(&renamed).unwrap(), b"v2");
+    assert_eq!(content_difference(&renamed, b"v2"), None);
 
     let tree_dest = work.path().join("t");
     std::fs::create_dir(&tree_dest).unwrap();
@@ -408,7 +406,7 @@ async fn fake_once(dir: &Path, steps: Vec<Step>, reverse: bool) -> (FakeDaemon<(
 /// Runs the real `tern cp [-z] --ssh SSH 127.0.0.1:SRC DEST`; `None` when
 /// there is no binary to run.
 async fn tern_cp(test: &str, ssh: &Path, reverse: bool, src: &str, dest: &str) -> Option<Output> {
-    let Some(bin) = fake::tern_bin() else {
+    let Some(bin) = tern_bin() else {
         skip(
             test,
             "no tern binary beside this test (cargo build --release -p tern, or TERN_BIN)",
@@ -437,13 +435,6 @@ async fn tern_cp(test: &str, ssh: &Path, reverse: bool, src: &str, dest: &str) -
         cmd.arg("-z");
     }
     Some(cmd.output().await.unwrap())
-}
-
-fn skip(test: &str, why: &str) {
-    if std::env::var_os("TERN_TEST_STRICT").is_some_and(|v| !v.is_empty()) {
-        panic!("{test} cannot run: {why} (TERN_TEST_STRICT is set: no test may skip)");
-    }
-    eprintln!("SKIP {test}: {why}");
 }
 
 /// The exit code of the permission class (README, `tern help exit-codes`).

@@ -18,15 +18,15 @@ use std::time::{Duration, Instant};
 
 use tern_engine::client::{self, ClientOptions, Endpoint};
 use tern_engine::server::{Daemon, Refusals, ServerOptions};
-use tern_engine::session::Choices;
 use tern_engine::tls::{PinVerifier, ServerIdentity};
 use tern_engine::transfer::{BoxStream, Control, Progress};
-use tern_engine::tuning::Tuning;
 use tern_proto::hello::HELLO_LEN;
 use tern_proto::{
     ChecksumAlg, ControlMsg, DataJoin, ErrorCode, Features, Hello, JoinReply, MAX_CONTROL_FRAME,
     Protect, SessionMode, SessionOpen, decode_control, encode_control,
 };
+use tern_testkit::client as kit;
+use tern_testkit::files::content_difference;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
@@ -121,24 +121,9 @@ async fn start(configure: impl FnOnce(&mut ServerOptions)) -> Running {
     }
 }
 
+/// Client options of these tests: safe, blocks of 64 KiB.
 fn client_opts(streams: u16) -> ClientOptions {
-    ClientOptions {
-        streams,
-        max_streams: streams,
-        tuning: Tuning::default(),
-        rate_limit: None,
-        block_size: 64 << 10,
-        checksum: ChecksumAlg::Xxh3,
-        protect: Protect::Safe,
-        trust: tern_engine::client::Trust::Any,
-        client_cert: None,
-        wrap: None,
-        connect_timeout: Duration::from_secs(5),
-        io_timeout: Duration::from_secs(30),
-        once_token: None,
-        reach: tern_engine::client::Reach::Dial,
-        choices: Choices::default(),
-    }
+    kit::options(streams, Protect::Safe, 64 << 10)
 }
 
 /// Copies a small file to the daemon from 127.0.0.1 and checks it arrived;
@@ -148,8 +133,7 @@ async fn legit_copy(d: &Running, streams: u16, name: &str) -> Duration {
     let src = work.path().join("small.bin");
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(&src, &data).unwrap();
-    let mut o = client_opts(streams);
-    o.trust = tern_engine::client::Trust::Pinned(d.target.fingerprint.clone());
+    let o = kit::pinned(client_opts(streams), &d.target.fingerprint);
     let ep = Endpoint {
         host: "127.0.0.1".into(),
         port: d.target.addr.port(),
@@ -168,7 +152,7 @@ async fn legit_copy(d: &Running, streams: u16, name: &str) -> Duration {
     let outcome = outcome
         .unwrap_or_else(|_| panic!("locked out: the copy did not even finish in {LOCKED_OUT:?}"));
     outcome.unwrap();
-    assert_eq!(std::fs::read(d.root.path().join(name)).unwrap(), data);
+    assert_eq!(content_difference(d.root.path().join(name), &data), None);
     took
 }
 

@@ -5,7 +5,6 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
-use rand::RngCore;
 use tern_engine::compress::{GIVE_UP_AFTER, PROBE_EVERY};
 use tern_engine::fault::{BreakAfter, CorruptAt, FillsUp};
 use tern_engine::fsio::{FsSink, FsSource, Root};
@@ -15,6 +14,7 @@ use tern_engine::tuning::{Joined, StreamSupply};
 use tern_engine::{ErrorKind, StreamWrap, local};
 use tern_proto::data::HEADER_LEN;
 use tern_proto::{ChecksumAlg, Compression, SkipExisting};
+use tern_testkit::files::{content_difference, fresh_random_file};
 
 const BS: u32 = 256 << 10;
 
@@ -23,13 +23,6 @@ fn params(streams: u16, checksum: ChecksumAlg) -> TransferParams {
     p.max_files_in_flight = 8;
     p.max_repair_rounds = 4;
     p
-}
-
-fn random_file(path: &Path, len: usize) -> Vec<u8> {
-    let mut data = vec![0u8; len];
-    rand::thread_rng().fill_bytes(&mut data);
-    std::fs::write(path, &data).unwrap();
-    data
 }
 
 async fn copy(
@@ -56,8 +49,8 @@ async fn a_tree_arrives_identical_with_modes_and_times() {
     let src = dir.path().join("run");
     std::fs::create_dir_all(src.join("sub/deeper")).unwrap();
     std::fs::create_dir(src.join("empty")).unwrap();
-    let big = random_file(&src.join("big.dat"), 5 * BS as usize + 123);
-    let small = random_file(&src.join("sub/deeper/small.dat"), 10);
+    let big = fresh_random_file(&src.join("big.dat"), 5 * BS as usize + 123);
+    let small = fresh_random_file(&src.join("sub/deeper/small.dat"), 10);
     std::fs::write(src.join("sub/zero"), b"").unwrap();
     std::fs::set_permissions(src.join("sub/zero"), std::fs::Permissions::from_mode(0o600)).unwrap();
 
@@ -66,10 +59,10 @@ async fn a_tree_arrives_identical_with_modes_and_times() {
         .await
         .unwrap();
 
-    assert_eq!(std::fs::read(dest.join("big.dat")).unwrap(), big);
+    assert_eq!(content_difference(dest.join("big.dat"), &big), None);
     assert_eq!(
-        std::fs::read(dest.join("sub/deeper/small.dat")).unwrap(),
-        small
+        content_difference(dest.join("sub/deeper/small.dat"), &small),
+        None
     );
     assert!(dest.join("empty").is_dir());
     let zero = std::fs::metadata(dest.join("sub/zero")).unwrap();
@@ -112,7 +105,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 async fn a_block_corrupted_in_flight_is_detected_resent_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("data.bin");
-    let data = random_file(&src, 8 * BS as usize);
+    let data = fresh_random_file(&src, 8 * BS as usize);
     let dest = dir.path().join("out.bin");
     // Flip a payload byte of the first block. One stream, so which stream
     // carries that block does not depend on scheduling.
@@ -122,7 +115,7 @@ async fn a_block_corrupted_in_flight_is_detected_resent_and_counted() {
     let (sent, received) = copy(&src, &dest, params(1, ChecksumAlg::Md5), Some(wrap))
         .await
         .unwrap();
-    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert_eq!(content_difference(&dest, &data), None);
     assert_eq!(received.blocks_corrupt, 1);
     assert_eq!(received.blocks_retransmitted, 1);
     assert_eq!(sent.blocks_retransmitted, 1);
@@ -135,7 +128,7 @@ async fn a_stream_that_dies_mid_transfer_loses_nothing() {
     let src = dir.path().join("data.bin");
     // Enough blocks that every stream gets some whatever the scheduling, and
     // stream 2 breaks inside its very first block, so a block is torn for sure.
-    let data = random_file(&src, 96 * BS as usize + 7);
+    let data = fresh_random_file(&src, 96 * BS as usize + 7);
     let dest = dir.path().join("out.bin");
     let wrap: StreamWrap = Arc::new(|k, s: BoxStream| -> BoxStream {
         if k == 2 {
@@ -147,7 +140,7 @@ async fn a_stream_that_dies_mid_transfer_loses_nothing() {
     let (sent, received) = copy(&src, &dest, params(4, ChecksumAlg::Xxh3), Some(wrap))
         .await
         .unwrap();
-    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert_eq!(content_difference(&dest, &data), None);
     assert!(sent.blocks_retransmitted >= 1, "the torn block is re-sent");
     assert_eq!(
         received.per_stream_bytes[2], 0,
@@ -160,8 +153,8 @@ async fn a_disk_that_fills_up_is_a_clear_error_and_leaves_no_partial_file_at_a_f
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     std::fs::create_dir(&src).unwrap();
-    let small = random_file(&src.join("a-small.bin"), 100_000);
-    random_file(&src.join("b-big.bin"), 4 << 20);
+    let small = fresh_random_file(&src.join("a-small.bin"), 100_000);
+    fresh_random_file(&src.join("b-big.bin"), 4 << 20);
     let dest = dir.path().join("dest");
     let source = Arc::new(FsSource::new(Root::Ambient, vec![src.clone()], true));
     // Room for the small file and a quarter of the big one.
@@ -188,7 +181,7 @@ async fn a_disk_that_fills_up_is_a_clear_error_and_leaves_no_partial_file_at_a_f
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if path.is_file() && !name.starts_with('.') {
             assert_eq!(name, "a-small.bin");
-            assert_eq!(std::fs::read(&path).unwrap(), small);
+            assert_eq!(content_difference(&path, &small), None);
         }
     }
 }
@@ -197,7 +190,7 @@ async fn a_disk_that_fills_up_is_a_clear_error_and_leaves_no_partial_file_at_a_f
 async fn every_digest_algorithm_agrees_with_a_one_shot_digest() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("data.bin");
-    let data = random_file(&src, 3 * BS as usize + 99);
+    let data = fresh_random_file(&src, 3 * BS as usize + 99);
     for alg in ChecksumAlg::ALL {
         let dest = dir.path().join(format!("out-{}", alg.name()));
         let (_, received) = copy(&src, &dest, params(3, alg), None).await.unwrap();
@@ -207,7 +200,7 @@ async fn every_digest_algorithm_agrees_with_a_one_shot_digest() {
             "{}",
             alg.name()
         );
-        assert_eq!(std::fs::read(&dest).unwrap(), data);
+        assert_eq!(content_difference(&dest, &data), None);
     }
 }
 
@@ -215,12 +208,12 @@ async fn every_digest_algorithm_agrees_with_a_one_shot_digest() {
 async fn safe_mode_rejects_blocks_under_the_wrong_key() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("data.bin");
-    let data = random_file(&src, 2 * BS as usize);
+    let data = fresh_random_file(&src, 2 * BS as usize);
     let dest = dir.path().join("out.bin");
     let mut p = params(1, ChecksumAlg::Blake3);
     p.block_check = BlockCheck::KeyedBlake3([7; 32]);
     let (_, received) = copy(&src, &dest, p.clone(), None).await.unwrap();
-    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert_eq!(content_difference(&dest, &data), None);
     assert_eq!(received.blocks_corrupt, 0);
 
     // A receiver with another key sees every block as forged and gives up.
@@ -314,7 +307,7 @@ impl tokio::io::AsyncRead for HoldUntilFlush {
 async fn regression_tls_tail_of_last_block_held_unflushed_hung_the_transfer() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("data.bin");
-    let data = random_file(&src, 3 * BS as usize + 5);
+    let data = fresh_random_file(&src, 3 * BS as usize + 5);
     let dest = dir.path().join("out.bin");
     let wrap: StreamWrap = Arc::new(|_, s: BoxStream| -> BoxStream {
         Box::new(HoldUntilFlush {
@@ -329,7 +322,7 @@ async fn regression_tls_tail_of_last_block_held_unflushed_hung_the_transfer() {
     .await
     .expect("the transfer must not wait for bytes the sender never flushed");
     copied.unwrap();
-    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert_eq!(content_difference(&dest, &data), None);
 }
 
 /// Text-like bytes that compress well.
@@ -356,13 +349,13 @@ async fn compressed_blocks_arrive_identical_and_are_counted_on_both_ends() {
     let data = compressible(6 * BS as usize + 1234);
     std::fs::write(&src, &data).unwrap();
     let noise_src = dir.path().join("noise.bin");
-    let noise = random_file(&noise_src, 3 * BS as usize);
+    let noise = fresh_random_file(&noise_src, 3 * BS as usize);
     for mode in [Compression::Zstd, Compression::Lz4] {
         let mut p = params(3, ChecksumAlg::Xxh3);
         p.compression = mode;
         let dest = dir.path().join(format!("text-{}", mode.name()));
         let (sent, received) = copy(&src, &dest, p.clone(), None).await.unwrap();
-        assert_eq!(std::fs::read(&dest).unwrap(), data, "{mode:?}");
+        assert_eq!(content_difference(&dest, &data), None, "{mode:?}");
         let (s, r) = (compression_of(&sent), compression_of(&received));
         assert_eq!(s.codec(), mode.name());
         assert_eq!(s.blocks_zstd + s.blocks_lz4, 7, "every block shrank");
@@ -378,7 +371,7 @@ async fn compressed_blocks_arrive_identical_and_are_counted_on_both_ends() {
 
         let dest = dir.path().join(format!("noise-{}", mode.name()));
         let (sent, _) = copy(&noise_src, &dest, p, None).await.unwrap();
-        assert_eq!(std::fs::read(&dest).unwrap(), noise);
+        assert_eq!(content_difference(&dest, &noise), None);
         let s = compression_of(&sent);
         assert_eq!(s.codec(), "none", "random bytes never shrink: {s:?}");
         assert_eq!((s.blocks_raw, s.blocks_not_shrunk), (3, 3));
@@ -401,7 +394,7 @@ async fn a_corrupted_compressed_block_is_detected_and_repaired() {
         Box::new(CorruptAt::new(s, HEADER_LEN as u64 + 4 + 40))
     });
     let (sent, received) = copy(&src, &dest, p, Some(wrap)).await.unwrap();
-    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert_eq!(content_difference(&dest, &data), None);
     assert_eq!(received.blocks_corrupt, 1);
     assert_eq!(sent.blocks_retransmitted, 1);
 }
@@ -410,12 +403,12 @@ async fn a_corrupted_compressed_block_is_detected_and_repaired() {
 async fn auto_compression_gives_up_on_data_that_does_not_shrink() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("noise.bin");
-    let data = random_file(&src, 64 * BS as usize);
+    let data = fresh_random_file(&src, 64 * BS as usize);
     let dest = dir.path().join("out.bin");
     let mut p = params(3, ChecksumAlg::Xxh3);
     p.compression = Compression::Auto;
     let (sent, _) = copy(&src, &dest, p, None).await.unwrap();
-    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert_eq!(content_difference(&dest, &data), None);
     let s = compression_of(&sent);
     assert_eq!(s.blocks_raw, 64);
     // A few blocks before giving up (three streams try at once), then one
@@ -459,9 +452,9 @@ async fn files_already_at_the_destination_are_skipped_by_each_policy() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("run");
     std::fs::create_dir(&src).unwrap();
-    random_file(&src.join("a"), 3 * BS as usize + 5);
-    random_file(&src.join("b"), 1000);
-    random_file(&src.join("c"), 2 * BS as usize);
+    fresh_random_file(&src.join("a"), 3 * BS as usize + 5);
+    fresh_random_file(&src.join("b"), 1000);
+    fresh_random_file(&src.join("c"), 2 * BS as usize);
     for f in ["a", "b", "c"] {
         set_mtime(&src.join(f), 1_600_000_000);
     }
@@ -484,7 +477,7 @@ async fn files_already_at_the_destination_are_skipped_by_each_policy() {
     );
 
     // b changes but keeps its size and mtime: only a digest tells.
-    let new_b = random_file(&src.join("b"), 1000);
+    let new_b = fresh_random_file(&src.join("b"), 1000);
     set_mtime(&src.join("b"), 1_600_000_000);
     assert_eq!(copy_skipping(&src, &dest, Size).await.0, none);
     assert_eq!(copy_skipping(&src, &dest, Mtime).await.0, none);
@@ -495,7 +488,7 @@ async fn files_already_at_the_destination_are_skipped_by_each_policy() {
             vec!["run/a".to_string(), "run/c".into()]
         )
     );
-    assert_eq!(std::fs::read(dest.join("run/b")).unwrap(), new_b);
+    assert_eq!(content_difference(dest.join("run/b"), &new_b), None);
 
     // a is touched, not changed: mtime sends it, a digest keeps it.
     set_mtime(&src.join("a"), 1_700_000_000);
@@ -505,7 +498,7 @@ async fn files_already_at_the_destination_are_skipped_by_each_policy() {
         vec!["run/a".to_string()]
     );
     // c grows: every policy sends it.
-    random_file(&src.join("c"), 2 * BS as usize + 1);
+    fresh_random_file(&src.join("c"), 2 * BS as usize + 1);
     assert_eq!(
         copy_skipping(&src, &dest, Size).await.0,
         vec!["run/c".to_string()]
@@ -554,7 +547,7 @@ async fn an_unreadable_file_is_reported_and_the_rest_arrives() {
     let src = dir.path().join("run");
     std::fs::create_dir(&src).unwrap();
     for name in ["a", "b", "c"] {
-        random_file(&src.join(name), 3 * BS as usize + 7);
+        fresh_random_file(&src.join(name), 3 * BS as usize + 7);
     }
     let dest = dir.path().join("copy");
     for streams in [1, 3] {

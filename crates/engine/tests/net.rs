@@ -1,23 +1,23 @@
 //! Client and daemon over real TCP on loopback: the must-have transfers,
 //! identity checks, confinement, and failures.
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::{RngCore, SeedableRng};
 use tern_drs::StreamChange;
 use tern_engine::client::{self, ClientOptions, Endpoint};
 use tern_engine::fault::{CorruptAt, StallAfter};
 use tern_engine::server::{ServerOptions, serve};
-use tern_engine::session::{Choices, SPARE_STREAMS};
-use tern_engine::tls::{KnownHosts, ServerIdentity};
+use tern_engine::session::SPARE_STREAMS;
+use tern_engine::tls::ServerIdentity;
 use tern_engine::transfer::{BoxStream, Progress};
-use tern_engine::tuning::Tuning;
 use tern_engine::{ErrorKind, StreamWrap};
+use tern_proto::Protect;
 use tern_proto::data::HEADER_LEN;
-use tern_proto::{ChecksumAlg, Protect};
+use tern_testkit::client as kit;
+use tern_testkit::files::{file_difference, seeded_random_file};
+use tern_testkit::net::free_port;
 use tokio::io::AsyncWriteExt;
 
 struct Daemon {
@@ -57,61 +57,9 @@ async fn daemon_with(opts: ServerOptions) -> Daemon {
     }
 }
 
+/// Client options of these tests: blocks of 1 MiB.
 fn opts(streams: u16, protect: Protect) -> ClientOptions {
-    ClientOptions {
-        streams,
-        max_streams: streams,
-        tuning: Tuning::default(),
-        rate_limit: None,
-        block_size: 1 << 20,
-        checksum: ChecksumAlg::Xxh3,
-        protect,
-        trust: tern_engine::client::Trust::Any,
-        client_cert: None,
-        wrap: None,
-        connect_timeout: Duration::from_secs(5),
-        io_timeout: Duration::from_secs(30),
-        once_token: None,
-        reach: tern_engine::client::Reach::Dial,
-        choices: Choices::default(),
-    }
-}
-
-/// Writes `len` bytes of seeded random data, streaming (bounded memory).
-fn random_file(path: &Path, len: u64, seed: u64) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut buf = vec![0u8; 1 << 20];
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        rng.fill_bytes(&mut buf[..n]);
-        f.write_all(&buf[..n]).unwrap();
-        left -= n as u64;
-    }
-    f.flush().unwrap();
-}
-
-/// Compares two files chunk by chunk.
-fn same_bytes(a: &Path, b: &Path) -> bool {
-    let (mut fa, mut fb) = (
-        std::fs::File::open(a).unwrap(),
-        std::fs::File::open(b).unwrap(),
-    );
-    if fa.metadata().unwrap().len() != fb.metadata().unwrap().len() {
-        return false;
-    }
-    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
-    loop {
-        let n = fa.read(&mut ba).unwrap();
-        if n == 0 {
-            return true;
-        }
-        fb.read_exact(&mut bb[..n]).unwrap();
-        if ba[..n] != bb[..n] {
-            return false;
-        }
-    }
+    kit::options(streams, protect, 1 << 20)
 }
 
 fn big_size() -> u64 {
@@ -128,7 +76,7 @@ async fn a_big_random_file_round_trips_through_a_daemon_with_8_streams_despite_c
     std::fs::create_dir(&root).unwrap();
     let src = work.path().join("big.bin");
     let size = big_size();
-    random_file(&src, size, 42);
+    seeded_random_file(&src, size, 42);
     let d = daemon(&root).await;
 
     // One payload byte of the third block on stream 5 is flipped in flight.
@@ -152,8 +100,9 @@ async fn a_big_random_file_round_trips_through_a_daemon_with_8_streams_despite_c
     )
     .await
     .unwrap();
-    assert!(
-        same_bytes(&src, &root.join("big.bin")),
+    assert_eq!(
+        file_difference(&src, root.join("big.bin")),
+        None,
         "uploaded copy differs"
     );
     assert_eq!(
@@ -179,7 +128,11 @@ async fn a_big_random_file_round_trips_through_a_daemon_with_8_streams_despite_c
     )
     .await
     .unwrap();
-    assert!(same_bytes(&src, &back), "downloaded copy differs");
+    assert_eq!(
+        file_difference(&src, &back),
+        None,
+        "downloaded copy differs"
+    );
     assert_eq!(down.stats.files.len(), 1);
     assert_eq!(down.stats.files[0].digest, up.stats.files[0].digest);
     d.task.abort();
@@ -192,8 +145,8 @@ async fn trees_go_up_and_come_back_in_every_protection_mode() {
     std::fs::create_dir(&root).unwrap();
     let tree = work.path().join("tree");
     std::fs::create_dir_all(tree.join("a/b")).unwrap();
-    random_file(&tree.join("a/one"), 3_000_000, 1);
-    random_file(&tree.join("a/b/two"), 10, 2);
+    seeded_random_file(&tree.join("a/one"), 3_000_000, 1);
+    seeded_random_file(&tree.join("a/b/two"), 10, 2);
     let d = daemon(&root).await;
     for protect in [Protect::Clear, Protect::Safe, Protect::Private] {
         let name = protect.name().to_string();
@@ -207,10 +160,10 @@ async fn trees_go_up_and_come_back_in_every_protection_mode() {
         )
         .await
         .unwrap();
-        assert!(same_bytes(
-            &tree.join("a/one"),
-            &root.join(&name).join("a/one")
-        ));
+        assert_eq!(
+            file_difference(tree.join("a/one"), root.join(&name).join("a/one")),
+            None
+        );
         let back = work.path().join(format!("back-{name}"));
         client::pull(
             &d.ep,
@@ -222,7 +175,10 @@ async fn trees_go_up_and_come_back_in_every_protection_mode() {
         )
         .await
         .unwrap();
-        assert!(same_bytes(&tree.join("a/b/two"), &back.join("a/b/two")));
+        assert_eq!(
+            file_difference(tree.join("a/b/two"), back.join("a/b/two")),
+            None
+        );
     }
     d.task.abort();
 }
@@ -280,10 +236,7 @@ async fn server_identity_is_recorded_then_enforced() {
     let src = cfg.path().join("f");
     std::fs::write(&src, b"hello").unwrap();
     let d = daemon(root.path()).await;
-    let mut o = opts(1, Protect::Clear);
-    o.trust = tern_engine::client::Trust::KnownHosts(KnownHosts {
-        path: cfg.path().join("known_hosts"),
-    });
+    let o = kit::recording(opts(1, Protect::Clear), &cfg.path().join("known_hosts"));
     let first = client::push(
         &d.ep,
         &o,
@@ -351,8 +304,7 @@ async fn server_identity_is_recorded_then_enforced() {
     assert!(!root.path().join("h").exists());
 
     // An explicit pin of the wrong value fails too.
-    let mut pinned = opts(1, Protect::Clear);
-    pinned.trust = tern_engine::client::Trust::Pinned(d.fingerprint.clone());
+    let pinned = kit::pinned(opts(1, Protect::Clear), &d.fingerprint);
     let err = client::push(
         &d.ep,
         &pinned,
@@ -414,7 +366,7 @@ async fn paths_outside_the_root_are_refused() {
 async fn garbage_on_the_port_is_dropped_and_other_sessions_go_on() {
     let work = tempfile::tempdir().unwrap();
     let src = work.path().join("f");
-    random_file(&src, 30 << 20, 3);
+    seeded_random_file(&src, 30 << 20, 3);
     let root = work.path().join("root");
     std::fs::create_dir(&root).unwrap();
     let d = daemon(&root).await;
@@ -448,10 +400,7 @@ async fn garbage_on_the_port_is_dropped_and_other_sessions_go_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_listening_is_a_connect_error() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let ep = Endpoint {
         host: "127.0.0.1".into(),
         port,
@@ -475,7 +424,7 @@ async fn a_daemon_killed_mid_transfer_leaves_only_a_partial_file() {
     let work = tempfile::tempdir().unwrap();
     let root = work.path().join("root");
     std::fs::create_dir(&root).unwrap();
-    random_file(&root.join("big"), 400 << 20, 4);
+    seeded_random_file(&root.join("big"), 400 << 20, 4);
     let d = daemon(&root).await;
     let dest = work.path().join("big.copy");
     let progress = Arc::new(Progress::default());
@@ -514,7 +463,7 @@ async fn many_sessions_run_at_once() {
     let mut sessions = Vec::new();
     for i in 0..6u64 {
         let src = work.path().join(format!("src{i}"));
-        random_file(&src, (3 << 20) + i * 1000, 100 + i);
+        seeded_random_file(&src, (3 << 20) + i * 1000, 100 + i);
         let ep = d.ep.clone();
         let protect = [Protect::Clear, Protect::Safe, Protect::Private][i as usize % 3];
         sessions.push(tokio::spawn(async move {
@@ -533,10 +482,13 @@ async fn many_sessions_run_at_once() {
         s.await.unwrap().unwrap();
     }
     for i in 0..6 {
-        assert!(same_bytes(
-            &work.path().join(format!("src{i}")),
-            &root.join(format!("dst{i}"))
-        ));
+        assert_eq!(
+            file_difference(
+                work.path().join(format!("src{i}")),
+                root.join(format!("dst{i}"))
+            ),
+            None
+        );
     }
     d.task.abort();
 }
@@ -633,7 +585,7 @@ async fn a_file_arrives_intact_over_streams_that_came_and_went() {
     let d = daemon(root.path()).await;
     let src = tempfile::tempdir().unwrap();
     let file = src.path().join("data.bin");
-    random_file(&file, 96 << 20, 9);
+    seeded_random_file(&file, 96 << 20, 9);
     let mut o = opts(1, Protect::Safe);
     o.max_streams = 6;
     o.tuning.script = vec![
@@ -644,7 +596,7 @@ async fn a_file_arrives_intact_over_streams_that_came_and_went() {
     o.wrap = Some(slow_first_stream(64 << 20));
     let out = push_file(&d, &o, &file, "copy.bin").await;
     assert!(out.streams >= 2, "streams used: {}", out.streams);
-    assert!(same_bytes(&file, &root.path().join("copy.bin")));
+    assert_eq!(file_difference(&file, root.path().join("copy.bin")), None);
     d.task.abort();
 }
 
@@ -654,14 +606,14 @@ async fn a_slow_stream_carries_less_and_the_file_arrives_intact() {
     let d = daemon(root.path()).await;
     let src = tempfile::tempdir().unwrap();
     let file = src.path().join("data.bin");
-    random_file(&file, 64 << 20, 11);
+    seeded_random_file(&file, 64 << 20, 11);
     let mut o = opts(4, Protect::Safe);
     // One stream of four at 2 MiB/s, the others as fast as loopback goes:
     // the slow one reaches an eighth of the file only if the copy takes
     // about 4 s, which even a busy 2-core host beats by far.
     o.wrap = Some(slow_first_stream(2 << 20));
     let out = push_file(&d, &o, &file, "copy.bin").await;
-    assert!(same_bytes(&file, &root.path().join("copy.bin")));
+    assert_eq!(file_difference(&file, root.path().join("copy.bin")), None);
     // Streams pull blocks as they send them, so the split follows each
     // stream's speed: the slow one carries well under an even quarter.
     let per_stream = &out.stats.per_stream_bytes;
@@ -740,7 +692,7 @@ impl Bench {
     async fn new(len: u64, seed: u64) -> Bench {
         let work = tempfile::tempdir().unwrap();
         std::fs::create_dir(work.path().join("root")).unwrap();
-        random_file(&work.path().join("src.bin"), len, seed);
+        seeded_random_file(&work.path().join("src.bin"), len, seed);
         let d = daemon(&work.path().join("root")).await;
         Bench { work, d }
     }
@@ -781,8 +733,9 @@ async fn a_stalled_stream_is_replaced_and_the_copy_completes_both_ways() {
     // enough that the replacement has seconds of the file left to carry.
     o.wrap = Some(stall_stream(2, block + 1000));
     let up = b.push(&o, "up.bin").await.unwrap();
-    assert!(
-        same_bytes(&b.p("src.bin"), &b.p("root/up.bin")),
+    assert_eq!(
+        file_difference(b.p("src.bin"), b.p("root/up.bin")),
+        None,
         "uploaded copy differs"
     );
     let s = &up.stats;
@@ -809,8 +762,9 @@ async fn a_stalled_stream_is_replaced_and_the_copy_completes_both_ways() {
     )
     .await
     .unwrap();
-    assert!(
-        same_bytes(&b.p("src.bin"), &b.p("back.bin")),
+    assert_eq!(
+        file_difference(b.p("src.bin"), b.p("back.bin")),
+        None,
         "downloaded copy differs"
     );
     let s = &down.stats;

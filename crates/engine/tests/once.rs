@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 
 use tern_drs::StreamChange;
 use tern_engine::client::{self, ClientOptions, Endpoint};
-use tern_engine::client::{Callback, Reach, Trust};
+use tern_engine::client::{Callback, Reach};
 use tern_engine::once::{OnceOptions, OnceServer};
 use tern_engine::tls::ServerIdentity;
 use tern_engine::transfer::Progress;
-use tern_engine::tuning::Tuning;
 use tern_engine::{Error, ErrorKind};
-use tern_proto::{ChecksumAlg, OnceLine, Protect};
+use tern_proto::{OnceLine, Protect};
+use tern_testkit::client as kit;
+use tern_testkit::files::content_difference;
 use tokio::task::JoinHandle;
 
 struct Once {
@@ -68,8 +69,7 @@ impl Once {
     }
 
     fn client(&self, streams: u16) -> ClientOptions {
-        let mut o = client_options(streams);
-        o.trust = Trust::Ssh(self.line.fingerprint.clone());
+        let mut o = kit::pinned(client_options(streams), &self.line.fingerprint);
         o.once_token = Some(self.line.token);
         o
     }
@@ -84,24 +84,9 @@ impl Once {
     }
 }
 
+/// Client options of these tests: private, blocks of 64 KiB.
 fn client_options(streams: u16) -> ClientOptions {
-    ClientOptions {
-        streams,
-        max_streams: streams,
-        tuning: Tuning::default(),
-        rate_limit: None,
-        block_size: 64 << 10,
-        checksum: ChecksumAlg::Xxh3,
-        protect: Protect::Private,
-        trust: tern_engine::client::Trust::Any,
-        wrap: None,
-        connect_timeout: Duration::from_secs(5),
-        io_timeout: Duration::from_secs(30),
-        once_token: None,
-        reach: tern_engine::client::Reach::Dial,
-        client_cert: None,
-        choices: tern_engine::session::Choices::default(),
-    }
+    kit::options(streams, Protect::Private, 64 << 10)
 }
 
 fn data(len: usize, seed: u8) -> Vec<u8> {
@@ -134,8 +119,8 @@ async fn a_push_lands_beneath_home_and_the_server_ends_with_it() {
     .unwrap();
     assert_eq!(out.fingerprint, once.line.fingerprint);
     assert_eq!(
-        std::fs::read(home.join("in/b.bin")).unwrap(),
-        data(700_000, 1)
+        content_difference(home.join("in/b.bin"), data(700_000, 1)),
+        None
     );
     once.ended().await.unwrap();
 }
@@ -161,8 +146,14 @@ async fn a_pull_takes_absolute_and_home_relative_paths() {
     )
     .await
     .unwrap();
-    assert_eq!(std::fs::read(dest.join("rel.bin")).unwrap(), data(5000, 2));
-    assert_eq!(std::fs::read(dest.join("abs.bin")).unwrap(), data(9000, 3));
+    assert_eq!(
+        content_difference(dest.join("rel.bin"), data(5000, 2)),
+        None
+    );
+    assert_eq!(
+        content_difference(dest.join("abs.bin"), data(9000, 3)),
+        None
+    );
     once.ended().await.unwrap();
 }
 
@@ -210,7 +201,7 @@ async fn a_wrong_or_missing_token_is_refused_before_anything_is_touched() {
     )
     .await
     .unwrap();
-    assert_eq!(std::fs::read(home.join("x.bin")).unwrap(), data(1000, 4));
+    assert_eq!(content_difference(home.join("x.bin"), data(1000, 4)), None);
     once.ended().await.unwrap();
 }
 
@@ -294,8 +285,8 @@ async fn reverse_mode_carries_a_tree_both_ways() {
     assert_eq!(out.streams, 4);
     once.ended().await.unwrap();
     assert_eq!(
-        std::fs::read(home.join("tree/one.bin")).unwrap(),
-        data(3 << 20, 5)
+        content_difference(home.join("tree/one.bin"), data(3 << 20, 5)),
+        None
     );
 
     // Back, in safe mode (plain data connections).
@@ -318,8 +309,8 @@ async fn reverse_mode_carries_a_tree_both_ways() {
     assert_eq!(out.streams, 3);
     once.ended().await.unwrap();
     assert_eq!(
-        std::fs::read(dest.join("sub/two.bin")).unwrap(),
-        data(1 << 20, 6)
+        content_difference(dest.join("sub/two.bin"), data(1 << 20, 6)),
+        None
     );
 }
 
@@ -369,10 +360,7 @@ async fn reverse_mode_adds_streams_while_a_session_runs_both_ways() {
 async fn reverse_mode_fails_clearly_when_the_client_cannot_be_reached() {
     let work = tempfile::tempdir().unwrap();
     // A port nothing listens on.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = tern_testkit::net::free_port();
     let e = dialling(work.path(), port).await.ended().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Connect, "{e}");
 }

@@ -19,8 +19,9 @@ mod common;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, Lab};
+use common::Lab;
 use serde_json::Value;
+use tern_testkit::daemon::KillOnDrop;
 
 const LAB: &str = "wire1";
 const RTT_MS: f64 = 180.0;
@@ -28,8 +29,8 @@ const RATE_MBIT: f64 = 500.0;
 const SERVER: &str = "10.47.0.2";
 const ADVISOR: &str = "http://127.0.0.1:4748";
 
-fn spawn_quiet(mut c: std::process::Command) -> Daemon {
-    Daemon(
+fn spawn_quiet(mut c: std::process::Command) -> KillOnDrop {
+    KillOnDrop(
         c.stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -54,29 +55,13 @@ fn advice_after_the_advisor_measured_500mbit_180ms_is_within_5_and_10_percent() 
     };
     let tern = tern.as_str();
     let work = tempfile::tempdir().unwrap();
-    std::fs::create_dir(work.path().join("root")).unwrap();
     let dir = |d: &str| work.path().join(d).to_str().unwrap().to_string();
     std::fs::write(work.path().join("targets"), format!("{SERVER}:4747 20\n")).unwrap();
     let (rtt, rate) = (RTT_MS.to_string(), RATE_MBIT.to_string());
     let lab = Lab::up(LAB, &["--rtt", &rtt, "--rate", &rate]);
-    lab.prioritize_emulator();
-    let server_state = dir("server-state");
-    let _daemon = spawn_quiet(lab.command(
-        "B",
-        &[
-            tern,
-            "serve",
-            "--listen",
-            &format!("{SERVER}:4747"),
-            "--root",
-            &dir("root"),
-            "--state-dir",
-            &server_state,
-        ],
-    ));
     // The advisor probes at once, and a failed probe waits for the next
-    // interval: start it once the daemon listens.
-    common::wait_until_listening(LAB, "B", 4747);
+    // interval: start it once the daemon listens (on {SERVER}:4747).
+    let _daemon = lab.serve_tern(tern, work.path(), &[]);
     let advisor_state = dir("advisor-state");
     let targets = dir("targets");
     let _advisor = spawn_quiet(lab.command(

@@ -6,26 +6,20 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use common::Lab;
 use serde_json::Value;
-
-fn netlab_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_netlab")
-}
+use tern_testkit::daemon::tern_bin;
+use tern_testkit::files::{content_difference, hashed_bytes};
+use tern_testkit::skip::{have, is_root, skip};
 
 fn can_run(test: &str) -> bool {
-    let root = netlab::sys::is_root();
+    let root = is_root();
     let tun = Path::new("/dev/net/tun").exists();
-    let tools = ["ip", "ping", "iperf3"].iter().all(|t| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
+    let tools = ["ip", "ping", "iperf3"].iter().all(|t| have(t));
     if !(root && tun && tools) {
-        common::skip(
+        skip(
             test,
             &format!(
                 "needs root, /dev/net/tun, ip, ping and iperf3 (root={root}, tun={tun}, tools={tools})"
@@ -36,159 +30,66 @@ fn can_run(test: &str) -> bool {
     true
 }
 
-/// Labs run one at a time: each has its own emulator process, and several
-/// at once on two cores would measure the host's load, not the emulator.
-static ONE_LAB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// A lab that is torn down when dropped.
-struct Lab {
-    name: String,
-    _turn: std::sync::MutexGuard<'static, ()>,
+/// Round-trip times from `ping` in A, in ms (min, avg, max, mdev), and
+/// how many replies came.
+fn ping(lab: &Lab, count: u32, interval: &str, to: &str) -> (Vec<f64>, u32) {
+    let out = lab.exec(
+        "A",
+        &[
+            "ping",
+            "-n",
+            "-q",
+            "-c",
+            &count.to_string(),
+            "-i",
+            interval,
+            "-W",
+            "3",
+            to,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let received: u32 = text
+        .split(", ")
+        .find_map(|p| {
+            p.strip_suffix(" received")
+                .map(|n| n.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no ping summary in {text}"));
+    let rtts = text
+        .lines()
+        .find(|l| l.starts_with("rtt"))
+        .map(|l| {
+            l.split(" = ")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .split('/')
+                .map(|v| v.parse().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    (rtts, received)
 }
 
-impl Lab {
-    fn up(name: &str, args: &[&str]) -> Lab {
-        let turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = Command::new(netlab_bin())
-            .args(["--lab", name, "down"])
-            .status();
-        let out = Command::new(netlab_bin())
-            .args(["--lab", name, "up"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "netlab up: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        common::prioritize_emulator(name);
-        Lab {
-            name: name.into(),
-            _turn: turn,
-        }
-    }
-
-    fn exec(&self, host: &str, cmd: &[&str]) -> Output {
-        Command::new(netlab_bin())
-            .args(["--lab", &self.name, "exec", host])
-            .args(cmd)
-            .output()
-            .unwrap()
-    }
-
-    fn spawn(&self, host: &str, cmd: &[&str]) -> Child {
-        Command::new(netlab_bin())
-            .args(["--lab", &self.name, "exec", host])
-            .args(cmd)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    }
-
-    /// Starts `tern serve` on B at 10.47.0.2:4747, root and state under `work`.
-    fn serve_tern(&self, tern: &str, work: &Path, extra: &[&str]) -> Child {
-        let (root, state) = (work.join("root"), work.join("state"));
-        std::fs::create_dir_all(&root).unwrap();
-        let mut args = vec![tern, "serve", "--listen", "10.47.0.2:4747"];
-        args.extend_from_slice(extra);
-        let (root, state) = (
-            root.to_str().unwrap().to_string(),
-            state.to_str().unwrap().to_string(),
-        );
-        args.extend_from_slice(&["--root", &root, "--state-dir", &state]);
-        let child = self.spawn("B", &args);
-        common::wait_until_listening(&self.name, "B", 4747);
-        child
-    }
-
-    fn netlab(&self, args: &[&str]) -> Output {
-        Command::new(netlab_bin())
-            .args(["--lab", &self.name])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    fn status(&self) -> Value {
-        let out = self.netlab(&["status", "--json"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    /// Round-trip times from `ping`, in ms.
-    fn ping(&self, count: u32, interval: &str, to: &str) -> (Vec<f64>, u32) {
-        let out = self.exec(
-            "A",
-            &[
-                "ping",
-                "-n",
-                "-q",
-                "-c",
-                &count.to_string(),
-                "-i",
-                interval,
-                "-W",
-                "3",
-                to,
-            ],
-        );
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let received: u32 = text
-            .split(", ")
-            .find_map(|p| {
-                p.strip_suffix(" received")
-                    .map(|n| n.trim().parse().unwrap())
-            })
-            .unwrap_or_else(|| panic!("no ping summary in {text}"));
-        let rtts = text
-            .lines()
-            .find(|l| l.starts_with("rtt"))
-            .map(|l| {
-                l.split(" = ")
-                    .nth(1)
-                    .unwrap()
-                    .split(' ')
-                    .next()
-                    .unwrap()
-                    .split('/')
-                    .map(|v| v.parse().unwrap())
-                    .collect()
-            })
-            .unwrap_or_default();
-        (rtts, received)
-    }
-
-    /// iperf3 throughput A→B in Mbit/s (omitting the first seconds).
-    fn iperf3(&self, to: &str, secs: u32, extra: &[&str]) -> f64 {
-        let mut server = self.spawn("B", &["iperf3", "-s", "-1", "-p", "5301"]);
-        common::wait_until_listening(&self.name, "B", 5301);
-        let t = secs.to_string();
-        let mut args = vec!["iperf3", "-c", to, "-p", "5301", "-t", &t, "-O", "2", "-J"];
-        args.extend_from_slice(extra);
-        let out = self.exec("A", &args);
-        let _ = server.kill();
-        let _ = server.wait();
-        let v: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|_| panic!("iperf3: {}", String::from_utf8_lossy(&out.stdout)));
-        v["end"]["sum_received"]["bits_per_second"]
-            .as_f64()
-            .expect("bits_per_second")
-            / 1e6
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = Command::new(netlab_bin())
-            .args(["--lab", &self.name, "down"])
-            .status();
-    }
+/// iperf3 throughput A→B in Mbit/s (omitting the first seconds).
+fn iperf3(lab: &Lab, to: &str, secs: u32, extra: &[&str]) -> f64 {
+    let mut server = lab.spawn("B", &["iperf3", "-s", "-1", "-p", "5301"]);
+    lab.wait_until_listening("B", 5301);
+    let t = secs.to_string();
+    let mut args = vec!["iperf3", "-c", to, "-p", "5301", "-t", &t, "-O", "2", "-J"];
+    args.extend_from_slice(extra);
+    let out = lab.exec("A", &args);
+    let _ = server.kill();
+    let _ = server.wait();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("iperf3: {}", String::from_utf8_lossy(&out.stdout)));
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .expect("bits_per_second")
+        / 1e6
 }
 
 /// TCP payload share of a full-size packet: what a goodput can reach.
@@ -214,7 +115,7 @@ fn rtt_rate_and_status_match_the_configuration() {
             "4096 16384 33554432",
         ],
     );
-    let (rtts, received) = lab.ping(10, "0.1", "10.47.0.2");
+    let (rtts, received) = ping(&lab, 10, "0.1", "10.47.0.2");
     assert_eq!(received, 10);
     // The configured delay is a floor; the minimum shows the emulator's
     // accuracy, the average adds the host's scheduling noise.
@@ -225,7 +126,7 @@ fn rtt_rate_and_status_match_the_configuration() {
     );
     assert!(avg - 40.0 <= 4.0, "ping avg {avg} ms for 40 ms");
 
-    let mbit = lab.iperf3("10.47.0.2", 6, &[]);
+    let mbit = iperf3(&lab, "10.47.0.2", 6, &[]);
     let target = 200.0 * goodput_share(1500.0);
     assert!(
         (mbit - target).abs() / target <= 0.05,
@@ -257,7 +158,7 @@ fn rtt_rate_and_status_match_the_configuration() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (rtts, _) = lab.ping(5, "0.1", "10.47.0.2");
+    let (rtts, _) = ping(&lab, 5, "0.1", "10.47.0.2");
     assert!((rtts[0] - 80.0).abs() <= 2.4, "after set: {} ms", rtts[0]);
 }
 
@@ -268,7 +169,7 @@ fn random_loss_is_within_statistical_bounds() {
     }
     let lab = Lab::up("nltest2", &["--rtt", "2", "--rate", "100", "--loss", "5%"]);
     let n = 1000;
-    let (_, received) = lab.ping(n, "0.002", "10.47.0.2");
+    let (_, received) = ping(&lab, n, "0.002", "10.47.0.2");
     // A round trip survives with probability 0.95²; allow 4 standard deviations.
     let p = 1.0 - 0.95f64 * 0.95;
     let sigma = (p * (1.0 - p) / f64::from(n)).sqrt();
@@ -298,8 +199,8 @@ fn several_paths_and_down_is_idempotent() {
             "9000",
         ],
     );
-    let (r0, _) = lab.ping(3, "0.1", "10.47.0.2");
-    let (r1, _) = lab.ping(3, "0.1", "10.47.1.2");
+    let (r0, _) = ping(&lab, 3, "0.1", "10.47.0.2");
+    let (r1, _) = ping(&lab, 3, "0.1", "10.47.1.2");
     assert!((r0[0] - 10.0).abs() <= 1.0, "path 0: {}", r0[0]);
     assert!((r1[0] - 30.0).abs() <= 1.0, "path 1: {}", r1[0]);
     let st = lab.status();
@@ -315,18 +216,13 @@ fn several_paths_and_down_is_idempotent() {
     );
 }
 
-fn tern_bin() -> Option<PathBuf> {
-    let p = Path::new(netlab_bin()).with_file_name("tern");
-    p.exists().then_some(p)
-}
-
 #[test]
 fn tern_copies_and_measures_over_a_50ms_path() {
     if !can_run("tern_copies_and_measures_over_a_50ms_path") {
         return;
     }
     let Some(tern) = tern_bin() else {
-        common::skip(
+        skip(
             "tern_copies_and_measures_over_a_50ms_path",
             "build the tern binary first (cargo build -p tern)",
         );
@@ -335,9 +231,7 @@ fn tern_copies_and_measures_over_a_50ms_path() {
     let tern = tern.to_str().unwrap().to_string();
     let work = tempfile_dir("nltern");
     std::fs::create_dir_all(work.join("root")).unwrap();
-    let data: Vec<u8> = (0..(24u32 << 20))
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
+    let data = hashed_bytes(24 << 20);
     std::fs::write(work.join("src.bin"), &data).unwrap();
     let lab = Lab::up(
         "nltest4",
@@ -353,7 +247,7 @@ fn tern_copies_and_measures_over_a_50ms_path() {
         ],
     );
     let root = work.join("root");
-    let mut server = lab.serve_tern(&tern, &work, &[]);
+    let server = lab.serve_tern(&tern, &work, &[]);
     let cfg = work.join("cfg");
     let env_cfg = format!("XDG_CONFIG_HOME={}", cfg.display());
     let src = work.join("src.bin");
@@ -386,8 +280,7 @@ fn tern_copies_and_measures_over_a_50ms_path() {
             "--json",
         ],
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     assert!(
         out.status.success(),
         "tern cp: {}",
@@ -396,8 +289,8 @@ fn tern_copies_and_measures_over_a_50ms_path() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["bytes"], 24 << 20);
     assert_eq!(
-        std::fs::read(root.join("copy.bin")).unwrap(),
-        data,
+        content_difference(root.join("copy.bin"), &data),
+        None,
         "byte-identical over the emulated path"
     );
     assert!(
@@ -423,7 +316,7 @@ fn a_path_that_goes_silent_fails_the_transfer_with_exit_9() {
         return;
     }
     let Some(tern) = tern_bin() else {
-        common::skip(
+        skip(
             "a_path_that_goes_silent",
             "build the tern binary first (cargo build -p tern)",
         );
@@ -433,7 +326,7 @@ fn a_path_that_goes_silent_fails_the_transfer_with_exit_9() {
     let work = tempfile_dir("nlsilent");
     std::fs::create_dir_all(work.join("root")).unwrap();
     let lab = Lab::up("nltest5", &["--rtt", "10", "--rate", "100"]);
-    let mut server = lab.serve_tern(&tern, &work, &["--io-timeout", "3"]);
+    let server = lab.serve_tern(&tern, &work, &["--io-timeout", "3"]);
     let env_cfg = format!("XDG_CONFIG_HOME={}", work.join("cfg").display());
     let started = std::time::Instant::now();
     let client = lab.spawn(
@@ -473,8 +366,7 @@ fn a_path_that_goes_silent_fails_the_transfer_with_exit_9() {
     // The path now drops everything, in both directions: no FIN, no RST.
     assert!(lab.netlab(&["set", "--loss", "100%"]).status.success());
     let out = client.wait_with_output().unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&work);
     assert_eq!(
         out.status.code(),
@@ -493,7 +385,7 @@ fn a_send_buffer_limit_on_a_long_fat_path_is_diagnosed() {
         return;
     }
     let Some(tern) = tern_bin() else {
-        common::skip(
+        skip(
             "a_send_buffer_limit_on_a_long_fat_path_is_diagnosed",
             "build the tern binary first",
         );
@@ -519,7 +411,7 @@ fn a_send_buffer_limit_on_a_long_fat_path_is_diagnosed() {
     );
     let root = work.join("root");
     std::fs::create_dir_all(&root).unwrap();
-    let mut server = lab.serve_tern(&tern, &work, &[]);
+    let server = lab.serve_tern(&tern, &work, &[]);
     let env_cfg = format!("XDG_CONFIG_HOME={}", work.join("cfg").display());
     let out = lab.exec(
         "A",
@@ -536,8 +428,7 @@ fn a_send_buffer_limit_on_a_long_fat_path_is_diagnosed() {
             "--json",
         ],
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&work);
     assert!(
         out.status.success(),
@@ -607,7 +498,7 @@ fn capped_buffers_bring_more_streams_and_a_capped_receiver_is_taken_over() {
         return;
     }
     let Some(tern) = tern_bin() else {
-        common::skip(test, "build the tern binary first");
+        skip(test, "build the tern binary first");
         return;
     };
     let work = tempfile_dir("nlcaps");
@@ -627,7 +518,7 @@ fn capped_buffers_bring_more_streams_and_a_capped_receiver_is_taken_over() {
         "nltest7",
         &["--rtt", "20", "--rate", "2000", "--mtu", "9000"],
     );
-    let mut server = lab.serve_tern(&tern, &work, &[]);
+    let server = lab.serve_tern(&tern, &work, &[]);
 
     // An unprivileged sender cannot pass wmem_max (4 MiB) with one stream
     // when the path needs twice its 5 MB: tern adds streams, and says why.
@@ -660,8 +551,7 @@ fn capped_buffers_bring_more_streams_and_a_capped_receiver_is_taken_over() {
         &[],
         &["--time", "5", "--reverse", "-P", "1"],
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&work);
     let tuning = &report["tuning"];
     assert_eq!(tuning["host"]["tcp_rmem"][2], 3145728, "{tuning}");

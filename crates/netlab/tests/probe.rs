@@ -18,10 +18,10 @@
 
 mod common;
 
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, Lab};
+use common::Lab;
 use serde_json::Value;
 
 const LAB: &str = "probe1";
@@ -47,31 +47,12 @@ fn probe_measures_rtt_within_5_and_capacity_within_10_percent_on_500mbit_180ms()
     };
     let tern = tern.as_str();
     let work = tempfile::tempdir().unwrap();
-    std::fs::create_dir(work.path().join("root")).unwrap();
     let dir = |d: &str| work.path().join(d).to_str().unwrap().to_string();
     let (rtt, rate) = (RTT_MS.to_string(), RATE_MBIT.to_string());
     let lab = Lab::up(LAB, &["--rtt", &rtt, "--rate", &rate]);
-    lab.prioritize_emulator();
-    let _daemon = Daemon(
-        lab.command(
-            "B",
-            &[
-                tern,
-                "serve",
-                "--listen",
-                "10.47.0.2:4747",
-                "--root",
-                &dir("root"),
-                "--state-dir",
-                &dir("state"),
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap(),
-    );
-    // The daemon is up once a probe's connects are answered.
+    // On 10.47.0.2:4747; a probe whose connects are refused all the same
+    // (exit 7) is run again for a while.
+    let _daemon = lab.serve_tern(tern, work.path(), &[]);
     let env_cfg = format!("XDG_CONFIG_HOME={}", dir("cfg"));
     let probe = |extra: &[&str]| {
         let mut args = vec!["env", &env_cfg, tern, "probe", "10.47.0.2", "--json"];

@@ -10,7 +10,6 @@ use tern_drs::WindowMode;
 use tern_engine::client::{ClientOptions, Endpoint};
 use tern_engine::server::{ServerOptions, serve};
 use tern_engine::tls::ServerIdentity;
-use tern_engine::tuning::Tuning;
 use tern_probe::responder::{ResponderConfig, ResponderStats, UdpResponder};
 use tern_probe::wire::{Kind, MAX_PACKET, MIN_PACKET, Probe};
 use tern_probe::{CapacityOptions, Error, capacity, sweep, throughput};
@@ -269,24 +268,9 @@ async fn options_that_cannot_work_are_refused_before_sending() {
     }
 }
 
+/// Client options of these tests: clear, blocks of 1 MiB.
 fn client_opts(streams: u16) -> ClientOptions {
-    ClientOptions {
-        streams,
-        max_streams: streams,
-        tuning: Tuning::default(),
-        rate_limit: None,
-        block_size: 1 << 20,
-        checksum: tern_proto::ChecksumAlg::Xxh3,
-        protect: tern_proto::Protect::Clear,
-        trust: tern_engine::client::Trust::Any,
-        client_cert: None,
-        wrap: None,
-        connect_timeout: Duration::from_secs(5),
-        io_timeout: Duration::from_secs(30),
-        once_token: None,
-        reach: tern_engine::client::Reach::Dial,
-        choices: tern_engine::session::Choices::default(),
-    }
+    tern_testkit::client::options(streams, tern_proto::Protect::Clear, 1 << 20)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

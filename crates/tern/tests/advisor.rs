@@ -2,27 +2,28 @@
 //! `tern advise`, `tern cp`/`tern perf --advisor`, and the Python client,
 //! on SQLite and (when `TERN_TEST_PG` is set) PostgreSQL.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tern_testkit::daemon::Daemon;
+use tern_testkit::net::closed_addr;
+use tern_testkit::skip::skip;
 
-fn tern() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-}
+mod common;
+use common::tern;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// A server process (`tern serve` or `tern advisor`) that prints one JSON
-/// line on start.
+/// line on start, run in a directory of its own holding `root/`.
 struct Proc {
-    child: Child,
-    banner: Value,
+    daemon: Daemon,
     _dir: tempfile::TempDir,
 }
 
@@ -30,33 +31,14 @@ impl Proc {
     fn start(args: &[&str]) -> Proc {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("root")).unwrap();
-        let mut child = tern()
-            .args(args)
+        let mut cmd = tern();
+        cmd.args(args)
             .arg("--state-dir")
             .arg(dir.path().join("state"))
             .arg("--json")
-            .current_dir(dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        if line.is_empty() {
-            let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            panic!("{args:?} did not start: {err}");
-        }
+            .current_dir(dir.path());
         Proc {
-            child,
-            banner: serde_json::from_str(&line).unwrap(),
+            daemon: Daemon::spawn(cmd, &dir.path().join("log")),
             _dir: dir,
         }
     }
@@ -87,18 +69,11 @@ impl Proc {
     }
 
     fn http(&self) -> String {
-        format!("http://{}", self.banner["http"].as_str().unwrap())
+        self.daemon.http_url()
     }
 
     fn daemon(&self) -> String {
-        format!("tern://{}", self.banner["listen"].as_str().unwrap())
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        format!("tern://{}", self.daemon.addr())
     }
 }
 
@@ -127,12 +102,6 @@ fn history(url: &str, host: &str) -> Vec<Value> {
     let (status, h) = http("GET", &format!("{url}/api/v1/history/{host}"), None);
     assert_eq!(status, 200, "{h}");
     h["measurements"].as_array().unwrap().clone()
-}
-
-/// An address where nothing listens.
-fn closed_port() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
 }
 
 /// Runs tern with a config dir of its own: tests run in parallel and a port
@@ -167,21 +136,15 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Says that part of a test is skipped and why; fails it instead when
-/// `TERN_TEST_STRICT` is set (CI, as root), where nothing may be skipped.
-fn skip(message: &str) {
-    if std::env::var_os("TERN_TEST_STRICT").is_some_and(|v| !v.is_empty()) {
-        panic!("{message} (TERN_TEST_STRICT is set: no test may skip)");
-    }
-    eprintln!("{message}");
-}
-
 /// A fresh database in the cluster `TERN_TEST_PG` names, or `None` (with
 /// a message) when it is not set.
 fn fresh_pg() -> Option<String> {
     let base = std::env::var("TERN_TEST_PG").ok().filter(|v| !v.is_empty());
     let Some(base) = base else {
-        skip("SKIP (PostgreSQL half): TERN_TEST_PG is not set; ran on SQLite only");
+        skip(
+            "PostgreSQL half",
+            "TERN_TEST_PG is not set; ran on SQLite only",
+        );
         return None;
     };
     let name = format!("tern_cli_{:016x}", rand_u64());
@@ -225,7 +188,7 @@ fn python3() -> Option<Command> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        skip("SKIP (Python half): no python3 (scripts/setup.sh installs it)");
+        skip("Python half", "no python3 (scripts/setup.sh installs it)");
         return None;
     }
     let mut c = Command::new("python3");
@@ -336,7 +299,7 @@ fn tern_advise_exit_codes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown host"));
     let out = run(&["advise", "not/a/host", "--server", &url]);
     assert_eq!(out.status.code(), Some(2));
-    let closed = closed_port();
+    let closed = closed_addr();
     let out = run(&[
         "advise",
         "h.example",
@@ -499,7 +462,7 @@ fn cp_starts_from_the_advice_and_reports_back() {
     assert_eq!(cp["advisor"]["streams"], Value::Null, "{cp}");
     assert_eq!(cp["tuning"]["window"], "kernel", "{cp}");
     // An advisor that is not there: the copy goes ahead from the defaults.
-    let closed = closed_port();
+    let closed = closed_addr();
     let out = run(&[
         "cp",
         "--advisor",
@@ -650,7 +613,7 @@ fn loopback_target(addr: std::net::SocketAddr) -> tern_advisor::ProbeTarget {
 }
 
 fn listen_addr(p: &Proc) -> std::net::SocketAddr {
-    p.banner["listen"].as_str().unwrap().parse().unwrap()
+    p.daemon.addr()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -680,23 +643,7 @@ fn loopback_capacity() -> tern_advisor::UdpTrainCapacity {
 
 fn perf_probe(duration: Duration) -> tern_advisor::EngineThroughput {
     tern_advisor::EngineThroughput {
-        options: tern_engine::client::ClientOptions {
-            streams: 2,
-            max_streams: 2,
-            tuning: tern_engine::tuning::Tuning::default(),
-            rate_limit: None,
-            block_size: 1 << 20,
-            checksum: tern_proto::ChecksumAlg::Xxh3,
-            protect: tern_proto::Protect::Clear,
-            trust: tern_engine::client::Trust::Any,
-            client_cert: None,
-            wrap: None,
-            connect_timeout: Duration::from_secs(5),
-            io_timeout: Duration::from_secs(30),
-            once_token: None,
-            reach: tern_engine::client::Reach::Dial,
-            choices: tern_engine::session::Choices::default(),
-        },
+        options: tern_testkit::client::options(2, tern_proto::Protect::Clear, 1 << 20),
         duration,
     }
 }
@@ -775,7 +722,7 @@ fn the_probe_adapters_measure_a_real_daemon() {
         if t.value >= 45e6 {
             assert_eq!(t.details["limit"], "probe_budget", "{t:?}");
         }
-        let closed = loopback_target(closed_port());
+        let closed = loopback_target(closed_addr());
         let e = throughput.run(&closed, grant).await.unwrap_err();
         assert!(matches!(e, ProbeError::Unreachable(_)), "{e}");
     });
@@ -847,7 +794,7 @@ fn the_sweep_adapter_measures_a_real_daemon() {
         assert_eq!(best.len(), 1, "{cells:?}");
         let fastest = cells.iter().map(|c| c.value).fold(0.0, f64::max);
         assert_eq!(best[0].value, fastest);
-        let closed = loopback_target(closed_port());
+        let closed = loopback_target(closed_addr());
         let e = sweep.run(&closed, grant).await.unwrap_err();
         assert!(matches!(e, ProbeError::Unreachable(_)), "{e}");
     });

@@ -15,8 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod common;
-use common::daemon::{Daemon, have, is_root, tern};
-use common::tree::{self, Difference, at, escape, set_mtime};
+use common::tern;
+use tern_testkit::daemon::Daemon;
+use tern_testkit::files::random_file;
+use tern_testkit::skip::{have, is_root, skip};
+use tern_testkit::tree::{self, Difference, at, escape, set_mtime};
 
 /// Differences from `rsync -a` that tern makes on purpose: (path,
 /// attribute, rsync's value, tern's value, reason). A difference found and
@@ -73,7 +76,7 @@ fn mkdir(parent: &File, name_bytes: &[u8], mode: u32) -> File {
 /// `mtime` in `parent`.
 fn file(parent: &File, name_bytes: &[u8], len: usize, mode: u32, mtime: (i64, u32)) {
     let path = at(parent, name(name_bytes));
-    common::random_file(&path, len);
+    random_file(&path, len);
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
     set_mtime(&path, mtime);
 }
@@ -235,7 +238,7 @@ impl Env {
     }
 
     fn daemon(&self) -> Daemon {
-        Daemon::start(&self.p("served"), &self.p("state"))
+        common::serve(&self.p("served"), &self.p("state")).start()
     }
 
     fn tern_cp(&self, args: &[&OsStr]) -> Output {
@@ -266,11 +269,11 @@ impl Env {
 /// bits and owners only as root; the daemon runs as root) and rsync.
 fn can_run(test: &str) -> bool {
     if !is_root() {
-        common::skip(test, "needs root (rsync -a as root is the reference)");
+        skip(test, "needs root (rsync -a as root is the reference)");
         return false;
     }
     if !have("rsync") {
-        common::skip(
+        skip(
             test,
             "rsync is not installed (scripts/setup.sh installs it)",
         );
@@ -550,7 +553,7 @@ fn partial_case(test: &str, mode: Mode) {
     build_partial_tree(&s);
     // rsync's result under the same obstacle.
     let Some(_rsync_wall) = ReadOnlyMount::new(&env.p("ref/s/walled"), &s.join("walled")) else {
-        common::skip(test, "cannot mount a read-only tmpfs");
+        skip(test, "cannot mount a read-only tmpfs");
         return;
     };
     let r = env.rsync("s", &env.p("ref/"), &[]);
@@ -579,7 +582,7 @@ fn partial_case(test: &str, mode: Mode) {
     };
     let Some(_tern_wall) = ReadOnlyMount::new(&dest_parent.join("s/walled"), &s.join("walled"))
     else {
-        common::skip(test, "cannot mount a read-only tmpfs");
+        skip(test, "cannot mount a read-only tmpfs");
         return;
     };
     let daemon = env.daemon();

@@ -1,116 +1,24 @@
 //! The `tern` binary as users run it: commands, JSON reports, and every
 //! documented exit code.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tern_testkit::daemon::{Daemon, Serve, signal};
+use tern_testkit::files::{content_difference, file_difference, random_file, random_file_streamed};
+use tern_testkit::net::free_port;
+use tern_testkit::skip::{is_root, skip};
 
 mod common;
-use common::random_file;
+use common::{TERN, tern};
 
-fn tern() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-}
-
-struct Server {
-    child: Child,
-    port: u16,
-    fingerprint: String,
-    stderr: Option<std::process::ChildStderr>,
-}
-
-impl Server {
-    fn start(root: &Path, state: &Path) -> Server {
-        Server::start_on(root, state, "127.0.0.1:0")
-    }
-
-    fn start_on(root: &Path, state: &Path, listen: &str) -> Server {
-        Server::start_with(root, state, listen, &[])
-    }
-
-    /// Starts a daemon; a port of its own (a restart on the port of one
-    /// just killed) is tried again for a few seconds while another socket
-    /// on this busy host holds it.
-    fn start_with(root: &Path, state: &Path, listen: &str, extra: &[&str]) -> Server {
-        let mut tries = if listen.ends_with(":0") { 1 } else { 50 };
-        let (mut child, mut lines) = loop {
-            let mut child = tern()
-                .args(["serve", "--listen", listen, "--grace", "2", "--root"])
-                .arg(root)
-                .arg("--state-dir")
-                .arg(state)
-                .args(extra)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut lines = BufReader::new(child.stdout.take().unwrap())
-                .lines()
-                .peekable();
-            if lines.peek().is_some() {
-                break (child, lines);
-            }
-            let mut err = String::new();
-            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-            let _ = child.wait();
-            tries -= 1;
-            assert!(
-                tries > 0,
-                "tern serve --listen {listen} did not start: {err}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let listen = lines.next().unwrap().unwrap();
-        let fp_line = lines.next().unwrap().unwrap();
-        let port = listen
-            .split("127.0.0.1:")
-            .nth(1)
-            .and_then(|r| r.split(',').next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no port in {listen:?}"));
-        let fingerprint = fp_line.rsplit(' ').next().unwrap().to_string();
-        assert!(fingerprint.starts_with("SHA256:"), "{fp_line}");
-        let stderr = child.stderr.take();
-        Server {
-            child,
-            port,
-            fingerprint,
-            stderr,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("tern://127.0.0.1:{}/{path}", self.port)
-    }
-
-    /// Stops with SIGTERM and returns (exit success, stderr).
-    fn stop(mut self) -> (bool, String) {
-        unsafe_free_kill(self.child.id(), "TERM");
-        let status = self.child.wait().unwrap();
-        let mut err = String::new();
-        if let Some(mut s) = self.stderr.take() {
-            s.read_to_string(&mut err).unwrap();
-        }
-        (status.success(), err)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn unsafe_free_kill(pid: u32, signal: &str) {
-    Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
+/// How these tests start a daemon: `tern serve` on an ephemeral port of
+/// 127.0.0.1 with a grace of 2 s, its log in `STATE.log`.
+fn serve(root: &Path, state: &Path) -> Serve {
+    Serve::new(TERN, root, state).grace(2)
 }
 
 struct Env {
@@ -127,8 +35,8 @@ impl Env {
     fn p(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
-    fn server(&self) -> Server {
-        Server::start(&self.p("root"), &self.p("state"))
+    fn server(&self) -> Daemon {
+        serve(&self.p("root"), &self.p("state")).start()
     }
     fn run(&self, args: &[&str]) -> Output {
         self.run_env(args, &[])
@@ -164,7 +72,7 @@ fn fault_hooks(test: &str) -> bool {
     if cfg!(feature = "fault-injection") {
         return true;
     }
-    common::skip(
+    skip(
         test,
         "tern was built without its test hooks (cargo test --features tern/fault-injection)",
     );
@@ -192,7 +100,7 @@ fn push_and_pull_report_what_they_did() {
         env.p("src.bin").to_str().unwrap(),
         &server.url("up.bin"),
     ]));
-    assert_eq!(std::fs::read(env.p("root/up.bin")).unwrap(), data);
+    assert_eq!(content_difference(env.p("root/up.bin"), &data), None);
     for key in [
         "bytes",
         "files",
@@ -222,7 +130,7 @@ fn push_and_pull_report_what_they_did() {
     assert_eq!(per_stream_total, 5 << 20);
     assert_eq!(up["checksum"][0]["algorithm"], "xxh3");
     assert!(up["elapsed_s"].as_f64().unwrap() >= up["network_elapsed_s"].as_f64().unwrap());
-    assert_eq!(up["server_fingerprint"], server.fingerprint.as_str());
+    assert_eq!(up["server_fingerprint"], server.fingerprint());
 
     let down = json(&env.run(&[
         "cp",
@@ -232,11 +140,11 @@ fn push_and_pull_report_what_they_did() {
         &server.url("up.bin"),
         env.p("down.bin").to_str().unwrap(),
     ]));
-    assert_eq!(std::fs::read(env.p("down.bin")).unwrap(), data);
+    assert_eq!(content_difference(env.p("down.bin"), &data), None);
     assert_eq!(down["checksum"][0]["algorithm"], "md5");
     assert_eq!(down["checksum"][0]["digest"].as_str().unwrap().len(), 32);
     let known = std::fs::read_to_string(env.p("cfg/tern/known_hosts")).unwrap();
-    assert!(known.contains(&server.fingerprint), "{known}");
+    assert!(known.contains(server.fingerprint()), "{known}");
 }
 
 #[test]
@@ -263,7 +171,7 @@ fn trees_copy_recursively_and_locally() {
         env.p("tree").to_str().unwrap(),
         &server.url(""),
     ]));
-    assert_eq!(std::fs::read(env.p("root/tree/sub/b")).unwrap(), b);
+    assert_eq!(content_difference(env.p("root/tree/sub/b"), &b), None);
     json(&env.run(&[
         "cp",
         "-r",
@@ -271,7 +179,7 @@ fn trees_copy_recursively_and_locally() {
         &server.url("tree"),
         env.p("back").to_str().unwrap(),
     ]));
-    assert_eq!(std::fs::read(env.p("back/a")).unwrap(), a);
+    assert_eq!(content_difference(env.p("back/a"), &a), None);
     let local = json(&env.run(&[
         "cp",
         "-r",
@@ -280,7 +188,7 @@ fn trees_copy_recursively_and_locally() {
         env.p("local").to_str().unwrap(),
     ]));
     assert_eq!(local["files"], 2);
-    assert_eq!(std::fs::read(env.p("local/sub/b")).unwrap(), b);
+    assert_eq!(content_difference(env.p("local/sub/b"), &b), None);
 }
 
 #[test]
@@ -307,14 +215,14 @@ fn a_block_corrupted_in_flight_is_counted_in_the_report() {
     );
     let report = json(&out);
     assert_eq!(report["blocks_retransmitted"], 1, "{report}");
-    assert_eq!(std::fs::read(env.p("root/x.bin")).unwrap(), data);
+    assert_eq!(content_difference(env.p("root/x.bin"), &data), None);
 }
 
 #[test]
 fn perf_reports_throughput_both_ways() {
     let env = Env::new();
     let server = env.server();
-    let url = format!("tern://127.0.0.1:{}", server.port);
+    let url = format!("tern://127.0.0.1:{}", server.port());
     let fwd = json(&env.run(&[
         "perf",
         &url,
@@ -378,10 +286,7 @@ fn exit_codes_mean_what_the_help_says() {
     assert_eq!(code(&pinned), 8, "{}", stderr(&pinned));
     assert!(stderr(&pinned).contains("SHA256:"), "{}", stderr(&pinned));
 
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let refused = env.run(&["cp", src, &format!("tern://127.0.0.1:{port}/x")]);
     assert_eq!(code(&refused), 7, "{}", stderr(&refused));
 
@@ -395,7 +300,7 @@ fn exit_codes_mean_what_the_help_says() {
 fn a_rate_limit_holds_both_ways() {
     let env = Env::new();
     let server = env.server();
-    let url = format!("tern://127.0.0.1:{}", server.port);
+    let url = format!("tern://127.0.0.1:{}", server.port());
     for reverse in [false, true] {
         let mut args = vec![
             "perf",
@@ -432,7 +337,7 @@ fn a_rate_limit_holds_both_ways() {
 fn tuning_flags_are_checked_and_reported() {
     let env = Env::new();
     let server = env.server();
-    let url = format!("tern://127.0.0.1:{}", server.port);
+    let url = format!("tern://127.0.0.1:{}", server.port());
     for (flag, value, says) in [
         ("--streams", "many", "neither 'auto' nor"),
         ("--window", "1", "4K to 1G"),
@@ -470,7 +375,7 @@ fn a_wrong_fingerprint_gets_advice_for_where_it_came_from() {
     let src = env.p("src.bin");
     let src = src.to_str().unwrap();
     let server = env.server();
-    let host = format!("127.0.0.1:{}", server.port);
+    let host = format!("127.0.0.1:{}", server.port());
     let wrong = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
     let pinned = env.run(&["cp", "--fingerprint", wrong, src, &server.url("x")]);
@@ -479,7 +384,7 @@ fn a_wrong_fingerprint_gets_advice_for_where_it_came_from() {
     assert!(
         err.contains(&format!(
             "{host} presented the certificate {}, but --fingerprint named {wrong}",
-            server.fingerprint
+            server.fingerprint()
         )),
         "{err}"
     );
@@ -497,7 +402,7 @@ fn a_wrong_fingerprint_gets_advice_for_where_it_came_from() {
     assert_eq!(code(&recorded), 8, "{}", stderr(&recorded));
     let err = stderr(&recorded);
     assert!(
-        err.contains(&format!("expected {wrong}, got {}", server.fingerprint)),
+        err.contains(&format!("expected {wrong}, got {}", server.fingerprint())),
         "{err}"
     );
     assert!(
@@ -517,41 +422,19 @@ fn a_changed_server_identity_is_refused_with_advice() {
     random_file(&env.p("src.bin"), 1000);
     let src = env.p("src.bin");
     let first = env.server();
-    let port = first.port;
+    let port = first.port();
     json(&env.run(&["cp", "--json", src.to_str().unwrap(), &first.url("a")]));
     drop(first);
     // Same port, new state dir: a new certificate.
-    let mut second = None;
-    for _ in 0..50 {
-        let child = tern()
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"])
-            .arg(env.p("root"))
-            .arg("--state-dir")
-            .arg(env.p("state2"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut child = child;
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        if line.contains("listening") {
-            second = Some(child);
-            break;
-        }
-        let _ = child.wait();
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut second = second.expect("second server started");
+    let second = Serve::new(TERN, env.p("root"), env.p("state2"))
+        .port(port)
+        .start();
     let out = env.run(&[
         "cp",
         src.to_str().unwrap(),
         &format!("tern://127.0.0.1:{port}/b"),
     ]);
-    let _ = second.kill();
-    let _ = second.wait();
+    drop(second);
     assert_eq!(code(&out), 8, "{}", stderr(&out));
     assert!(stderr(&out).contains("known_hosts"), "{}", stderr(&out));
     assert!(!env.p("root/b").exists());
@@ -567,7 +450,7 @@ fn garbage_on_the_port_is_logged_and_dropped() {
         &[0u8; 64][..],
         b"\x16\x03\x01\x00\x02\x01\x00",
     ] {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
         let _ = s.write_all(garbage);
     }
     json(&env.run(&[
@@ -576,9 +459,12 @@ fn garbage_on_the_port_is_logged_and_dropped() {
         env.p("src.bin").to_str().unwrap(),
         &server.url("after"),
     ]));
-    assert_eq!(std::fs::read(env.p("root/after")).unwrap(), data);
-    let (clean, log) = server.stop();
-    assert!(clean, "SIGTERM stops the daemon cleanly; log:\n{log}");
+    assert_eq!(content_difference(env.p("root/after"), &data), None);
+    let (status, log) = server.stop();
+    assert!(
+        status.success(),
+        "SIGTERM stops the daemon cleanly; log:\n{log}"
+    );
     assert!(log.contains("not a tern client"), "{log}");
 }
 
@@ -608,15 +494,6 @@ fn a_killed_daemon_leaves_no_file_at_the_final_name() {
     assert!(partial.exists(), "partial file kept for resume");
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 fn mount_tmpfs(dir: &Path, opts: &str) -> bool {
     std::fs::create_dir_all(dir).unwrap();
     Command::new("mount")
@@ -634,7 +511,7 @@ fn umount(dir: &Path) {
 #[test]
 fn a_full_disk_at_the_receiver_is_exit_5_and_loses_nothing() {
     if !is_root() {
-        common::skip(
+        skip(
             "a_full_disk_at_the_receiver",
             "needs root to mount a small tmpfs",
         );
@@ -643,11 +520,11 @@ fn a_full_disk_at_the_receiver_is_exit_5_and_loses_nothing() {
     let env = Env::new();
     let small = env.p("small");
     if !mount_tmpfs(&small, "size=2m") {
-        common::skip("a_full_disk_at_the_receiver", "mount -t tmpfs failed");
+        skip("a_full_disk_at_the_receiver", "mount -t tmpfs failed");
         return;
     }
     random_file(&env.p("src.bin"), 6 << 20);
-    let server = Server::start(&small, &env.p("state"));
+    let server = serve(&small, &env.p("state")).start();
     let out = env.run(&[
         "cp",
         "--protect",
@@ -682,7 +559,7 @@ fn an_unwritable_destination_is_exit_4() {
     let mounted = is_root() && mount_tmpfs(&ro, "ro,size=1m");
     if !mounted {
         if is_root() {
-            common::skip(
+            skip(
                 "an_unwritable_destination",
                 "mount failed and root ignores modes",
             );
@@ -707,22 +584,10 @@ fn ipv6_literals_work_end_to_end() {
     }
     let env = Env::new();
     let data = random_file(&env.p("src.bin"), 200_000);
-    let mut child = tern()
-        .args(["serve", "--listen", "[::1]:0", "--root"])
-        .arg(env.p("root"))
-        .arg("--state-dir")
-        .arg(env.p("state"))
-        .arg("--json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let banner: Value = serde_json::from_str(&line).unwrap();
-    let listen = banner["listen"].as_str().unwrap().to_string();
+    let server = Serve::new(TERN, env.p("root"), env.p("state"))
+        .listen("[::1]:0")
+        .start();
+    let listen = server.banner.json["listen"].as_str().unwrap().to_string();
     assert!(listen.starts_with("[::1]:"), "{listen}");
     let out = env.run(&[
         "cp",
@@ -730,59 +595,14 @@ fn ipv6_literals_work_end_to_end() {
         env.p("src.bin").to_str().unwrap(),
         &format!("tern://{listen}/v6.bin"),
     ]);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     json(&out);
-    assert_eq!(std::fs::read(env.p("root/v6.bin")).unwrap(), data);
+    assert_eq!(content_difference(env.p("root/v6.bin"), &data), None);
     let known = std::fs::read_to_string(env.p("cfg/tern/known_hosts")).unwrap();
     assert!(
         known.starts_with(&listen),
         "known_hosts keys IPv6 hosts as [addr]:port: {known}"
     );
-}
-
-/// Writes `len` bytes of random data without holding them in memory.
-fn random_file_streamed(path: &Path, len: u64) {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ len;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        for chunk in buf[..n].chunks_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
-        }
-        std::io::Write::write_all(&mut f, &buf[..n]).unwrap();
-        left -= n as u64;
-    }
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    let (mut fa, mut fb) = (
-        std::fs::File::open(a).unwrap(),
-        std::fs::File::open(b).unwrap(),
-    );
-    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
-    loop {
-        let na = fa.read(&mut ba).unwrap();
-        let mut nb = 0;
-        while nb < na {
-            let n = fb.read(&mut bb[nb..na]).unwrap();
-            if n == 0 {
-                return false;
-            }
-            nb += n;
-        }
-        if na == 0 {
-            return fb.read(&mut bb).unwrap() == 0;
-        }
-        if ba[..na] != bb[..na] {
-            return false;
-        }
-    }
 }
 
 /// The partial file a file is received under.
@@ -818,18 +638,17 @@ fn wait_for_partial(client: &mut Child, partial: &Path, bytes: u64) {
 }
 
 /// Kills the daemon with SIGKILL once `partial` holds `bytes`, while
-/// `client` is still copying.
-fn kill_daemon_at(mut server: Server, client: &mut Child, partial: &Path, bytes: u64) {
+/// `client` is still copying; returns how to start it again on its port.
+fn kill_daemon_at(server: Daemon, client: &mut Child, partial: &Path, bytes: u64) -> Serve {
     wait_for_partial(client, partial, bytes);
-    unsafe_free_kill(server.child.id(), "KILL");
-    let _ = server.child.wait();
+    server.kill9()
 }
 
 /// Kills the client with SIGKILL once `partial` holds `bytes`; returns
 /// the bytes the partial file then held.
 fn kill_client_at(client: &mut Child, partial: &Path, bytes: u64) -> u64 {
     wait_for_partial(client, partial, bytes);
-    unsafe_free_kill(client.id(), "KILL");
+    signal(client.id(), "KILL");
     let status = client.wait().unwrap();
     assert_eq!(status.code(), None, "killed by a signal");
     bytes_on_disk(partial)
@@ -841,12 +660,11 @@ fn kill_client_at(client: &mut Child, partial: &Path, bytes: u64) -> u64 {
 /// port with the same state.
 fn kill_daemon_mid_copy(
     env: &Env,
-    server: Server,
+    server: Daemon,
     args: &[&str],
     partial: &Path,
     at: u64,
-) -> (u64, Server) {
-    let port = server.port;
+) -> (u64, Daemon) {
     let mut client = tern()
         .args(args)
         .env("XDG_CONFIG_HOME", env.p("cfg"))
@@ -854,7 +672,7 @@ fn kill_daemon_mid_copy(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    kill_daemon_at(server, &mut client, partial, at);
+    let again = kill_daemon_at(server, &mut client, partial, at);
     let status = client.wait().unwrap();
     let mut err = String::new();
     client
@@ -865,12 +683,7 @@ fn kill_daemon_mid_copy(
         .unwrap();
     assert_eq!(status.code(), Some(9), "{err}");
     let arrived = bytes_on_disk(partial);
-    let again = Server::start_on(
-        &env.p("root"),
-        &env.p("state"),
-        &format!("127.0.0.1:{port}"),
-    );
-    (arrived, again)
+    (arrived, again.start())
 }
 
 /// Options of a copy slow enough (40 MB/s) to be killed in the middle.
@@ -929,7 +742,11 @@ fn a_push_cut_by_a_killed_daemon_resumes_where_it_stopped() {
         "resumed {resumed} of {arrived} bytes that had arrived"
     );
     assert!(resumed < 1 << 30);
-    assert!(same_file(&src, &env.p("root/big.bin")), "byte-identical");
+    assert_eq!(
+        file_difference(&src, env.p("root/big.bin")),
+        None,
+        "byte-identical"
+    );
     assert!(!partial.exists());
     assert!(!journal_of(&env.p("root/big.bin")).exists());
 }
@@ -940,7 +757,6 @@ fn a_lost_connection_is_retried_and_the_copy_resumes_by_itself() {
     let src = env.p("mid.bin");
     random_file_streamed(&src, 512 << 20);
     let server = env.server();
-    let port = server.port;
     let mut client = tern()
         .args(["cp", "-P", "4", "--retries", "3", "--json", "--no-progress"])
         .arg(&src)
@@ -951,20 +767,16 @@ fn a_lost_connection_is_retried_and_the_copy_resumes_by_itself() {
         .spawn()
         .unwrap();
     let partial = partial_of(&env.p("root/mid.bin"));
-    kill_daemon_at(server, &mut client, &partial, 128 << 20);
+    let again = kill_daemon_at(server, &mut client, &partial, 128 << 20);
     // Back within the client's first back-off (1 s).
-    let _server = Server::start_on(
-        &env.p("root"),
-        &env.p("state"),
-        &format!("127.0.0.1:{port}"),
-    );
+    let _server = again.start();
     let out = client.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{err}");
     assert!(err.contains("trying again"), "{err}");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(report["bytes_resumed"].as_u64().unwrap() > 0, "{report}");
-    assert!(same_file(&src, &env.p("root/mid.bin")));
+    assert_eq!(file_difference(&src, env.p("root/mid.bin")), None);
 }
 
 #[test]
@@ -1031,7 +843,7 @@ const SMALL_PROBE: [&str; 10] = [
 fn probe_measures_rtt_capacity_and_throughput_of_a_daemon() {
     let env = Env::new();
     let server = env.server();
-    let target = format!("127.0.0.1:{}", server.port);
+    let target = format!("127.0.0.1:{}", server.port());
     let mut args = vec!["probe", &target, "--json", "--throughput", "--time", "1"];
     args.extend(SMALL_PROBE);
     args.extend(["-P", "2", "--protect", "clear", "--rate-limit", "200M"]);
@@ -1068,13 +880,10 @@ fn probe_measures_rtt_capacity_and_throughput_of_a_daemon() {
 #[test]
 fn probe_of_a_daemon_without_udp_responder_reports_rtt_and_exits_7() {
     let env = Env::new();
-    let server = Server::start_with(
-        &env.p("root"),
-        &env.p("state"),
-        "127.0.0.1:0",
-        &["--no-udp-probe"],
-    );
-    let target = format!("127.0.0.1:{}", server.port);
+    let server = serve(&env.p("root"), &env.p("state"))
+        .arg("--no-udp-probe")
+        .start();
+    let target = format!("127.0.0.1:{}", server.port());
     let mut args = vec!["probe", &target, "--json"];
     args.extend(SMALL_PROBE);
     let out = env.run(&args);
@@ -1091,11 +900,7 @@ fn probe_refuses_bad_targets_and_reports_a_dead_one() {
     let env = Env::new();
     let bad = env.run(&["probe", "tern://127.0.0.1/some/path"]);
     assert_eq!(code(&bad), 2, "{}", stderr(&bad));
-    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let dead_port = free_port();
     let dead = env.run(&["probe", &format!("127.0.0.1:{dead_port}"), "--json"]);
     assert_eq!(code(&dead), 7, "{}", stderr(&dead));
     let v: Value = serde_json::from_slice(&dead.stdout).unwrap();
@@ -1151,7 +956,7 @@ fn a_copy_whose_client_was_killed_resumes_when_run_again() {
             resumed as f64 >= 0.8 * arrived as f64 && resumed < 96 << 20,
             "{to}: resumed {resumed} of {arrived} bytes that had arrived"
         );
-        assert!(same_file(&src, &dest), "{to}: byte-identical");
+        assert_eq!(file_difference(&src, &dest), None, "{to}: byte-identical");
         assert!(!partial.exists(), "{to}: partial file gone");
     }
 }
@@ -1180,7 +985,7 @@ fn a_pull_cut_by_a_killed_daemon_resumes_where_it_stopped() {
         resumed as f64 >= 0.8 * arrived as f64 && resumed < 96 << 20,
         "resumed {resumed} of {arrived} bytes that had arrived"
     );
-    assert!(same_file(&src, &dest), "byte-identical");
+    assert_eq!(file_difference(&src, &dest), None, "byte-identical");
     assert!(!partial.exists());
 }
 
@@ -1218,8 +1023,9 @@ fn a_source_changed_between_runs_is_sent_again_whole() {
         let report =
             json(&env.run(&["cp", "--json", "--no-progress", src.to_str().unwrap(), &url]));
         assert_eq!(report["bytes_resumed"], 0, "{what}: nothing spliced");
-        assert!(
-            same_file(&src, &env.p("root/up.bin")),
+        assert_eq!(
+            file_difference(&src, env.p("root/up.bin")),
+            None,
             "{what}: the new version"
         );
         assert!(!partial.exists(), "{what}: partial file gone");
@@ -1230,7 +1036,7 @@ fn a_source_changed_between_runs_is_sent_again_whole() {
 #[test]
 fn a_disk_that_fills_during_a_resumed_copy_is_exit_5_and_a_later_run_completes() {
     if !is_root() {
-        common::skip(
+        skip(
             "a_disk_that_fills_during_a_resumed_copy",
             "needs root to mount a small tmpfs",
         );
@@ -1239,7 +1045,7 @@ fn a_disk_that_fills_during_a_resumed_copy_is_exit_5_and_a_later_run_completes()
     let env = Env::new();
     let small = env.p("small");
     if !mount_tmpfs(&small, "size=16m") {
-        common::skip(
+        skip(
             "a_disk_that_fills_during_a_resumed_copy",
             "mount -t tmpfs failed",
         );
@@ -1248,7 +1054,7 @@ fn a_disk_that_fills_during_a_resumed_copy_is_exit_5_and_a_later_run_completes()
     let src = env.p("src.bin");
     random_file_streamed(&src, 10 << 20);
     std::fs::copy(&src, env.p("root/src.bin")).unwrap();
-    let small_server = Server::start(&small, &env.p("state"));
+    let small_server = serve(&small, &env.p("state")).start();
     let root_server = env.server();
     let slow = [
         "-P",
@@ -1295,7 +1101,11 @@ fn a_disk_that_fills_during_a_resumed_copy_is_exit_5_and_a_later_run_completes()
         // Space is freed; the same command completes, resuming again.
         std::fs::remove_file(&filler).unwrap();
         let done = env.run(&resume);
-        let identical = dest.exists() && same_file(&src, &dest);
+        let identical = if dest.exists() {
+            file_difference(&src, &dest)
+        } else {
+            Some(format!("{} is absent", dest.display()))
+        };
         let partial_left = partial.exists();
         let _ = std::fs::remove_file(&dest);
         outcomes.push((
@@ -1330,7 +1140,10 @@ fn a_disk_that_fills_during_a_resumed_copy_is_exit_5_and_a_later_run_completes()
             resumed > 0 && resumed + (2 << 20) >= arrived,
             "{to}: resumed {resumed} of {arrived}"
         );
-        assert!(identical, "{to}: byte-identical after the space came back");
+        assert_eq!(
+            identical, None,
+            "{to}: byte-identical after the space came back"
+        );
         assert!(!partial_left, "{to}: no partial file left");
     }
 }
@@ -1377,7 +1190,7 @@ fn compression_and_skipping_are_reported() {
         json(&env.run(&args))
     };
     let zstd = push(&["--compress", "zstd"]);
-    assert_eq!(std::fs::read(env.p("root/run.log")).unwrap(), text);
+    assert_eq!(content_difference(env.p("root/run.log"), &text), None);
     let c = &zstd["compression"];
     assert_eq!(
         (&c["mode"], &c["codec"]),
@@ -1413,7 +1226,7 @@ fn compression_and_skipping_are_reported() {
         &server.url("run.log"),
         pulled.to_str().unwrap(),
     ]));
-    assert_eq!(std::fs::read(&pulled).unwrap(), text);
+    assert_eq!(content_difference(&pulled, &text), None);
     assert_eq!(down["compression"]["codec"], "lz4", "{down}");
     // The pulled copy got the source's mtime: pulling again skips it, and a
     // digest check agrees without sending it.
@@ -1472,7 +1285,7 @@ fn a_stalled_stream_is_replaced_and_reported() {
         report["streams_replaced"].as_u64().unwrap() >= 1,
         "{report}"
     );
-    assert!(same_file(&env.p("src.bin"), &env.p("root/x.bin")));
+    assert_eq!(file_difference(env.p("src.bin"), env.p("root/x.bin")), None);
     assert!(
         stderr(&out).contains("stalled"),
         "the stall is logged: {}",
@@ -1523,7 +1336,11 @@ fn a_partial_file_damaged_between_runs_is_repaired_by_the_rerun() {
     again.extend(&args);
     let out = env.run(&again);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(same_file(&src, &env.p("root/up.bin")), "byte-identical");
+    assert_eq!(
+        file_difference(&src, env.p("root/up.bin")),
+        None,
+        "byte-identical"
+    );
     let resumed = json(&out)["bytes_resumed"].as_u64().unwrap();
     assert!(resumed > 0, "the intact blocks were kept");
     assert!(

@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-// Not every shared helper is needed here (nothing skips: no root needed).
-#[allow(dead_code)]
 mod common;
-use common::daemon::{Daemon, signal, tern};
-use common::tree::{self, set_mtime};
+use common::tern;
+use tern_testkit::daemon::{Daemon, signal};
+use tern_testkit::files::random_file;
+use tern_testkit::tree::{self, set_mtime};
 
 /// Files in the tree.
 const FILES: usize = 20;
@@ -87,7 +87,7 @@ fn build_tree20(dir: &Path, rng: &mut Rng) -> BTreeMap<Vec<u8>, u64> {
         let len = (3 << 20) + rng.next() % (3 << 20);
         let path = dir.join(&rel);
         // Seeded by its length: distinct lengths, distinct contents.
-        common::random_file(&path, len as usize);
+        random_file(&path, len as usize);
         let mode = if i % 4 == 3 { 0o600 } else { 0o644 };
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
         set_mtime(&path, (1_600_000_000 + i as i64, 1000 * i as u32 + 7));
@@ -277,7 +277,7 @@ impl Setup {
         } else {
             p("served")
         };
-        let daemon = Daemon::start(&root, &p("state"));
+        let daemon = common::serve(&root, &p("state")).start();
         let dest = area.join("tdest");
         let (from, to) = match way {
             Way::Push => (src.display().to_string(), daemon.url("tdest")),
@@ -419,11 +419,11 @@ fn kill_and_resume(test: &str, victim: Victim, way: Way) {
                         status
                     }
                     Victim::Daemon => {
-                        let (root, state, port) = s.daemon.take().unwrap().kill9();
+                        let again = s.daemon.take().unwrap().kill9();
                         let status = wait_bounded(&mut child);
                         // Back on its port, with its root and certificate,
                         // once the client has given up.
-                        s.daemon = Some(Daemon::start_on(&root, &state, port));
+                        s.daemon = Some(again.start());
                         status
                     }
                 };
@@ -559,8 +559,7 @@ fn retries_carry_a_tree_push_over_two_daemon_restarts() {
         match s.watch.wait_for(&mut child, at) {
             Ok(got) => {
                 last_at = got;
-                let (root, state, port) = s.daemon.take().unwrap().kill9();
-                s.daemon = Some(Daemon::start_on(&root, &state, port));
+                s.daemon = Some(s.daemon.take().unwrap().kill9_and_restart());
                 log.push_str(&format!(
                     "daemon killed at {got} bytes on disk (aimed at {at}) and restarted\n"
                 ));

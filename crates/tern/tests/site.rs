@@ -3,18 +3,18 @@
 //! a site CA, the daemon's host certificate, users the authorization file
 //! names and users it does not, an expired one and one from another CA.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Output;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose, SanType,
 };
 
-fn tern() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tern"))
-}
+mod common;
+use common::tern;
+use tern_testkit::daemon::Daemon;
+use tern_testkit::files::content_difference;
 
 /// A CA that signs certificates into PEM files.
 struct Ca {
@@ -68,9 +68,7 @@ fn user_params(cn: &str) -> CertificateParams {
 struct Site {
     dir: tempfile::TempDir,
     ca: Ca,
-    daemon: Child,
-    port: u16,
-    log: Option<std::process::ChildStderr>,
+    daemon: Daemon,
 }
 
 const AUTHZ: &str = r#"
@@ -127,11 +125,7 @@ impl Site {
         host.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let (host_cert, host_key) = ca.issue(&p("pki"), "host", host);
         std::fs::write(p("authz"), AUTHZ).unwrap();
-        let mut daemon = tern()
-            .args(["serve", "--listen", "127.0.0.1:0", "--grace", "1", "--root"])
-            .arg(p("root"))
-            .arg("--state-dir")
-            .arg(p("state"))
+        let daemon = common::serve(&p("root"), &p("state"))
             .arg("--tls-cert")
             .arg(host_cert)
             .arg("--tls-key")
@@ -140,32 +134,10 @@ impl Site {
             .arg(client_ca)
             .arg("--authz")
             .arg(p("authz"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(daemon.stdout.take().unwrap()).lines();
-        let listen = lines.next().unwrap().unwrap();
-        let port = listen
-            .split("127.0.0.1:")
-            .nth(1)
-            .and_then(|r| r.split(',').next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no port in {listen:?}"));
-        let _fingerprint = lines.next().unwrap().unwrap();
-        let site_line = lines.next().unwrap().unwrap();
-        assert!(
-            site_line.contains("client certificates required, 4 authorization rule(s)"),
-            "{site_line}"
-        );
-        let log = daemon.stderr.take();
-        Site {
-            dir,
-            ca,
-            daemon,
-            port,
-            log,
-        }
+            .start();
+        // Site mode: client certificates required, the file's 4 rules.
+        assert_eq!(daemon.banner.authz_rules, Some(4), "{}", daemon.banner.json);
+        Site { dir, ca, daemon }
     }
 
     fn p(&self, rel: &str) -> PathBuf {
@@ -173,7 +145,7 @@ impl Site {
     }
 
     fn url(&self, path: &str) -> String {
-        format!("tern://127.0.0.1:{}/{path}", self.port)
+        self.daemon.url(path)
     }
 
     /// Runs tern as the holder of `who` (cert, key), trusting the site CA.
@@ -198,23 +170,8 @@ impl Site {
     }
 
     /// Stops the daemon and returns its log.
-    fn stop(mut self) -> String {
-        let _ = Command::new("kill")
-            .arg(self.daemon.id().to_string())
-            .status();
-        let _ = self.daemon.wait();
-        let mut log = String::new();
-        if let Some(mut s) = self.log.take() {
-            s.read_to_string(&mut log).unwrap();
-        }
-        log
-    }
-}
-
-impl Drop for Site {
-    fn drop(&mut self) {
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
+    fn stop(self) -> String {
+        self.daemon.stop().1
     }
 }
 
@@ -287,7 +244,7 @@ fn a_granted_subject_reads_and_writes_only_where_granted() {
         &alice,
         &["cp", &site.url("public/notes.txt"), got.to_str().unwrap()],
     ));
-    assert_eq!(std::fs::read(&got).unwrap(), b"public notes\n");
+    assert_eq!(content_difference(&got, b"public notes\n"), None);
 
     // From here on every attempt is refused: nothing under the root may
     // change, not even a partial file, a journal or a directory.

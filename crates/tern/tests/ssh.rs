@@ -20,29 +20,23 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::random_file;
+use common::TERN;
+use tern_testkit::files::{content_difference, file_difference, random_file};
+use tern_testkit::net::free_port;
+use tern_testkit::skip::{have, is_root, skip};
 
 const SSHD: &str = "/usr/sbin/sshd";
 
-fn tern_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_tern")
-}
-
 /// Why these tests cannot run here, if they cannot.
 fn unavailable() -> Option<String> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+    if !is_root() {
         return Some("not root (sshd must run as root)".into());
     }
     if !Path::new(SSHD).exists() {
         return Some(format!("{SSHD} missing (apt-get install openssh-server)"));
     }
     for tool in ["ssh", "ssh-keygen"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
+        if !have(tool) {
             return Some(format!("{tool} missing (apt-get install openssh-client)"));
         }
     }
@@ -139,15 +133,10 @@ fn sshd_greets(child: &mut Child, port: u16, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 impl Sshd {
     fn start() -> Option<Sshd> {
         if let Some(why) = unavailable() {
-            common::skip("ssh tests", &format!("they need a real sshd: {why}"));
+            skip("ssh tests", &format!("they need a real sshd: {why}"));
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -159,7 +148,7 @@ impl Sshd {
         keygen(&p("client_key"));
         keygen(&p("stranger_key"));
         std::fs::copy(p("client_key.pub"), p("authorized_keys")).unwrap();
-        std::os::unix::fs::symlink(tern_bin(), p("bin/tern-remote")).unwrap();
+        std::os::unix::fs::symlink(TERN, p("bin/tern-remote")).unwrap();
         // The privilege separation directory sshd insists on.
         std::fs::create_dir_all("/run/sshd").unwrap();
         // A port found free may be taken before sshd binds it: then sshd
@@ -196,7 +185,7 @@ impl Sshd {
     }
 
     fn tern_with(&self, args: &[&str], key: &str, remote: &Path) -> Command {
-        let mut c = Command::new(tern_bin());
+        let mut c = Command::new(TERN);
         c.args(args)
             .arg("--ssh")
             .arg(self.ssh_with(key))
@@ -340,12 +329,7 @@ fn assert_same_tree(a: &Path, b: &Path) {
             assert_same_tree(&a.join(&n), &b.join(&n));
         }
     } else {
-        assert_eq!(
-            std::fs::read(a).unwrap(),
-            std::fs::read(b).unwrap(),
-            "{}",
-            b.display()
-        );
+        assert_eq!(file_difference(a, b), None, "{}", b.display());
         assert_eq!(ma.mtime(), mb.mtime(), "mtime of {}", b.display());
     }
 }
@@ -370,7 +354,10 @@ fn a_file_goes_to_a_real_sshd_and_back_with_no_daemon_running() {
             .unwrap()
             .starts_with("SHA256:")
     );
-    assert_eq!(std::fs::read(s.p("home/incoming/run42.bin")).unwrap(), data);
+    assert_eq!(
+        content_difference(s.p("home/incoming/run42.bin"), &data),
+        None
+    );
     assert!(
         !s.p("local/cfg/tern/known_hosts").exists(),
         "the fingerprint came through ssh: nothing to remember"
@@ -396,7 +383,7 @@ fn a_file_goes_to_a_real_sshd_and_back_with_no_daemon_running() {
     assert_eq!(pull["streams"], 3);
     assert_eq!(pull["protect"], "safe");
     assert_eq!(pull["checksum"][0]["algorithm"], "sha256");
-    assert_eq!(std::fs::read(&back).unwrap(), data);
+    assert_eq!(content_difference(&back, &data), None);
     s.assert_nothing_left(Duration::from_secs(5));
 
     // A missing remote file is the remote's "not found" (exit 3).
@@ -450,7 +437,7 @@ fn reverse_mode_has_the_remote_connect_back() {
         &noisy,
         format!(
             "#!/bin/sh\necho 'Welcome to the cluster'\nexec {} \"$@\"\n",
-            tern_bin()
+            TERN
         ),
     )
     .unwrap();
@@ -501,7 +488,7 @@ fn reverse_mode_has_the_remote_connect_back() {
             "#!/bin/bash\nargs=(\"$@\")\nfor i in \"${{!args[@]}}\"; do\n  \
              [ \"${{args[$i]}}\" = --connect ] && args[$((i+1))]=127.0.0.1:1\ndone\n\
              exec {} \"${{args[@]}}\"\n",
-            tern_bin()
+            TERN
         ),
     )
     .unwrap();
@@ -542,7 +529,7 @@ fn a_wrong_token_or_fingerprint_is_refused_and_nothing_is_written() {
         &forger,
         format!(
             "#!/bin/sh\n{} \"$@\" | sed -u 's/token=[A-Za-z0-9+/]*/token=AAAAAAAAAAAAAAAAAAAAAA/'\n",
-            tern_bin()
+            TERN
         ),
     )
     .unwrap();
@@ -610,7 +597,7 @@ fn a_missing_remote_tern_or_a_refused_login_is_a_clear_error() {
         "ssh's words are quoted: {err}"
     );
 
-    let out = Command::new(tern_bin())
+    let out = Command::new(TERN)
         .args(["cp", "--ssh", "/nonexistent/ssh", src, "127.0.0.1:f.bin"])
         .output()
         .unwrap();
@@ -666,8 +653,8 @@ fn a_copy_whose_ssh_dies_is_run_again_and_resumes() {
     assert!(err.contains("trying again"), "{err}");
     assert!(report["bytes_resumed"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(
-        std::fs::read(s.p("home/slow.bin")).unwrap(),
-        std::fs::read(s.p("local/slow.bin")).unwrap()
+        file_difference(s.p("home/slow.bin"), s.p("local/slow.bin")),
+        None
     );
     s.assert_nothing_left(Duration::from_secs(5));
 }

@@ -6,6 +6,7 @@ use std::sync::Once;
 use sqlx::Connection;
 use tempfile::TempDir;
 use tern_advisor::store::{Store, StoreOptions};
+use tern_testkit::skip;
 
 /// A database a test may do anything with.
 pub struct TestDb {
@@ -40,31 +41,21 @@ pub fn sqlite() -> TestDb {
     }
 }
 
-/// Fails the test with `message` when `TERN_TEST_STRICT` is set (CI, as
-/// root): there nothing may be skipped.
-pub fn fail_if_strict(message: &str) {
-    if std::env::var_os("TERN_TEST_STRICT").is_some_and(|v| !v.is_empty()) {
-        panic!("{message} (TERN_TEST_STRICT is set: no test may skip)");
-    }
-}
-
-/// Says that (part of) a test is skipped and why, or fails it under
+/// The PostgreSQL cluster to test against, if any: without one, the
+/// PostgreSQL half of the tests is skipped (said once), or fails under
 /// `TERN_TEST_STRICT`.
-pub fn skip(message: &str) {
-    fail_if_strict(message);
-    eprintln!("{message}");
-}
-
-/// The PostgreSQL cluster to test against, if any.
 pub fn pg_base() -> Option<String> {
-    const UNSET: &str = "SKIP (PostgreSQL half): TERN_TEST_PG is not set; these tests ran on \
-                         SQLite only (scripts/test.sh starts a cluster: eval \"$(bash \
+    const UNSET: &str = "TERN_TEST_PG is not set; these tests ran on SQLite only \
+                         (scripts/test.sh starts a cluster: eval \"$(bash \
                          scripts/pg-test.sh start)\")";
     static SAID: Once = Once::new();
     let url = std::env::var("TERN_TEST_PG").ok().filter(|u| !u.is_empty());
     if url.is_none() {
-        fail_if_strict(UNSET);
-        SAID.call_once(|| eprintln!("{UNSET}"));
+        // Every caller fails under TERN_TEST_STRICT; else it is said once.
+        if skip::strict() {
+            skip::skip("PostgreSQL half", UNSET);
+        }
+        SAID.call_once(|| skip::skip("PostgreSQL half", UNSET));
     }
     url
 }
@@ -149,7 +140,7 @@ impl Relay {
 /// `test` skipped (failed under `TERN_TEST_STRICT`), without a cluster.
 pub async fn relayed_postgres(test: &str) -> Option<(Relay, String, std::net::SocketAddr)> {
     let Some(base) = pg_base() else {
-        skip(&format!("SKIP {test}: TERN_TEST_PG not set"));
+        skip::skip(test, "TERN_TEST_PG not set");
         return None;
     };
     let db = postgres(&base).await;

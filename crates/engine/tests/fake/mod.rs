@@ -42,11 +42,9 @@ use std::time::Duration;
 
 use tern_engine::client::{ClientOptions, Endpoint};
 use tern_engine::integrity::{BlockCheck, digest_of};
-use tern_engine::session::Choices;
 use tern_engine::tls::bind_token;
 use tern_engine::tls::{BLOCK_MAC_LABEL, PinVerifier, ServerIdentity, server_name};
 use tern_engine::transfer::{BoxStream, Control};
-use tern_engine::tuning::Tuning;
 use tern_engine::{Error, Result};
 use tern_proto::data::{JOIN_LEN, JOIN_REPLY_LEN};
 use tern_proto::hello::{HELLO_LEN, HELLO_MAGIC};
@@ -502,8 +500,7 @@ impl<T: Send + 'static> FakeDaemon<T> {
     /// Client options that trust this daemon (and present its token when
     /// it is a once server).
     pub fn client_options(&self) -> ClientOptions {
-        let mut o = client_options();
-        o.trust = tern_engine::client::Trust::Pinned(self.fingerprint.clone());
+        let mut o = tern_testkit::client::pinned(client_options(), &self.fingerprint);
         o.once_token = self.once.then_some(self.token);
         o
     }
@@ -521,23 +518,7 @@ impl<T: Send + 'static> FakeDaemon<T> {
 /// Client options as the engine tests use them: 2 streams of 64 KiB
 /// blocks, private mode, nothing pinned.
 pub fn client_options() -> ClientOptions {
-    ClientOptions {
-        streams: 2,
-        max_streams: 2,
-        tuning: Tuning::default(),
-        rate_limit: None,
-        block_size: 64 << 10,
-        checksum: ChecksumAlg::Xxh3,
-        protect: Protect::Private,
-        trust: tern_engine::client::Trust::Any,
-        client_cert: None,
-        wrap: None,
-        connect_timeout: Duration::from_secs(5),
-        io_timeout: Duration::from_secs(30),
-        once_token: None,
-        reach: tern_engine::client::Reach::Dial,
-        choices: Choices::default(),
-    }
+    tern_testkit::client::options(2, Protect::Private, 64 << 10)
 }
 
 struct AbortOnDrop(JoinHandle<()>);
@@ -1013,19 +994,6 @@ pub fn tree(dir: &Path) -> Vec<String> {
     walk(dir, dir, &mut out);
     out.sort();
     out
-}
-
-/// The `tern` binary to drive (`TERN_BIN`, else the one cargo built beside
-/// this test: `cargo test --workspace` builds it, or `cargo build -p
-/// tern`); `None` when there is none.
-pub fn tern_bin() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TERN_BIN") {
-        return Some(PathBuf::from(p));
-    }
-    // target/<profile>/deps/hostile-… → target/<profile>/tern
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe.parent()?.parent()?.join("tern");
-    bin.is_file().then_some(bin)
 }
 
 /// Writes an executable that stands in for ssh (`tern cp --ssh PATH`): it

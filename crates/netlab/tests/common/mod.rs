@@ -1,40 +1,37 @@
-//! What the netlab tests that run tern share: a lab of their own name,
+//! What the netlab test binaries share: a lab of the test's own name,
 //! brought up for one test and torn down after it (also after a failed
-//! assertion), the emulator given real-time priority, and tern processes
-//! killed when the test ends.
+//! assertion), its emulator given real-time priority, one lab at a time
+//! in a test binary; the tern binary, and a tern daemon in host B.
 //!
-//! Each test file uses its own lab name, so it never collides with the
-//! fixed names of `tests/lab.rs` or with another file's lab.
+//! Each test uses its own lab name, so it never collides with another
+//! test's or another binary's lab.
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use serde_json::Value;
-
-/// Says why `test` cannot run here and skips it; when `TERN_TEST_STRICT`
-/// is set (CI, as root) fails it instead, since there every test must run.
-pub fn skip(test: &str, why: &str) {
-    if std::env::var_os("TERN_TEST_STRICT").is_some_and(|v| !v.is_empty()) {
-        panic!("{test} cannot run: {why} (TERN_TEST_STRICT is set: no test may skip)");
-    }
-    eprintln!("SKIP {test}: {why}");
-}
+use tern_testkit::daemon::{Daemon, Serve, tern_bin};
+use tern_testkit::net::wait_until_listening_via;
+use tern_testkit::skip::{is_root, skip};
 
 pub fn netlab_bin() -> &'static str {
     env!("CARGO_BIN_EXE_netlab")
 }
 
-/// The tern binary beside netlab, when it was built.
-pub fn tern_bin() -> Option<PathBuf> {
-    let p = Path::new(netlab_bin()).with_file_name("tern");
-    p.exists().then_some(p)
+/// `netlab --lab NAME ARGS…`.
+pub fn netlab(name: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(netlab_bin());
+    c.args(["--lab", name]).args(args);
+    c
 }
 
 /// Why a test that needs root, a TUN device and tern cannot run here.
 pub fn cannot_run() -> Option<String> {
-    let root = netlab::sys::is_root();
+    let root = is_root();
     let tun = Path::new("/dev/net/tun").exists();
     if !(root && tun) {
         return Some(format!(
@@ -47,7 +44,7 @@ pub fn cannot_run() -> Option<String> {
     None
 }
 
-/// The tern binary's path, or `None` after printing why `test` skips.
+/// The tern binary's path, or `None` after skipping `test`, saying why.
 pub fn tern_or_skip(test: &str) -> Option<String> {
     if let Some(why) = cannot_run() {
         skip(test, &why);
@@ -56,61 +53,103 @@ pub fn tern_or_skip(test: &str) -> Option<String> {
     tern_bin().map(|p| p.to_string_lossy().into_owned())
 }
 
+/// Labs run one at a time: each has its own emulator process, and several
+/// at once on two cores would measure the host's load, not the emulator.
+static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// A lab, torn down when dropped.
 pub struct Lab {
-    name: &'static str,
+    name: String,
+    _turn: MutexGuard<'static, ()>,
 }
 
 impl Lab {
-    /// `netlab --lab NAME ARGS…`.
-    pub fn netlab(name: &str, args: &[&str]) -> Command {
-        let mut c = Command::new(netlab_bin());
-        c.args(["--lab", name]).args(args);
-        c
+    /// `netlab --lab NAME up ARGS…` (after a `down` of whatever was left
+    /// under that name), the emulator at real-time priority.
+    pub fn up(name: &str, args: &[&str]) -> Lab {
+        let turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = netlab(name, &["down"]).status();
+        let out = netlab(name, &["up"]).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "netlab up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        prioritize_emulator(name);
+        Lab {
+            name: name.into(),
+            _turn: turn,
+        }
     }
 
-    pub fn up(name: &'static str, args: &[&str]) -> Lab {
-        let _ = Lab::netlab(name, &["down"]).status();
-        let out = Lab::netlab(name, &["up"]).args(args).output().unwrap();
-        let why = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "netlab up: {why}");
-        Lab { name }
-    }
-
-    /// Gives the emulator's threads real-time priority (see
-    /// [`prioritize_emulator`]).
-    pub fn prioritize_emulator(&self) {
-        prioritize_emulator(self.name);
+    /// `netlab --lab NAME exec HOST`: the prefix that runs a command in
+    /// host `A` or `B`.
+    pub fn prefix(&self, host: &str) -> Vec<String> {
+        [netlab_bin(), "--lab", &self.name, "exec", host]
+            .map(String::from)
+            .to_vec()
     }
 
     /// A command run in host `A` or `B`.
     pub fn command(&self, host: &str, cmd: &[&str]) -> Command {
-        let mut c = Lab::netlab(self.name, &["exec", host]);
+        let mut c = netlab(&self.name, &["exec", host]);
         c.args(cmd);
         c
     }
 
+    /// Runs `cmd` in `host` to its end.
+    pub fn exec(&self, host: &str, cmd: &[&str]) -> Output {
+        self.command(host, cmd).output().unwrap()
+    }
+
+    /// Starts `cmd` in `host`, its stdout piped and stderr discarded.
+    pub fn spawn(&self, host: &str, cmd: &[&str]) -> Child {
+        self.command(host, cmd)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    /// `netlab --lab NAME ARGS…` run to its end.
+    pub fn netlab(&self, args: &[&str]) -> Output {
+        netlab(&self.name, args).output().unwrap()
+    }
+
+    /// `netlab status --json`.
     pub fn status(&self) -> Value {
-        let out = Lab::netlab(self.name, &["status", "--json"])
-            .output()
-            .unwrap();
+        let out = self.netlab(&["status", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Starts `tern serve` in B on 10.47.0.2:4747 with `extra` flags, root
+    /// `work/root` (created), state `work/state`, log `work/state.log`;
+    /// returns once it listens.
+    pub fn serve_tern(&self, tern: &str, work: &Path, extra: &[&str]) -> Daemon {
+        let root = work.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        Serve::new(tern, root, work.join("state"))
+            .listen("10.47.0.2:4747")
+            .args(extra)
+            .via(self.prefix("B"))
+            .start()
+    }
+
+    /// Waits until something in `host` listens on TCP `port` (a server
+    /// just spawned there); fails the test after 20 s.
+    pub fn wait_until_listening(&self, host: &str, port: u16) {
+        wait_until_listening_via(&self.prefix(host), port, Duration::from_secs(20));
     }
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let _ = Lab::netlab(self.name, &["down"]).status();
-    }
-}
-
-/// A process killed when the test ends.
-pub struct Daemon(pub Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = netlab(&self.name, &["down"]).status();
     }
 }
 
@@ -125,25 +164,5 @@ pub fn prioritize_emulator(name: &str) {
         .is_ok_and(|s| s.success());
     if !ok {
         eprintln!("note: could not give the emulator real-time priority (chrt)");
-    }
-}
-
-/// Waits until something in `host` of lab `name` listens on TCP `port`
-/// (a daemon just spawned there); fails the test after 20 s.
-pub fn wait_until_listening(name: &str, host: &str, port: u16) {
-    let filter = format!("sport = :{port}");
-    let listening = || {
-        let out = Lab::netlab(name, &["exec", host, "ss", "-Hltn", &filter])
-            .output()
-            .unwrap();
-        !out.stdout.is_empty()
-    };
-    let up_by = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !listening() {
-        assert!(
-            std::time::Instant::now() < up_by,
-            "nothing listens on port {port} in {host} after 20 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
