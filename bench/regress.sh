@@ -67,7 +67,7 @@ for i in $(seq "$runs"); do
     for v in old new; do
         bin=${!v}
         port=$(cat "$work/$v/port")
-        results[perf_$v]+="$(perf_mbps "$bin" "tern://127.0.0.1:$port" --) "
+        results[perf_$v]+="$(perf_mbps "$bin" "tern://127.0.0.1:$port") "
         results[cp_$v]+="$(cp_mbps "$bin" "tern://127.0.0.1:$port/copy-$i.bin") "
         cmp "$work/data.bin" "$work/$v/root/copy-$i.bin"
     done

@@ -28,6 +28,7 @@
 pub mod conn;
 pub mod data;
 pub mod error;
+#[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod integrity;
 pub mod local;
