@@ -12,6 +12,7 @@
 3. tern-session and tern-proto have no tokio, rustls or socket2 among their
    normal dependencies (`cargo tree -e normal`).
 4. No source file under crates/*/src is over 800 lines (test files aside).
+5. ARCHITECTURE.md names every crate under crates/.
 
 Exit 0 when all hold; otherwise prints every violation and exits 1.
 Usage: python3 scripts/check-layers.py [--graph CRATE]  (prints the edges)
@@ -209,6 +210,12 @@ def main():
                         n = sum(1 for _ in fh)
                     if n > MAX_LINES:
                         problems.append(f"{os.path.relpath(path, ROOT)}: {n} lines (at most {MAX_LINES})")
+    with open(os.path.join(ROOT, "ARCHITECTURE.md")) as f:
+        architecture = f.read()
+    for entry in sorted(os.listdir(CRATES)):
+        if os.path.isfile(os.path.join(CRATES, entry, "Cargo.toml")):
+            if f"crates/{entry}" not in architecture:
+                problems.append(f"ARCHITECTURE.md does not name crates/{entry}")
     for package in PURE:
         tree = subprocess.run(
             ["cargo", "tree", "-e", "normal", "-p", package, "--prefix", "none", "--format", "{p}"],
@@ -222,7 +229,8 @@ def main():
         print("check-layers:", p)
     if problems:
         return 1
-    print("check-layers: no import cycles, every layer imports downwards, the pure crates do no I/O, no file over 800 lines")
+    print("check-layers: no import cycles, every layer imports downwards, the pure crates do no I/O, "
+          "no file over 800 lines, ARCHITECTURE.md names every crate")
     return 0
 
 
