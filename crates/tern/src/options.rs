@@ -125,14 +125,9 @@ fn tuning_of(t: &TransferArgs) -> Result<Tuning> {
     let congestion = if t.congestion == "auto" {
         String::new()
     } else {
-        let caps = tern_drs::HostCaps::read();
-        let privileged = tern_drs::socket::privileged();
-        if !caps.may_use_congestion(&t.congestion, privileged) {
-            let usable = if privileged {
-                &caps.congestion_available
-            } else {
-                &caps.congestion_allowed
-            };
+        let usable = &tern_drs::host::usable_congestion().usable;
+        if !usable.contains(&t.congestion) {
+            let privileged = tern_drs::socket::privileged();
             return Err(usage(format!(
                 "--cc {}: not usable here (usable: {}{})",
                 t.congestion,
