@@ -66,7 +66,7 @@ pub enum Error {
     #[error("not authorized: {0}")]
     Unauthorized(String),
     /// The server's certificate is not the one recorded or pinned.
-    #[error("{}", fingerprint_mismatch(.host, .expected, .actual, .known_hosts.as_deref()))]
+    #[error("{}", fingerprint_mismatch(.host, .expected, .actual, .origin))]
     FingerprintMismatch {
         /// Host as written by the user.
         host: String,
@@ -74,9 +74,8 @@ pub enum Error {
         expected: String,
         /// Fingerprint presented.
         actual: String,
-        /// File that holds the recorded fingerprint; `None` when the user
-        /// pinned it with `--fingerprint`.
-        known_hosts: Option<String>,
+        /// Where the expected fingerprint came from.
+        origin: PinOrigin,
     },
     /// The peer sent bytes that do not decode.
     #[error("protocol error: {0}")]
@@ -127,24 +126,35 @@ pub enum Error {
     Aborted,
 }
 
+/// Where a fingerprint a client expected came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PinOrigin {
+    /// Recorded in this `known_hosts` file at an earlier contact.
+    KnownHosts(String),
+    /// Given with `--fingerprint`.
+    Flag,
+    /// Printed by the `tern serve --once` that ssh started.
+    Ssh,
+}
+
 /// The message of [`Error::FingerprintMismatch`]: what happened and what
 /// to do, which differs between a fingerprint recorded in `known_hosts`
-/// (the server changed since) and one the user pinned (the pin or the
-/// server is wrong).
-fn fingerprint_mismatch(
-    host: &str,
-    expected: &str,
-    actual: &str,
-    known_hosts: Option<&str>,
-) -> String {
-    match known_hosts {
-        Some(file) => format!(
+/// (the server changed since), one the user pinned (the pin or the server
+/// is wrong) and one ssh carried (the connection is not the one ssh saw).
+fn fingerprint_mismatch(host: &str, expected: &str, actual: &str, origin: &PinOrigin) -> String {
+    match origin {
+        PinOrigin::KnownHosts(file) => format!(
             "the certificate of {host} has changed: expected {expected}, got {actual}.\n\
              If the server was reinstalled or its state dir was reset, remove the line for \
              {host} from {file} (or pin the new one with --fingerprint {actual}); otherwise \
              someone may be intercepting the connection."
         ),
-        None => format!(
+        PinOrigin::Ssh => format!(
+            "{host} presented the certificate {actual}, but the tern serve --once that ssh \
+             started there announced {expected}: the connection did not reach the tern that \
+             ssh started; someone may be intercepting it."
+        ),
+        PinOrigin::Flag => format!(
             "{host} presented the certificate {actual}, but --fingerprint named {expected}.\n\
              Compare both with the fingerprint the daemon prints when it starts (\"tern serve: \
              certificate fingerprint SHA256:…\"): if it is {actual}, the --fingerprint given \
@@ -352,11 +362,15 @@ mod tests {
     #[test]
     fn a_fingerprint_mismatch_advises_by_where_the_fingerprint_came_from() {
         let mismatch = |known_hosts: Option<&str>| {
+            let origin = match known_hosts {
+                Some(file) => PinOrigin::KnownHosts(file.to_string()),
+                None => PinOrigin::Flag,
+            };
             Error::FingerprintMismatch {
                 host: "srv:4747".into(),
                 expected: "SHA256:want".into(),
                 actual: "SHA256:got".into(),
-                known_hosts: known_hosts.map(str::to_string),
+                origin,
             }
             .to_string()
         };

@@ -248,16 +248,18 @@ pub fn apply_advice(opts: &mut ClientOptions, advised: Advised) {
 /// to `callback`. A `--fingerprint` that differs is refused.
 pub fn vouched_by_ssh(
     base: &ClientOptions,
+    ssh: &SshOptions,
     host: &str,
     line: &OnceLine,
     callback: Option<Arc<Callback>>,
 ) -> Result<ClientOptions, tern_engine::Error> {
-    if let Some(pinned) = base.trust.pinned().filter(|p| *p != line.fingerprint) {
+    let expected = ssh.expected_fingerprint.as_deref();
+    if let Some(pinned) = expected.filter(|p| *p != line.fingerprint) {
         return Err(tern_engine::Error::FingerprintMismatch {
             host: host.to_string(),
             expected: pinned.to_string(),
             actual: line.fingerprint.clone(),
-            known_hosts: None,
+            origin: tern_engine::error::PinOrigin::Flag,
         });
     }
     let mut opts = base.clone();
@@ -288,14 +290,16 @@ pub fn local_params(args: &CpArgs) -> Result<TransferParams> {
 }
 
 /// How to start the remote tern of a `[USER@]HOST:` location.
-pub fn ssh_options(args: &SshArgs) -> Result<SshOptions> {
-    SshOptions::from_args(args).map_err(usage)
+pub fn ssh_options(args: &SshArgs, t: &TransferArgs) -> Result<SshOptions> {
+    let mut ssh = SshOptions::from_args(args).map_err(usage)?;
+    ssh.expected_fingerprint = t.fingerprint.clone();
+    Ok(ssh)
 }
 
 /// [`ssh_options`] of a copy: the remote tern keeps special bits when
 /// this one does.
 pub fn copy_ssh_options(args: &CpArgs) -> Result<SshOptions> {
-    let mut ssh = ssh_options(&args.ssh)?;
+    let mut ssh = ssh_options(&args.ssh, &args.transfer)?;
     ssh.allow_special_bits = args.keep_special_bits;
     Ok(ssh)
 }

@@ -48,6 +48,9 @@ pub struct SshOptions {
     /// sticky bits (`cp --keep-special-bits`: the same user at both ends
     /// asked for them).
     pub allow_special_bits: bool,
+    /// The user's `--fingerprint`: the once line must announce this one
+    /// (checked even with `--ca`, which has nothing to say over ssh).
+    pub expected_fingerprint: Option<String>,
 }
 
 impl SshOptions {
@@ -63,6 +66,7 @@ impl SshOptions {
             remote_tern: args.remote_tern.clone(),
             timeout: Duration::from_secs_f64(args.ssh_timeout),
             allow_special_bits: false,
+            expected_fingerprint: None,
         })
     }
 }

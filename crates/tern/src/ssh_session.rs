@@ -39,13 +39,14 @@ where
         None => None,
     };
     let mut remote = Remote::start(target, ssh, connect_back).await?;
-    let opts = match options::vouched_by_ssh(base, &target.host, &remote.line, callback.clone()) {
-        Ok(opts) => opts,
-        Err(e) => {
-            remote.finish().await;
-            return Err(e.into());
-        }
-    };
+    let opts =
+        match options::vouched_by_ssh(base, ssh, &target.host, &remote.line, callback.clone()) {
+            Ok(opts) => opts,
+            Err(e) => {
+                remote.finish().await;
+                return Err(e.into());
+            }
+        };
     let ep = remote.endpoint().await;
     let ssh_time = started.elapsed();
     let session = session(ep, opts);

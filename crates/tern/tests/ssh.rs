@@ -560,6 +560,24 @@ fn a_wrong_token_or_fingerprint_is_refused_and_nothing_is_written() {
     let err = failed(&out, 8);
     assert!(err.contains(pinned), "{err}");
     assert!(!s.p("home/f.bin").exists());
+
+    // Still so with --ca, which has nothing to say over ssh: the pin is
+    // not dropped for it.
+    let ca = s.p("local/ca.pem");
+    let made = rcgen::generate_simple_self_signed(vec!["ca.example".into()]).unwrap();
+    std::fs::write(&ca, made.cert.pem()).unwrap();
+    let out = s.run(&[
+        "cp",
+        "--ca",
+        ca.to_str().unwrap(),
+        "--fingerprint",
+        pinned,
+        src.to_str().unwrap(),
+        "127.0.0.1:f.bin",
+    ]);
+    let err = failed(&out, 8);
+    assert!(err.contains(pinned), "{err}");
+    assert!(!s.p("home/f.bin").exists());
     s.assert_nothing_left(Duration::from_secs(5));
 }
 

@@ -105,7 +105,7 @@ impl KnownHosts {
                     host: host_port.to_string(),
                     expected: fp.to_string(),
                     actual: fingerprint.to_string(),
-                    known_hosts: Some(self.path.display().to_string()),
+                    origin: crate::error::PinOrigin::KnownHosts(self.path.display().to_string()),
                 });
             }
             None => {}

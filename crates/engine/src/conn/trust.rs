@@ -15,6 +15,7 @@ use std::sync::Arc;
 use rustls::RootCertStore;
 
 use crate::conn::tls::{KnownHosts, ServerTrust};
+use crate::error::PinOrigin;
 use crate::{Error, Result};
 
 /// How a client decides that the daemon is the right one.
@@ -118,9 +119,10 @@ impl Expected {
             host: host_port.to_string(),
             expected: want.clone(),
             actual: actual.to_string(),
-            known_hosts: match &self.origin {
-                Origin::KnownHosts(path) => Some(path.display().to_string()),
-                _ => None,
+            origin: match &self.origin {
+                Origin::KnownHosts(path) => PinOrigin::KnownHosts(path.display().to_string()),
+                Origin::Ssh => PinOrigin::Ssh,
+                Origin::Flag | Origin::Nowhere => PinOrigin::Flag,
             },
         })
     }

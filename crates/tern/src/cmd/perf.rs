@@ -70,7 +70,7 @@ pub async fn run(args: PerfArgs, started: Instant) -> Result<()> {
             .await
             .map_err(anyhow::Error::from),
         Far::Ssh(target) => {
-            let ssh = options::ssh_options(&args.ssh)?;
+            let ssh = options::ssh_options(&args.ssh, &args.transfer)?;
             over_ssh(
                 target,
                 &ssh,
