@@ -344,6 +344,22 @@ impl Setup {
         v["bytes_resumed"].as_u64()
     }
 
+    /// Bytes the daemon logged as kept for each file it resumed (it is the
+    /// receiver of a push): "file N: resuming, B bytes kept from an
+    /// earlier session".
+    fn resumed_in_daemon_log(&self) -> Vec<u64> {
+        let log = self
+            .daemon
+            .as_ref()
+            .map(Daemon::log_text)
+            .unwrap_or_default();
+        log.lines()
+            .filter_map(|l| l.split("resuming, ").nth(1))
+            .filter_map(|rest| rest.split(" bytes kept").next())
+            .filter_map(|n| n.parse().ok())
+            .collect()
+    }
+
     /// The last lines the daemon logged (it logs what it resumed).
     fn daemon_log_tail(&self) -> String {
         let log = self
@@ -484,10 +500,17 @@ fn finish(
     log.push_str(&format!(
         "bytes_resumed of the runs that reported: {resumed:?}\n"
     ));
-    if !resumed.iter().any(|&(_, b)| b > 0) {
+    // Only the final run reports; when the last kill landed between files,
+    // it finds nothing to resume, and an earlier (killed) run's resume is
+    // seen in the receiving daemon's log instead.
+    let logged = s.resumed_in_daemon_log();
+    log.push_str(&format!(
+        "bytes the daemon logged as kept from an earlier session: {logged:?}\n"
+    ));
+    if !resumed.iter().any(|&(_, b)| b > 0) && !logged.iter().any(|&b| b > 0) {
         problems.push(format!(
-            "no run resumed anything (bytes_resumed 0 or no report): {resumed:?}; \
-             final stderr:\n{}",
+            "no run resumed anything (bytes_resumed 0 or no report, and the daemon \
+             logged no resume): {resumed:?}; final stderr:\n{}",
             s.err(last)
         ));
     }
