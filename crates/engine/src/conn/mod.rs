@@ -1,15 +1,18 @@
 //! Connections and identity: who the peer is, how its connections reach
 //! us, and how a session opens over them.
 //!
-//! - [`tls`]: certificates, fingerprints, `known_hosts`, the verifiers;
+//! - [`tls`]: certificates, fingerprints, the verifiers; [`known_hosts`]:
+//!   trust on first use; [`trust`]: how a client recognises a daemon
+//!   (one enum, and the command line's precedence);
 //! - [`authz`]: a site daemon's authorization rules;
 //! - [`net`]: socket options every connection gets;
 //! - [`open`]: the pump that runs `tern-session`'s opening state machines
 //!   over a control channel, with one `expect(timeout)` and one `refuse`;
 //! - [`route`]: where a client's connections go (dial out, or take those
 //!   the far end dials back);
-//! - [`client`], [`server`] (with its admission limits), [`once`]: the
-//!   three ends that open sessions; [`observe`]: what a daemon tells its
+//! - [`client`], [`server`] (with its admission limits, data joins and
+//!   roles), [`once`] (with the one-session gate): the three ends that
+//!   open sessions; [`observe`]: what a daemon tells its
 //!   owner about each finished session.
 
 pub mod authz;
