@@ -68,6 +68,32 @@ fn probe_measures_rtt_within_5_and_capacity_within_10_percent_on_500mbit_180ms()
         }
         std::thread::sleep(Duration::from_millis(200));
     };
+    // A busy host (CI runs this after other labs) can spoil every train of
+    // one direction; the probe then says "no estimate" and why, which is
+    // true but not what this test measures. It gets two more tries, and
+    // each spoiled run's reasons are printed.
+    let mut v = v;
+    for _ in 0..2 {
+        let missing = ["forward", "reverse"]
+            .into_iter()
+            .filter(|d| v["capacity"][d]["estimate_bps"].is_null())
+            .collect::<Vec<_>>();
+        if missing.is_empty() {
+            break;
+        }
+        for d in missing {
+            let c = &v["capacity"][d];
+            eprintln!(
+                "note: no {d} estimate (trains lost {}, reordered {}, unresolved {}, \
+                 disturbed {}); probing again",
+                c["trains_lost"],
+                c["trains_reordered"],
+                c["trains_unresolved"],
+                c["trains_disturbed"]
+            );
+        }
+        v = probe_json(&probe(&[]));
+    }
     let after = lab.status();
 
     let rtt_ms = v["rtt"]["median_ms"].as_f64().unwrap();
