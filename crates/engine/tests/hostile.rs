@@ -24,7 +24,7 @@ use tern_engine::server::{ServerOptions, serve};
 use tern_engine::tls::ServerIdentity;
 use tern_engine::transfer::Progress;
 use tern_engine::{Error, ErrorKind};
-use tern_proto::{ErrorCode, Protect};
+use tern_proto::{ErrorCode, Features, Hello, Protect};
 use tern_testkit::daemon::tern_bin;
 use tern_testkit::files::{content_difference, hashed_bytes};
 use tern_testkit::skip::skip;
@@ -356,6 +356,38 @@ async fn the_fakes_speak_every_protection_mode() {
         assert_report(&root.join(&name));
     }
     daemon.abort();
+}
+
+/// In `private` mode a peer with `AEAD_CHECKS` sends blocks whose check
+/// is TLS's; one without it (an older tern) gets XXH3 block checks, and
+/// the copy goes through either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_block_checks_follow_the_peers_features() {
+    let all = Hello::ours().features;
+    let without = Features(all.0 & !Features::AEAD_CHECKS.0);
+    for (features, check) in [(all, "Aead"), (without, "Xxh3")] {
+        let work = tempfile::tempdir().unwrap();
+        let setup = Setup {
+            features,
+            ..Setup::default()
+        };
+        let steps = vec![file("f.bin", &report())];
+        init_tracing();
+        let d = FakeDaemon::start_with(setup, move |s: Session| {
+            let check = format!("{:?}", s.check);
+            async move { play(s, steps).await.map(|()| check) }
+        })
+        .await;
+        let mut o = d.client_options();
+        o.protect = Protect::Private;
+        let progress = Arc::new(Progress::default());
+        let sources = vec!["f.bin".into()];
+        client::pull(&d.ep, &o, sources, false, work.path().into(), progress)
+            .await
+            .unwrap();
+        assert_eq!(d.finished().await.unwrap(), check);
+        assert_report(&work.path().join("f.bin"));
+    }
 }
 
 /// Reverse mode through the engine: the fake dials the client's callback

@@ -319,6 +319,48 @@ async fn server_identity_is_recorded_then_enforced() {
     task.abort();
 }
 
+/// In `private` mode the TLS AEAD checks every block on the wire, so the
+/// blocks carry no XXH3 check of their own (`AEAD_CHECKS`): a byte changed
+/// above TLS (a bug or bad memory, never the network) passes the block and
+/// is caught by the whole-file digest; in `clear` mode the same change is
+/// caught by the block's check and repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_blocks_are_checked_by_tls_and_the_digest_not_a_second_hash() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let src = work.path().join("f.bin");
+    seeded_random_file(&src, 3 << 20, 7);
+    let d = daemon(&root).await;
+    let corrupt: StreamWrap = Arc::new(|_, s: BoxStream| -> BoxStream {
+        Box::new(CorruptAt::new(s, HEADER_LEN as u64 + 1000))
+    });
+    let mut clear = opts(1, Protect::Clear);
+    clear.wrap = Some(corrupt.clone());
+    let repaired = push_file(&d, &clear, &src, "clear.bin").await;
+    assert_eq!(repaired.stats.blocks_retransmitted, 1);
+    assert_eq!(file_difference(&src, root.join("clear.bin")), None);
+
+    let mut private = opts(1, Protect::Private);
+    private.wrap = Some(corrupt);
+    let err = client::push(
+        &d.ep,
+        &private,
+        vec![src.clone()],
+        false,
+        "private.bin".into(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .expect_err("the digest catches what no block check looked for");
+    assert_eq!(err.kind(), ErrorKind::Integrity, "{err}");
+    assert!(err.to_string().contains("digest"), "{err}");
+    assert!(
+        !root.join("private.bin").exists(),
+        "nothing at the final name"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paths_outside_the_root_are_refused() {
     let work = tempfile::tempdir().unwrap();

@@ -61,6 +61,11 @@ impl Features {
     /// pipes (`EntryAnnounce`); either end reports an entry it could not
     /// copy (`EntryFailed`) and the session goes on.
     pub const ENTRIES: Features = Features(1 << 10);
+    /// In `private` mode the data connection's TLS AEAD, which checks every
+    /// record before its bytes are read, is the per-block check: block
+    /// headers carry a zero check and no second hash is made. A peer
+    /// without this bit gets XXH3 checks as before.
+    pub const AEAD_CHECKS: Features = Features(1 << 11);
 
     /// Everything this build implements.
     pub const ALL: Features = Features(
@@ -74,7 +79,8 @@ impl Features {
             | Self::OPTIONS.0
             | Self::COMPRESS.0
             | Self::SKIP.0
-            | Self::ENTRIES.0,
+            | Self::ENTRIES.0
+            | Self::AEAD_CHECKS.0,
     );
 
     /// True when every bit of `other` is set in `self`.

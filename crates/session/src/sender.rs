@@ -412,6 +412,13 @@ impl SenderSession {
         }
     }
 
+    /// Whether every fresh block of `file_id` has been handed out (true for
+    /// a file no longer in flight): the driver's digest of the blocks it
+    /// read has seen all it will see once those reads are done.
+    pub fn blocks_handed_out(&self, file_id: u32) -> bool {
+        self.files.get(&file_id).is_none_or(|f| f.fresh_done)
+    }
+
     /// Stops holding a file the receiver does not have: its blocks may go.
     fn release(&mut self, file_id: u32) {
         let Some(file) = self.files.get_mut(&file_id) else {

@@ -259,6 +259,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
             Some(material) => BlockCheck::KeyedBlake3(bind_token(material, &agreed.token)),
             None => return Err(Error::Tls("cannot export keying material".into())),
         },
+        Protect::Private if agreed.features.contains(Features::AEAD_CHECKS) => BlockCheck::Aead,
         Protect::Clear | Protect::Private => BlockCheck::Xxh3,
     };
     let mut params = TransferParams::new(accept_streams, agreed.block_size, opts.checksum);

@@ -641,6 +641,9 @@ async fn run_control(
                 return Err(open::refuse(&mut control, e, Linger::No).await);
             }
         },
+        Protect::Private if request.features.contains(tern_proto::Features::AEAD_CHECKS) => {
+            BlockCheck::Aead
+        }
         Protect::Clear | Protect::Private => BlockCheck::Xxh3,
     };
     let params = params_of(&request, block_check);

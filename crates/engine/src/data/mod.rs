@@ -14,6 +14,7 @@
 
 pub mod channel;
 pub mod compress;
+mod fold;
 pub mod pace;
 mod stall;
 mod supply;

@@ -190,6 +190,7 @@ impl Session {
         let check = match (open.protect, material) {
             (Protect::Safe, Some(m)) => BlockCheck::KeyedBlake3(bind_token(&m, &accept.token)),
             (Protect::Safe, None) => return Err(Error::Tls("fake: no keying material".into())),
+            (Protect::Private, _) if features.contains(Features::AEAD_CHECKS) => BlockCheck::Aead,
             (Protect::Clear | Protect::Private, _) => BlockCheck::Xxh3,
         };
         Ok(Session {

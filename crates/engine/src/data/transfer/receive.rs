@@ -23,16 +23,20 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use super::{
-    BoxStream, ControlReader, ControlWriter, DIGEST_CHUNK, Failure, LINGER, Progress, StreamCounts,
-    TaskGuard, Tasks, TransferParams, TransferStats, blocking,
+    BoxStream, ControlReader, ControlWriter, Failure, LINGER, Progress, StreamCounts, TaskGuard,
+    Tasks, TransferParams, TransferStats, blocking,
 };
 use crate::data::compress::{self, Counters};
+use crate::data::fold::Folds;
+
+mod digests;
 use crate::data::stall::Watch;
 use crate::data::supply::{Indices, Want, supply_streams};
 use crate::data::tuning::{Joined, Sampler, StreamSupply};
-use crate::integrity::{BlockCheck, FileDigest};
+use crate::integrity::BlockCheck;
 use crate::store::fsio::{BlockWrite, Sink};
 use crate::{Error, Result};
+use digests::receiver_digests;
 use tern_session::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};
 
 struct RecvShared {
@@ -63,6 +67,9 @@ struct RecvShared {
     checksum: ChecksumAlg,
     /// Watches the streams for stalls (with a stall timeout).
     watch: Option<Arc<Watch>>,
+    /// Whole-file digests folded from the blocks as they are written;
+    /// `None` when the sink makes no digests.
+    folds: Option<Arc<Folds>>,
 }
 
 impl RecvShared {
@@ -127,6 +134,7 @@ pub async fn run_receiver(
         skip: params.skip_existing,
         checksum: params.checksum,
         watch: watch.clone(),
+        folds: verify.then(|| Arc::new(Folds::new(params.checksum))),
     });
     let (ctrl_rd, ctrl_wr) = control.split();
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
@@ -158,7 +166,7 @@ pub async fn run_receiver(
         move |j| sh.start_reader(&tk, &sa, j),
     ));
     tasks.spawn(receiver_control_reader(shared.clone(), ctrl_rd, wanted_tx));
-    tasks.spawn(receiver_digests(shared.clone(), digest_rx, params.checksum));
+    tasks.spawn(receiver_digests(shared.clone(), digest_rx));
     let actions = tasks.spawn(receiver_actions(shared.clone(), ctrl_wr, digest_tx, verify));
     let _ = actions.await;
     let network_elapsed = started.elapsed();
@@ -455,6 +463,10 @@ fn file_opened(
                         "file {id}: resuming, {bytes} bytes kept from an earlier session"
                     );
                     s.resumed(id, kept)?;
+                    if let Some(folds) = &shared.folds {
+                        // Kept blocks never pass: this digest is read.
+                        folds.exclude(id);
+                    }
                 }
                 if let Some(existing) = existing {
                     s.checked(id, existing)?;
@@ -495,84 +507,6 @@ fn file_not_opened(shared: &RecvShared, id: u32, e: Error) -> Result<bool> {
     shared.opened_upto.store(id, Ordering::SeqCst);
     shared.wake.notify_waiters();
     Ok(false)
-}
-
-async fn receiver_digests(
-    shared: Arc<RecvShared>,
-    mut ids: mpsc::UnboundedReceiver<u32>,
-    alg: ChecksumAlg,
-) {
-    let mut buf = vec![0u8; DIGEST_CHUNK];
-    while let Some(file_id) = ids.recv().await {
-        let Some(writer) = shared
-            .writers
-            .lock()
-            .expect("writers")
-            .get(&file_id)
-            .cloned()
-        else {
-            continue;
-        };
-        let mut digest = FileDigest::new(alg);
-        let mut pos = 0u64;
-        loop {
-            let notified = shared.wake.notified();
-            if shared.failure.is_set() {
-                return;
-            }
-            let (tracked, prefix, size) = {
-                let s = shared.session.lock().expect("session");
-                (
-                    s.is_tracked(file_id),
-                    s.contiguous_prefix(file_id),
-                    s.final_size(file_id),
-                )
-            };
-            if !tracked {
-                // The copy at the destination was kept: nothing to hash.
-                break;
-            }
-            if pos < prefix {
-                let w = writer.clone();
-                let (mut d, b) = (digest, std::mem::take(&mut buf));
-                let result = blocking(move || {
-                    let mut b = b;
-                    let mut at = pos;
-                    while at < prefix {
-                        let n = (prefix - at).min(DIGEST_CHUNK as u64) as usize;
-                        w.read_at(at, &mut b[..n])
-                            .map_err(|e| Error::io("read back for digest", w.final_path(), e))?;
-                        d.update(&b[..n]);
-                        at += n as u64;
-                    }
-                    Ok((d, b))
-                })
-                .await;
-                match result {
-                    Ok((d, b)) => {
-                        digest = d;
-                        buf = b;
-                        pos = prefix;
-                    }
-                    Err(e) => return shared.failure.fail(e, &shared.wake),
-                }
-                continue;
-            }
-            if size == Some(pos) {
-                let set = shared
-                    .session
-                    .lock()
-                    .expect("session")
-                    .set_digest(file_id, digest.finish());
-                if let Err(e) = set {
-                    return shared.failure.fail(e, &shared.wake);
-                }
-                shared.wake.notify_waiters();
-                break;
-            }
-            notified.await;
-        }
-    }
 }
 
 /// Reads a compressed payload of `wire` bytes and decompresses it into
@@ -736,12 +670,13 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                     );
                 };
                 let moved = std::mem::take(&mut buf);
-                let offset = h.offset;
+                let (offset, file_id, folds) = (h.offset, h.file_id, shared.folds.clone());
                 let written = blocking(move || {
                     let res = w.write_at(offset, &moved[..len]);
-                    match res {
-                        Ok(()) => Ok(moved),
-                        Err(e) => Err(Error::io("write", w.final_path(), e)),
+                    match (res, folds) {
+                        (Ok(()), Some(folds)) => Ok(folds.feed_owned(file_id, offset, moved, len)),
+                        (Ok(()), None) => Ok(moved),
+                        (Err(e), _) => Err(Error::io("write", w.final_path(), e)),
                     }
                 })
                 .await;

@@ -1,7 +1,7 @@
 //! The sending side of the driver.
 //!
-//! Tasks: one control reader, one control writer, one digest worker (reads
-//! each file once, in order, for the whole-file digest), one worker per
+//! Tasks: one control reader, one control writer, one digest worker (the
+//! whole-file digests, folded from the blocks read for sending), one worker per
 //! data stream, and with a stall timeout a watchdog that gives up stalled
 //! streams and asks for replacements. A worker asks the session for the
 //! next block only when its previous write completed, i.e. when its
@@ -15,28 +15,36 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tern_proto::data::HEADER_LEN;
-use tern_proto::{BlockFlags, BlockHeader, ChecksumAlg, Codec, ControlMsg, DataFrame, FileMeta};
+use tern_proto::{BlockFlags, BlockHeader, Codec, ControlMsg, DataFrame, FileMeta};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use super::{
-    BoxStream, ControlReader, ControlWriter, DIGEST_CHUNK, Failure, Progress, StreamCounts,
-    TaskGuard, Tasks, TransferParams, TransferStats,
+    BoxStream, ControlReader, ControlWriter, Failure, Progress, StreamCounts, TaskGuard, Tasks,
+    TransferParams, TransferStats,
 };
 use crate::data::compress::{self, BlockCompressor, Policy};
+use crate::data::fold::Folds;
 use crate::data::stall::Watch;
 use crate::data::supply::{Indices, Want, supply_streams};
 use crate::data::tuning::{Joined, Sampler, StreamSupply};
-use crate::integrity::{BlockCheck, FileDigest};
+use crate::integrity::BlockCheck;
 use crate::store::fsio::{BlockRead, Source, SourceItem};
 use crate::{Error, Result};
 use tern_drs::StreamChange;
-use tern_session::{BlockTask, DigestNeed, SenderConfig, SenderSession};
+use tern_session::{BlockTask, SenderConfig, SenderSession};
+
+mod digests;
+use digests::sender_digests;
 
 /// How long a sender may have no live data stream at all (every one was
 /// given up and no replacement joined) before the session fails.
 const NO_STREAM_GRACE: Duration = Duration::from_secs(15);
+
+/// How long a block read for sending waits for the blocks before it to be
+/// folded into the file's digest before it is copied aside instead.
+const FOLD_WAIT: Duration = Duration::from_millis(20);
 
 struct SendShared {
     session: Mutex<SenderSession>,
@@ -68,6 +76,10 @@ struct SendShared {
     /// Asks the stream supply for growth and replacements; `None` when
     /// streams are not replaced.
     wanted: Option<mpsc::UnboundedSender<Want>>,
+    /// Whole-file digests folded from the blocks read for sending; `None`
+    /// when digests are read apart (a skip policy needs them before any
+    /// block goes) or not made at all.
+    folds: Option<Arc<Folds>>,
 }
 
 impl SendShared {
@@ -215,6 +227,7 @@ pub async fn run_sender(
     let watch = params.stall_timeout.map(|t| Arc::new(Watch::new(t)));
     let (wanted_tx, wanted_rx) = mpsc::unbounded_channel();
     let replaces = watch.is_some() && !fixed && growth_cap < max_streams;
+    let fold = params.skip_existing == tern_proto::SkipExisting::Never && source.digests();
     let shared = Arc::new(SendShared {
         session: Mutex::new(session),
         wake: Notify::new(),
@@ -234,6 +247,7 @@ pub async fn run_sender(
         compress: Policy::new(params.compression),
         watch: watch.clone(),
         wanted: replaces.then(|| wanted_tx.clone()),
+        folds: fold.then(|| Arc::new(Folds::new(params.checksum))),
     });
 
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();
@@ -450,67 +464,6 @@ async fn sender_control_writer(
     }
 }
 
-async fn sender_digests(
-    shared: Arc<SendShared>,
-    mut ids: mpsc::UnboundedReceiver<(u32, u64)>,
-    alg: ChecksumAlg,
-) {
-    'files: while let Some((file_id, size)) = ids.recv().await {
-        // With a skip policy the receiver may keep its own copy: its answer
-        // comes first, so a skipped file is never read.
-        loop {
-            let notified = shared.wake.notified();
-            if shared.failure.is_set() {
-                return;
-            }
-            match shared.session.lock().expect("session").digest_need(file_id) {
-                DigestNeed::Compute => break,
-                DigestNeed::None => continue 'files,
-                DigestNeed::Wait => {}
-            }
-            notified.await;
-        }
-        let digest = if shared.source.digests() {
-            let sh = shared.clone();
-            let computed = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
-                let item = &sh.items[&file_id];
-                let reader = sh.source.open(item)?;
-                let mut digest = FileDigest::new(alg);
-                let mut buf = vec![0u8; DIGEST_CHUNK];
-                let mut pos = 0u64;
-                while pos < size {
-                    let n = (size - pos).min(DIGEST_CHUNK as u64) as usize;
-                    reader
-                        .read_at(pos, &mut buf[..n])
-                        .map_err(|e| Error::io("read for digest", &item.local, e))?;
-                    digest.update(&buf[..n]);
-                    pos += n as u64;
-                }
-                Ok(digest.finish())
-            })
-            .await
-            .unwrap_or_else(|e| Err(Error::Protocol(format!("digest task failed: {e}"))));
-            match computed {
-                Ok(d) => d,
-                Err(e) => {
-                    if shared.give_up_file(file_id, e) {
-                        continue 'files;
-                    }
-                    return;
-                }
-            }
-        } else {
-            Vec::new()
-        };
-        shared
-            .session
-            .lock()
-            .expect("session")
-            .set_digest(file_id, digest);
-        shared.wake.notify_waiters();
-    }
-}
-
 /// A worker's buffers: the raw block (after room for its header) and,
 /// when compressing, the compressed payload (after room for its header).
 struct Buffers {
@@ -588,12 +541,17 @@ async fn prepare_block(
             },
         ));
     }
-    let (r, offset) = (reader.clone(), task.offset);
+    let (r, offset, file_id) = (reader.clone(), task.offset, task.file_id);
+    let folds = shared.folds.clone().filter(|_| read);
     let worked = tokio::task::spawn_blocking(move || {
         let mut b = bufs;
         if read {
-            if let Err(e) = r.read_at(offset, &mut b.raw[HEADER_LEN..HEADER_LEN + len]) {
+            let block = &mut b.raw[HEADER_LEN..HEADER_LEN + len];
+            if let Err(e) = r.read_at(offset, block) {
                 return (b, Err(e), None);
+            }
+            if let Some(folds) = folds {
+                folds.feed_copied(file_id, offset, block, FOLD_WAIT);
             }
         }
         let packed = plan.map(|(codec, limit)| {

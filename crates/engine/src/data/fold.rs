@@ -1,0 +1,297 @@
+//! Whole-file digests folded from the blocks as they pass, so that no file
+//! is read a second time for its digest.
+//!
+//! A digest such as MD5 or XXH3 takes a file's bytes in order, but blocks
+//! are read (sender) and arrive (receiver) out of order across streams. A
+//! fold per file keeps the digest up to a cursor. A block at the cursor is
+//! hashed at once and releases the blocks held after it; a block ahead of
+//! the cursor is held: the receiver hands its buffer over (no copy), the
+//! sender, whose buffer still has to go out, first waits briefly for its
+//! predecessor and copies only if that did not come. When holding would
+//! cost more memory than [`HELD_CAP`], the fold gives up ("spoils") and the
+//! driver reads the rest of the file from the cursor, as it always did:
+//! the digest is over the bytes in order, whichever way they were fed.
+//!
+//! The fold knows nothing of sessions: the drivers decide when a file's
+//! digest is due and whether a stalled fold must be finished by reading.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use tern_proto::ChecksumAlg;
+use tokio::sync::Notify;
+
+use crate::integrity::FileDigest;
+
+/// Bytes a session may hold ahead of the cursors, over all files, before a
+/// fold spoils.
+pub(crate) const HELD_CAP: usize = 64 << 20;
+
+/// Spare buffers kept for reuse (freshly allocated ones cost page faults).
+const SPARE_BUFFERS: usize = 16;
+
+/// The folds of one session's files.
+#[derive(Debug)]
+pub(crate) struct Folds {
+    alg: ChecksumAlg,
+    files: Mutex<HashMap<u32, Arc<Slot>>>,
+    /// Buffers of released blocks, for reuse.
+    spare: Mutex<Vec<Vec<u8>>>,
+    /// Bytes held over all files.
+    held: Mutex<usize>,
+    held_cap: usize,
+    /// Notified whenever a fold moves on or spoils.
+    pub(crate) progress: Notify,
+}
+
+#[derive(Debug)]
+struct Slot {
+    fold: Mutex<Fold>,
+    /// Signalled when the cursor moves (a sender's block may be next).
+    turn: Condvar,
+}
+
+#[derive(Debug)]
+struct Fold {
+    digest: FileDigest,
+    cursor: u64,
+    /// Blocks ahead of the cursor: buffer and length, by offset.
+    ahead: BTreeMap<u64, (Vec<u8>, usize)>,
+    ahead_bytes: usize,
+    spoiled: bool,
+    /// When the cursor last moved (or the fold began).
+    moved: Instant,
+}
+
+/// Where a file's fold stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// No fold: nothing was fed yet (or it was taken).
+    None,
+    /// Folding; the cursor last moved this long ago.
+    Folding { cursor: u64, idle: Duration },
+    /// Given up: the rest must be read from the cursor.
+    Spoiled { cursor: u64 },
+}
+
+impl Folds {
+    pub(crate) fn new(alg: ChecksumAlg) -> Folds {
+        Folds::with_cap(alg, HELD_CAP)
+    }
+
+    pub(crate) fn with_cap(alg: ChecksumAlg, held_cap: usize) -> Folds {
+        Folds {
+            alg,
+            files: Mutex::default(),
+            spare: Mutex::default(),
+            held: Mutex::new(0),
+            held_cap,
+            progress: Notify::new(),
+        }
+    }
+
+    fn slot(&self, file_id: u32) -> Arc<Slot> {
+        self.files
+            .lock()
+            .expect("folds")
+            .entry(file_id)
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    fold: Mutex::new(Fold {
+                        digest: FileDigest::new(self.alg),
+                        cursor: 0,
+                        ahead: BTreeMap::new(),
+                        ahead_bytes: 0,
+                        spoiled: false,
+                        moved: Instant::now(),
+                    }),
+                    turn: Condvar::new(),
+                })
+            })
+            .clone()
+    }
+
+    /// Marks a file as one whose digest is read, not folded (a resumed
+    /// file: its kept blocks never pass).
+    pub(crate) fn exclude(&self, file_id: u32) {
+        let slot = self.slot(file_id);
+        let mut fold = slot.fold.lock().expect("fold");
+        self.spoil_locked(&mut fold);
+    }
+
+    /// Feeds a block whose buffer may be kept (the receiver's, just
+    /// written); returns a buffer of the same length to go on with.
+    pub(crate) fn feed_owned(
+        &self,
+        file_id: u32,
+        offset: u64,
+        buf: Vec<u8>,
+        len: usize,
+    ) -> Vec<u8> {
+        let slot = self.slot(file_id);
+        let mut fold = slot.fold.lock().expect("fold");
+        if fold.spoiled || offset < fold.cursor || fold.ahead.contains_key(&offset) {
+            return buf;
+        }
+        if offset == fold.cursor {
+            self.advance(&slot, &mut fold, &buf[..len]);
+            return buf;
+        }
+        if !self.hold(&mut fold, len) {
+            return buf;
+        }
+        let size = buf.len();
+        fold.ahead.insert(offset, (buf, len));
+        drop(fold);
+        self.spare_buffer(size)
+    }
+
+    /// Feeds a block whose buffer is still needed (the sender's, about to
+    /// go out): waits up to `wait` for the blocks before it, then copies.
+    pub(crate) fn feed_copied(&self, file_id: u32, offset: u64, data: &[u8], wait: Duration) {
+        let slot = self.slot(file_id);
+        let mut fold = slot.fold.lock().expect("fold");
+        let deadline = Instant::now() + wait;
+        while !fold.spoiled && offset > fold.cursor {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            fold = slot.turn.wait_timeout(fold, left).expect("fold").0;
+        }
+        if fold.spoiled || offset < fold.cursor || fold.ahead.contains_key(&offset) {
+            return;
+        }
+        if offset == fold.cursor {
+            self.advance(&slot, &mut fold, data);
+            return;
+        }
+        if !self.hold(&mut fold, data.len()) {
+            return;
+        }
+        let mut copy = self.spare_buffer(data.len());
+        copy.truncate(data.len());
+        copy.copy_from_slice(data);
+        fold.ahead.insert(offset, (copy, data.len()));
+    }
+
+    /// Books `len` more bytes ahead; spoils the fold when over the cap.
+    fn hold(&self, fold: &mut Fold, len: usize) -> bool {
+        let mut held = self.held.lock().expect("held");
+        if *held + len > self.held_cap {
+            drop(held);
+            self.spoil_locked(fold);
+            return false;
+        }
+        *held += len;
+        fold.ahead_bytes += len;
+        true
+    }
+
+    /// Hashes the block at the cursor and every held one it releases.
+    fn advance(&self, slot: &Slot, fold: &mut Fold, data: &[u8]) {
+        fold.digest.update(data);
+        fold.cursor += data.len() as u64;
+        let mut released = 0;
+        while let Some(entry) = fold.ahead.first_entry() {
+            if *entry.key() > fold.cursor {
+                break;
+            }
+            let at = *entry.key();
+            let (buf, len) = entry.remove();
+            if at == fold.cursor {
+                fold.digest.update(&buf[..len]);
+                fold.cursor += len as u64;
+            }
+            released += len;
+            self.recycle(buf);
+        }
+        fold.ahead_bytes -= released;
+        *self.held.lock().expect("held") -= released;
+        fold.moved = Instant::now();
+        slot.turn.notify_all();
+        self.progress.notify_waiters();
+    }
+
+    fn spoil_locked(&self, fold: &mut Fold) {
+        fold.spoiled = true;
+        let ahead = std::mem::take(&mut fold.ahead);
+        *self.held.lock().expect("held") -= fold.ahead_bytes;
+        fold.ahead_bytes = 0;
+        for (_, (buf, _)) in ahead {
+            self.recycle(buf);
+        }
+        self.progress.notify_waiters();
+    }
+
+    fn spare_buffer(&self, len: usize) -> Vec<u8> {
+        let found = {
+            let mut spare = self.spare.lock().expect("spare");
+            let at = spare.iter().position(|b| b.len() >= len);
+            at.map(|i| spare.swap_remove(i))
+        };
+        found.unwrap_or_else(|| vec![0u8; len])
+    }
+
+    fn recycle(&self, buf: Vec<u8>) {
+        let mut spare = self.spare.lock().expect("spare");
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(buf);
+        }
+    }
+
+    /// Where `file_id`'s fold stands.
+    pub(crate) fn standing(&self, file_id: u32) -> Standing {
+        let Some(slot) = self.files.lock().expect("folds").get(&file_id).cloned() else {
+            return Standing::None;
+        };
+        let fold = slot.fold.lock().expect("fold");
+        if fold.spoiled {
+            Standing::Spoiled {
+                cursor: fold.cursor,
+            }
+        } else {
+            Standing::Folding {
+                cursor: fold.cursor,
+                idle: fold.moved.elapsed(),
+            }
+        }
+    }
+
+    /// Takes `file_id`'s digest so far and the offset it covers up to (a
+    /// fresh digest at 0 when nothing was fed); the caller reads the rest.
+    /// The fold stays spoiled: blocks fed later (repairs) are ignored.
+    pub(crate) fn take(&self, file_id: u32) -> (FileDigest, u64) {
+        let slot = self.slot(file_id);
+        let mut fold = slot.fold.lock().expect("fold");
+        self.spoil_locked(&mut fold);
+        slot.turn.notify_all();
+        let digest = std::mem::replace(&mut fold.digest, FileDigest::new(self.alg));
+        (digest, fold.cursor)
+    }
+
+    /// The digest of `file_id` when its fold covers exactly `size` bytes.
+    pub(crate) fn finished(&self, file_id: u32, size: u64) -> Option<Vec<u8>> {
+        let slot = self.files.lock().expect("folds").get(&file_id).cloned()?;
+        let mut fold = slot.fold.lock().expect("fold");
+        if fold.spoiled || fold.cursor != size {
+            return None;
+        }
+        self.spoil_locked(&mut fold);
+        let digest = std::mem::replace(&mut fold.digest, FileDigest::new(self.alg));
+        Some(digest.finish())
+    }
+
+    /// Stops folding `file_id` (done, skipped or given up) and frees what
+    /// it held.
+    pub(crate) fn forget(&self, file_id: u32) {
+        let slot = self.slot(file_id);
+        let mut fold = slot.fold.lock().expect("fold");
+        self.spoil_locked(&mut fold);
+        slot.turn.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,178 @@
+use super::*;
+use crate::integrity::digest_of;
+
+const BLOCK: usize = 1000;
+
+fn data(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+/// Offsets of `len` bytes in `BLOCK`-sized blocks, in an order made from
+/// `seed` (a simple LCG: the test needs variety, not quality).
+fn shuffled(len: usize, seed: u64) -> Vec<u64> {
+    let mut offsets: Vec<u64> = (0..len.div_ceil(BLOCK))
+        .map(|i| (i * BLOCK) as u64)
+        .collect();
+    let mut x = seed | 1;
+    for i in (1..offsets.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        offsets.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    offsets
+}
+
+fn block(file: &[u8], offset: u64) -> &[u8] {
+    let at = offset as usize;
+    &file[at..(at + BLOCK).min(file.len())]
+}
+
+#[test]
+fn owned_blocks_in_any_order_fold_to_the_files_digest() {
+    let file = data(37 * BLOCK + 123);
+    for alg in ChecksumAlg::ALL {
+        for seed in 0..20 {
+            let folds = Folds::new(alg);
+            for offset in shuffled(file.len(), seed) {
+                let b = block(&file, offset);
+                let mut buf = vec![0u8; BLOCK];
+                buf[..b.len()].copy_from_slice(b);
+                let back = folds.feed_owned(7, offset, buf, b.len());
+                assert_eq!(back.len(), BLOCK, "a buffer of the block's size comes back");
+            }
+            assert_eq!(
+                folds.finished(7, file.len() as u64),
+                Some(digest_of(alg, &file)),
+                "{} seed {seed}",
+                alg.name()
+            );
+            assert_eq!(*folds.held.lock().unwrap(), 0, "nothing held once done");
+        }
+    }
+}
+
+#[test]
+fn copied_blocks_from_racing_threads_fold_to_the_files_digest() {
+    let file = Arc::new(data(64 * BLOCK + 5));
+    for seed in 0..10 {
+        let folds = Arc::new(Folds::new(ChecksumAlg::Md5));
+        let offsets = shuffled(file.len(), seed);
+        let threads: Vec<_> = offsets
+            .chunks(16)
+            .map(|part| {
+                let (folds, file, part) = (folds.clone(), file.clone(), part.to_vec());
+                std::thread::spawn(move || {
+                    for offset in part {
+                        folds.feed_copied(
+                            1,
+                            offset,
+                            block(&file, offset),
+                            Duration::from_millis(1),
+                        );
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            folds.finished(1, file.len() as u64),
+            Some(digest_of(ChecksumAlg::Md5, &file)),
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn a_sender_block_waits_for_its_predecessor_instead_of_copying() {
+    let file = data(2 * BLOCK);
+    let folds = Arc::new(Folds::new(ChecksumAlg::Xxh3));
+    let late = {
+        let (folds, second) = (folds.clone(), block(&file, BLOCK as u64).to_vec());
+        std::thread::spawn(move || {
+            folds.feed_copied(3, BLOCK as u64, &second, Duration::from_secs(30))
+        })
+    };
+    // The second block is waiting, not held.
+    while !matches!(folds.standing(3), Standing::Folding { .. }) {
+        std::thread::yield_now();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        *folds.held.lock().unwrap(),
+        0,
+        "the waiting block was not copied"
+    );
+    folds.feed_copied(3, 0, block(&file, 0), Duration::ZERO);
+    late.join().unwrap();
+    assert_eq!(
+        folds.finished(3, file.len() as u64),
+        Some(digest_of(ChecksumAlg::Xxh3, &file))
+    );
+}
+
+#[test]
+fn over_the_cap_a_fold_spoils_and_the_rest_is_read_from_its_cursor() {
+    let file = data(20 * BLOCK);
+    let folds = Folds::with_cap(ChecksumAlg::Sha256, 3 * BLOCK);
+    // Blocks 0..5 in order, then 7.. ahead of a missing 5 and 6.
+    for i in (0..5).chain(7..20) {
+        let offset = (i * BLOCK) as u64;
+        folds.feed_owned(9, offset, block(&file, offset).to_vec(), BLOCK);
+    }
+    assert_eq!(
+        folds.standing(9),
+        Standing::Spoiled {
+            cursor: 5 * BLOCK as u64
+        }
+    );
+    assert_eq!(
+        *folds.held.lock().unwrap(),
+        0,
+        "a spoiled fold holds nothing"
+    );
+    assert_eq!(folds.finished(9, file.len() as u64), None);
+    let (mut digest, cursor) = folds.take(9);
+    assert_eq!(cursor, 5 * BLOCK as u64);
+    digest.update(&file[cursor as usize..]);
+    assert_eq!(digest.finish(), digest_of(ChecksumAlg::Sha256, &file));
+    // A repair fed after the take is ignored.
+    let back = folds.feed_owned(9, 6 * BLOCK as u64, vec![0; BLOCK], BLOCK);
+    assert_eq!(back.len(), BLOCK);
+    assert_eq!(*folds.held.lock().unwrap(), 0);
+}
+
+#[test]
+fn duplicates_and_excluded_files_do_not_change_a_digest() {
+    let file = data(4 * BLOCK);
+    let folds = Folds::new(ChecksumAlg::Crc32c);
+    for offset in [BLOCK, BLOCK, 0, 0, 2 * BLOCK, 3 * BLOCK, BLOCK] {
+        let offset = offset as u64;
+        folds.feed_owned(2, offset, block(&file, offset).to_vec(), BLOCK);
+    }
+    assert_eq!(
+        folds.finished(2, file.len() as u64),
+        Some(digest_of(ChecksumAlg::Crc32c, &file))
+    );
+    folds.exclude(4);
+    folds.feed_owned(4, 0, file[..BLOCK].to_vec(), BLOCK);
+    assert_eq!(folds.standing(4), Standing::Spoiled { cursor: 0 });
+    let (digest, cursor) = folds.take(4);
+    assert_eq!(
+        (digest.finish(), cursor),
+        (digest_of(ChecksumAlg::Crc32c, b""), 0)
+    );
+}
+
+#[test]
+fn a_fold_short_of_the_size_is_not_finished() {
+    let file = data(3 * BLOCK);
+    let folds = Folds::new(ChecksumAlg::Adler32);
+    folds.feed_owned(5, 0, file[..BLOCK].to_vec(), BLOCK);
+    assert_eq!(folds.finished(5, file.len() as u64), None);
+    assert!(
+        matches!(folds.standing(5), Standing::Folding { cursor, .. } if cursor == BLOCK as u64)
+    );
+}
