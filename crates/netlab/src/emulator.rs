@@ -1,12 +1,22 @@
 //! The emulator process: moves packets between the TUN devices of the two
 //! namespaces through a [`Link`] per path and direction.
 //!
-//! Per direction, a reader thread takes packets from the source device and
+//! Per direction, a reader thread takes frames from the source device and
 //! asks the link what becomes of them; a writer thread hands each surviving
-//! packet to the destination device at its delivery time. Sleeping is
+//! frame to the destination device at its delivery time. Sleeping is
 //! coarse (tens of µs) but harmless: delivery times are computed from the
 //! link model, so rates and delays hold on average and no packet is
 //! delivered early.
+//!
+//! With offloads (the default; see [`crate::sys::create_tun_in`]) a frame
+//! is a TCP super-packet of up to 64 KiB standing for many wire packets
+//! ([`gso::Shape`]): the link charges each wire packet, and the frame is
+//! written on whole, still a super-packet, when all its packets survive and
+//! are due within [`MAX_SPREAD`] of each other. Otherwise it is cut
+//! ([`gso::build_chunk`]) into runs of consecutive surviving packets due
+//! within `MAX_SPREAD`, each run delivered at its last packet's time. Frame
+//! buffers are recycled through per-direction pools, so the steady state
+//! allocates nothing per packet.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -18,81 +28,240 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use crate::gso::{self, Shape, VNET_HDR_LEN};
 use crate::lab::{self, Host, LabConfig, PathStatus, Reply, Request};
-use crate::link::Link;
+use crate::link::{Fate, Link};
 
-/// Packets waiting for their delivery time, in order.
-type Pending = (Mutex<VecDeque<(Instant, Vec<u8>)>>, Condvar);
+/// The longest a wire packet waits past its own delivery time so that it
+/// can be delivered together with later packets of its super-packet. A
+/// 64 KiB super-packet at 10 Gbit/s spans 52 µs, so it stays whole; at
+/// lower rates super-packets are cut into runs this long.
+pub const MAX_SPREAD: Duration = Duration::from_micros(100);
+
+/// Frames up to this size are copied into small buffers (ACKs, pings), so
+/// that a queue of them does not hold a 64 KiB buffer each.
+const SMALL: usize = 2048;
+
+/// Environment variable that, set to `0`, turns offloads off (per-packet
+/// forwarding, as on kernels without them).
+pub const OFFLOAD_ENV: &str = "NETLAB_OFFLOAD";
+
+/// A frame due for delivery: when, its buffer, and how many bytes of it.
+struct Frame {
+    at: Instant,
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// Frames waiting for their delivery time, in order.
+type Pending = (Mutex<VecDeque<Frame>>, Condvar);
+
+/// Spare buffers, returned by the writer for the reader to fill again.
+#[derive(Default)]
+struct Pool {
+    small: Mutex<Vec<Vec<u8>>>,
+    big: Mutex<Vec<Vec<u8>>>,
+}
+
+/// How many spare buffers of each size a pool keeps at most.
+const POOL_MAX: usize = 1024;
+
+impl Pool {
+    /// A buffer of length `cap` (contents unspecified).
+    fn take(&self, cap: usize) -> Vec<u8> {
+        let list = if cap <= SMALL { &self.small } else { &self.big };
+        match list.lock().expect("pool").pop() {
+            Some(b) if b.len() == cap => b,
+            _ => vec![0; cap],
+        }
+    }
+
+    fn give(&self, mut buf: Vec<u8>, big_cap: usize) {
+        let cap = if buf.capacity() >= big_cap {
+            big_cap
+        } else {
+            SMALL
+        };
+        if buf.capacity() < cap {
+            return;
+        }
+        buf.resize(cap, 0);
+        let list = if cap <= SMALL { &self.small } else { &self.big };
+        let mut list = list.lock().expect("pool");
+        if list.len() < POOL_MAX {
+            list.push(buf);
+        }
+    }
+}
 
 struct Direction {
     link: Mutex<Link>,
     pending: Pending,
+    pool: Pool,
+    /// Frames start with a virtio header and may be super-packets.
+    offload: bool,
+    /// Size of the reader's buffers: the largest frame the device hands over.
+    frame_cap: usize,
 }
 
 /// Runs the emulator for a lab until its devices disappear.
 pub fn run(name: &str) -> Result<()> {
     let cfg = lab::load(name)?;
+    let want_offload = std::env::var(OFFLOAD_ENV).map_or(true, |v| v != "0");
     let mut paths = Vec::new();
     for (i, spec) in cfg.paths.iter().enumerate() {
         let dev = lab::device(i);
-        let open = |host: Host| {
+        let open = |host: Host, offload: bool| {
             let ns = Path::new("/var/run/netns").join(cfg.netns(host));
-            crate::sys::create_tun_in(ns, &dev)
+            crate::sys::create_tun_in(ns, &dev, offload)
                 .with_context(|| format!("creating {dev} in {}", cfg.netns(host)))
         };
-        let (tun_a, tun_b) = (open(Host::A)?, open(Host::B)?);
+        let with_offload = if want_offload {
+            match open(Host::A, true).and_then(|a| Ok((a, open(Host::B, true)?))) {
+                Ok(pair) => Some(pair),
+                Err(e) => {
+                    eprintln!(
+                        "netlab: offloads unavailable on {dev} ({e:#}); forwarding packet by packet"
+                    );
+                    None
+                }
+            }
+        } else {
+            eprintln!("netlab: {OFFLOAD_ENV}=0: forwarding packet by packet on {dev}");
+            None
+        };
+        let offload = with_offload.is_some();
+        let (tun_a, tun_b) = match with_offload {
+            Some(pair) => pair,
+            None => (open(Host::A, false)?, open(Host::B, false)?),
+        };
         let link_cfg = spec.link_config(cfg.mtu);
-        let dirs = [
-            Arc::new(new_direction(link_cfg)),
-            Arc::new(new_direction(link_cfg)),
-        ];
-        spawn_direction(
-            tun_a.try_clone()?,
-            tun_b.try_clone()?,
-            dirs[0].clone(),
-            cfg.mtu,
-        );
-        spawn_direction(tun_b, tun_a, dirs[1].clone(), cfg.mtu);
+        let frame_cap = if offload {
+            VNET_HDR_LEN + 65_536
+        } else {
+            cfg.mtu as usize + 64
+        };
+        let new_dir = || {
+            Arc::new(Direction {
+                link: Mutex::new(Link::new(link_cfg)),
+                pending: (Mutex::new(VecDeque::new()), Condvar::new()),
+                pool: Pool::default(),
+                offload,
+                frame_cap,
+            })
+        };
+        let dirs = [new_dir(), new_dir()];
+        spawn_direction(tun_a.try_clone()?, tun_b.try_clone()?, dirs[0].clone());
+        spawn_direction(tun_b, tun_a, dirs[1].clone());
         paths.push((*spec, dirs));
     }
     let paths = Arc::new(Mutex::new(paths));
     control(&cfg, paths)
 }
 
-fn new_direction(cfg: crate::link::LinkConfig) -> Direction {
-    Direction {
-        link: Mutex::new(Link::new(cfg)),
-        pending: (Mutex::new(VecDeque::new()), Condvar::new()),
+/// A run of consecutive surviving segments `start..end` of a frame, the
+/// first due at `first`, the last at `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// First segment.
+    pub start: usize,
+    /// One past the last segment.
+    pub end: usize,
+    /// Delivery time of the first segment.
+    pub first: Instant,
+    /// Delivery time of the last segment: the run's.
+    pub at: Instant,
+}
+
+/// Groups the segments delivered in `fates` into runs of consecutive
+/// segments due within [`MAX_SPREAD`] of the run's first; replaces `runs`.
+pub fn runs_of(fates: &[Fate], runs: &mut Vec<Run>) {
+    runs.clear();
+    for (i, fate) in fates.iter().enumerate() {
+        let Fate::Deliver(at) = *fate else { continue };
+        match runs.last_mut() {
+            Some(r) if r.end == i && at.saturating_duration_since(r.first) <= MAX_SPREAD => {
+                r.end = i + 1;
+                r.at = at;
+            }
+            _ => runs.push(Run {
+                start: i,
+                end: i + 1,
+                first: at,
+                at,
+            }),
+        }
     }
 }
 
-fn spawn_direction(mut from: File, mut to: File, dir: Arc<Direction>, mtu: u32) {
+fn spawn_direction(mut from: File, mut to: File, dir: Arc<Direction>) {
     let reader_dir = dir.clone();
     std::thread::spawn(move || {
-        let mut buf = vec![0u8; mtu as usize + 64];
+        let dir = reader_dir;
+        let mut buf = dir.pool.take(dir.frame_cap);
+        let (mut fates, mut runs, mut out) = (Vec::new(), Vec::new(), Vec::new());
         loop {
             let n = match from.read(&mut buf) {
                 Ok(0) | Err(_) => std::process::exit(0),
                 Ok(n) => n,
             };
             let now = Instant::now();
-            let uniform: f64 = rand::random();
-            let fate = reader_dir.link.lock().expect("link").offer(now, n, uniform);
-            if let crate::link::Fate::Deliver(at) = fate {
-                let (queue, cv) = &reader_dir.pending;
-                queue
-                    .lock()
-                    .expect("queue")
-                    .push_back((at, buf[..n].to_vec()));
-                cv.notify_one();
+            let frame = &buf[..n];
+            let shape = if dir.offload {
+                gso::shape(frame)
+            } else {
+                Shape::single(n)
+            };
+            dir.link
+                .lock()
+                .expect("link")
+                .offer_frame(now, &shape, rand::random, &mut fates);
+            runs_of(&fates, &mut runs);
+            if runs.is_empty() {
+                continue;
             }
+            // (A frame that is not splittable is one segment: whole if kept.)
+            let whole = runs.len() == 1 && runs[0].end - runs[0].start == shape.segments;
+            if whole {
+                // A plain packet, or a super-packet intact: no cutting.
+                let keep = if n <= SMALL {
+                    let mut small = dir.pool.take(SMALL);
+                    small[..n].copy_from_slice(frame);
+                    small
+                } else {
+                    std::mem::replace(&mut buf, dir.pool.take(dir.frame_cap))
+                };
+                out.push(Frame {
+                    at: runs[0].at,
+                    buf: keep,
+                    len: n,
+                });
+            } else {
+                for r in &runs {
+                    let size = VNET_HDR_LEN + shape.headers + (r.end - r.start) * shape.seg;
+                    let mut chunk =
+                        dir.pool
+                            .take(if size <= SMALL { SMALL } else { dir.frame_cap });
+                    gso::build_chunk(frame, &shape, r.start, r.end - r.start, &mut chunk);
+                    let len = chunk.len();
+                    out.push(Frame {
+                        at: r.at,
+                        buf: chunk,
+                        len,
+                    });
+                }
+            }
+            let (queue, cv) = &dir.pending;
+            queue.lock().expect("queue").extend(out.drain(..));
+            cv.notify_one();
         }
     });
     std::thread::spawn(move || {
         let (queue, cv) = &dir.pending;
+        let mut due = Vec::new();
         let mut q = queue.lock().expect("queue");
         loop {
-            let Some(at) = q.front().map(|(at, _)| *at) else {
+            let Some(at) = q.front().map(|f| f.at) else {
                 q = cv.wait(q).expect("queue");
                 continue;
             };
@@ -101,10 +270,15 @@ fn spawn_direction(mut from: File, mut to: File, dir: Arc<Direction>, mtu: u32) 
                 q = cv.wait_timeout(q, at - now).expect("queue").0;
                 continue;
             }
-            let (_, packet) = q.pop_front().expect("front exists");
+            while q.front().is_some_and(|f| f.at <= now) && due.len() < 64 {
+                due.extend(q.pop_front());
+            }
             drop(q);
-            // A write can fail while a namespace is being torn down.
-            let _ = to.write(&packet);
+            for f in due.drain(..) {
+                // A write can fail while a namespace is being torn down.
+                let _ = to.write(&f.buf[..f.len]);
+                dir.pool.give(f.buf, dir.frame_cap);
+            }
             q = queue.lock().expect("queue");
         }
     });
@@ -132,6 +306,7 @@ fn control(cfg: &LabConfig, paths: Paths) -> Result<()> {
                         .iter()
                         .map(|(spec, dirs)| PathStatus {
                             spec: *spec,
+                            offload: dirs[0].offload,
                             a_to_b: dirs[0].link.lock().expect("link").counters(),
                             b_to_a: dirs[1].link.lock().expect("link").counters(),
                         })
@@ -157,4 +332,36 @@ fn control(cfg: &LabConfig, paths: Paths) -> Result<()> {
         let _ = conn.write_all(out.as_bytes());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn survivors_due_close_together_form_runs() {
+        let t = Instant::now();
+        let us = |n| Fate::Deliver(t + Duration::from_micros(n));
+        let fates = [
+            us(0),
+            us(10),
+            Fate::Lost,
+            us(20),
+            us(20 + 100),
+            us(20 + 101),
+            Fate::QueueFull,
+        ];
+        let mut runs = Vec::new();
+        runs_of(&fates, &mut runs);
+        let spans: Vec<(usize, usize)> = runs.iter().map(|r| (r.start, r.end)).collect();
+        // A loss cuts a run; so does a packet due more than MAX_SPREAD
+        // after the run's first.
+        assert_eq!(spans, [(0, 2), (3, 5), (5, 6)]);
+        assert_eq!(runs[1].at, t + Duration::from_micros(120));
+        assert_eq!(runs[1].first, t + Duration::from_micros(20));
+        runs_of(&[us(0), us(50), us(100)], &mut runs);
+        assert_eq!(runs.len(), 1, "within MAX_SPREAD: whole");
+        runs_of(&[Fate::Lost], &mut runs);
+        assert!(runs.is_empty());
+    }
 }

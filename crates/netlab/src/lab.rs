@@ -320,6 +320,10 @@ pub enum Request {
 pub struct PathStatus {
     /// The path's configuration.
     pub spec: PathSpec,
+    /// Whether the emulator gets TCP super-packets from the devices
+    /// (offloads on) or forwards packet by packet.
+    #[serde(default)]
+    pub offload: bool,
     /// A → B counters.
     pub a_to_b: LinkCounters,
     /// B → A counters.
