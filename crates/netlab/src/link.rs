@@ -59,6 +59,9 @@ pub struct LinkCounters {
     pub queue_drops: u64,
     /// Packets dropped by random loss.
     pub random_drops: u64,
+    /// Bytes delivered (scheduled for delivery).
+    #[serde(default)]
+    pub delivered_bytes: u64,
     /// Super-packets read (offloaded frames standing for several of the
     /// packets counted above).
     #[serde(default)]
@@ -154,6 +157,7 @@ impl Link {
             self.queued_bytes += len;
         }
         self.counters.delivered += 1;
+        self.counters.delivered_bytes += len;
         Fate::Deliver(end + self.cfg.delay)
     }
 }
@@ -270,6 +274,7 @@ mod tests {
         let c = l.counters();
         assert_eq!((c.packets, c.delivered, c.super_packets), (46, 46, 1));
         assert_eq!(c.bytes, 45 * 1500 + 52 + 376);
+        assert_eq!(c.delivered_bytes, c.bytes);
         // Each segment leaves when the same packets sent one by one would.
         for (i, fate) in fates.iter().enumerate() {
             assert_eq!(*fate, twin.offer(t0, s.wire_len(i), 0.5), "segment {i}");
@@ -325,5 +330,6 @@ mod tests {
         assert_eq!(kept, 11);
         assert!(fates[kept..].iter().all(|f| *f == Fate::QueueFull));
         assert_eq!(l.counters().queue_drops, 46 - 11);
+        assert_eq!(l.counters().delivered_bytes, 11 * 1500);
     }
 }
