@@ -10,8 +10,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// `_IOW('T', 202, int)`.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
@@ -77,6 +78,39 @@ pub fn create_tun_in(netns: PathBuf, name: &str, offload: bool) -> io::Result<Fi
     })
     .join()
     .map_err(|_| io::Error::other("TUN creation thread panicked"))?
+}
+
+/// Makes reads from `file` return `WouldBlock` instead of waiting. (The
+/// flag belongs to the open file, so clones of it share it; writes to a
+/// TUN device never wait anyway.)
+pub fn set_nonblocking(file: &File) -> io::Result<()> {
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL/F_SETFL on an open descriptor, no pointers.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is readable or `timeout` (`None`: forever) has
+/// passed, whichever comes first, to the nanosecond (`ppoll`, not
+/// `poll`'s milliseconds). Signals and errors just end the wait.
+pub fn wait_readable(fd: RawFd, timeout: Option<Duration>) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+    });
+    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+    // SAFETY: one valid pollfd, a valid or null timespec, no signal mask.
+    unsafe { libc::ppoll(&mut pfd, 1, ts_ptr, std::ptr::null()) };
 }
 
 /// True when running as root (needed for namespaces and TUN devices).
