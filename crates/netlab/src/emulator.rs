@@ -58,46 +58,46 @@ struct Frame {
     len: usize,
 }
 
-/// Spare buffers: what the writes give back, the reads take again.
-#[derive(Default)]
+/// Spare buffers: what the writes give back, the reads take again. Small
+/// ones are [`SMALL`] bytes long, big ones `big_cap` (more than `SMALL`).
 struct Pool {
     small: Vec<Vec<u8>>,
     big: Vec<Vec<u8>>,
+    big_cap: usize,
 }
 
 /// How many spare buffers of each size a pool keeps at most.
 const POOL_MAX: usize = 1024;
 
 impl Pool {
-    /// A buffer of length `cap` (contents unspecified).
-    fn take(&mut self, cap: usize) -> Vec<u8> {
-        let list = if cap <= SMALL {
-            &mut self.small
-        } else {
-            &mut self.big
-        };
-        match list.pop() {
-            Some(b) if b.len() == cap => b,
-            _ => vec![0; cap],
+    fn new(big_cap: usize) -> Pool {
+        assert!(big_cap > SMALL);
+        Pool {
+            small: Vec::new(),
+            big: Vec::new(),
+            big_cap,
         }
     }
 
-    fn give(&mut self, mut buf: Vec<u8>, big_cap: usize) {
-        let cap = if buf.capacity() >= big_cap {
-            big_cap
+    /// A buffer of length [`SMALL`] (contents unspecified).
+    fn small(&mut self) -> Vec<u8> {
+        self.small.pop().unwrap_or_else(|| vec![0; SMALL])
+    }
+
+    /// A buffer of length `big_cap` (contents unspecified).
+    fn big(&mut self) -> Vec<u8> {
+        self.big.pop().unwrap_or_else(|| vec![0; self.big_cap])
+    }
+
+    /// Takes back a buffer that came from [`Pool::small`] or [`Pool::big`].
+    fn give(&mut self, mut buf: Vec<u8>) {
+        let (list, len) = if buf.capacity() >= self.big_cap {
+            (&mut self.big, self.big_cap)
         } else {
-            SMALL
+            (&mut self.small, SMALL)
         };
-        if buf.capacity() < cap {
-            return;
-        }
-        buf.resize(cap, 0);
-        let list = if cap <= SMALL {
-            &mut self.small
-        } else {
-            &mut self.big
-        };
-        if list.len() < POOL_MAX {
+        if list.len() < POOL_MAX && buf.capacity() >= len {
+            buf.resize(len, 0);
             list.push(buf);
         }
     }
@@ -146,7 +146,7 @@ pub fn run(name: &str) -> Result<()> {
         let frame_cap = if offload {
             VNET_HDR_LEN + 65_536
         } else {
-            cfg.mtu as usize + 64
+            (cfg.mtu as usize + 64).max(2 * SMALL)
         };
         let new_dir = || {
             Arc::new(Direction {
@@ -205,12 +205,13 @@ fn spawn_direction(from: File, to: File, dir: Arc<Direction>) {
             eprintln!("netlab: {e}");
             std::process::exit(1);
         }
+        let frame_cap = dir.frame_cap;
         Forwarder {
             dir,
             from,
             to,
             buf: Vec::new(),
-            pool: Pool::default(),
+            pool: Pool::new(frame_cap),
             pending: VecDeque::new(),
             fates: Vec::new(),
             runs: Vec::new(),
@@ -235,7 +236,7 @@ struct Forwarder {
 
 impl Forwarder {
     fn run(mut self) -> ! {
-        self.buf = self.pool.take(self.dir.frame_cap);
+        self.buf = self.pool.big();
         loop {
             // Read while frames are there and none is overdue.
             loop {
@@ -257,7 +258,7 @@ impl Forwarder {
                 let f = self.pending.pop_front().expect("front exists");
                 // A write can fail while a namespace is being torn down.
                 let _ = self.to.write(&f.buf[..f.len]);
-                self.pool.give(f.buf, self.dir.frame_cap);
+                self.pool.give(f.buf);
             }
             let wait = self
                 .pending
@@ -290,11 +291,11 @@ impl Forwarder {
         if whole {
             // A plain packet, or a super-packet intact: no cutting.
             let keep = if n <= SMALL {
-                let mut small = self.pool.take(SMALL);
+                let mut small = self.pool.small();
                 small[..n].copy_from_slice(frame);
                 small
             } else {
-                let next = self.pool.take(dir.frame_cap);
+                let next = self.pool.big();
                 std::mem::replace(&mut self.buf, next)
             };
             self.pending.push_back(Frame {
@@ -306,9 +307,11 @@ impl Forwarder {
         }
         for r in &self.runs {
             let size = VNET_HDR_LEN + shape.headers + (r.end - r.start) * shape.seg;
-            let mut chunk = self
-                .pool
-                .take(if size <= SMALL { SMALL } else { dir.frame_cap });
+            let mut chunk = if size <= SMALL {
+                self.pool.small()
+            } else {
+                self.pool.big()
+            };
             gso::build_chunk(frame, &shape, r.start, r.end - r.start, &mut chunk);
             let len = chunk.len();
             self.pending.push_back(Frame {
@@ -373,6 +376,29 @@ fn control(cfg: &LabConfig, paths: Paths) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pool_hands_back_the_buffers_it_was_given() {
+        let mut pool = Pool::new(VNET_HDR_LEN + 65_536);
+        let (big, small) = (pool.big(), pool.small());
+        assert_eq!((big.len(), small.len()), (VNET_HDR_LEN + 65_536, SMALL));
+        let (big_at, small_at) = (big.as_ptr(), small.as_ptr());
+        // A chunk built into a buffer is shorter when it comes back.
+        let mut chunk = big;
+        chunk.truncate(100);
+        pool.give(chunk);
+        pool.give(small);
+        let (big, small) = (pool.big(), pool.small());
+        assert_eq!((big.as_ptr(), big.len()), (big_at, VNET_HDR_LEN + 65_536));
+        assert_eq!((small.as_ptr(), small.len()), (small_at, SMALL));
+        // Per-packet mode at MTU 1500: big buffers are still bigger than small.
+        let mut pool = Pool::new((1500 + 64usize).max(2 * SMALL));
+        let small = pool.small();
+        let at = small.as_ptr();
+        pool.give(small);
+        let again = pool.small();
+        assert_eq!(again.as_ptr(), at);
+    }
 
     #[test]
     fn survivors_due_close_together_form_runs() {
