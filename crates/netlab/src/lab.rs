@@ -103,6 +103,13 @@ impl Host {
     }
 }
 
+/// Frames a path device holds for the emulator to read (the kernel's
+/// default is 500). A TUN device drops what overflows it, before the link
+/// model sees it: at 10 Gbit/s and 50 ms a sender's burst, or a reader
+/// descheduled for a few ms on a busy host, overflowed 500 super-packets
+/// and showed as losses the path was not configured with.
+pub const TXQUEUELEN: u32 = 5000;
+
 /// Name of path `i`'s device (in both namespaces).
 pub fn device(path: usize) -> String {
     format!("nl{path}")
@@ -209,7 +216,19 @@ fn configure(cfg: &LabConfig, sysctls: &[(String, String)]) -> Result<()> {
             };
             let (local, remote) = (host.addr(i).to_string(), peer.addr(i).to_string());
             let mtu = cfg.mtu.to_string();
-            ip(&["-n", &ns, "link", "set", &dev, "mtu", &mtu, "up"])?;
+            let qlen = TXQUEUELEN.to_string();
+            ip(&[
+                "-n",
+                &ns,
+                "link",
+                "set",
+                &dev,
+                "mtu",
+                &mtu,
+                "txqueuelen",
+                &qlen,
+                "up",
+            ])?;
             ip(&[
                 "-n", &ns, "addr", "add", &local, "peer", &remote, "dev", &dev,
             ])?;
@@ -320,6 +339,10 @@ pub enum Request {
 pub struct PathStatus {
     /// The path's configuration.
     pub spec: PathSpec,
+    /// Whether the emulator gets TCP super-packets from the devices
+    /// (offloads on) or forwards packet by packet.
+    #[serde(default)]
+    pub offload: bool,
     /// A → B counters.
     pub a_to_b: LinkCounters,
     /// B → A counters.

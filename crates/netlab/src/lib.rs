@@ -8,6 +8,7 @@
 //! tern's data path. See `docs/NETLAB.md`.
 
 pub mod emulator;
+pub mod gso;
 pub mod lab;
 pub mod link;
 pub mod sys;

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::gso::Shape;
+
 /// How one direction of a path behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LinkConfig {
@@ -57,6 +59,13 @@ pub struct LinkCounters {
     pub queue_drops: u64,
     /// Packets dropped by random loss.
     pub random_drops: u64,
+    /// Bytes delivered (scheduled for delivery).
+    #[serde(default)]
+    pub delivered_bytes: u64,
+    /// Super-packets read (offloaded frames standing for several of the
+    /// packets counted above).
+    #[serde(default)]
+    pub super_packets: u64,
 }
 
 /// One direction of a path.
@@ -98,6 +107,23 @@ impl Link {
         self.counters
     }
 
+    /// Offers the wire packets a frame of shape `s` stands for, one by one
+    /// as back-to-back arrivals at `now`, each with its own loss draw from
+    /// `uniform`; their fates, in segment order, replace `fates`.
+    pub fn offer_frame(
+        &mut self,
+        now: Instant,
+        s: &Shape,
+        mut uniform: impl FnMut() -> f64,
+        fates: &mut Vec<Fate>,
+    ) {
+        fates.clear();
+        if s.segments > 1 {
+            self.counters.super_packets += 1;
+        }
+        fates.extend((0..s.segments).map(|i| self.offer(now, s.wire_len(i), uniform())));
+    }
+
     /// Offers a packet of `len` bytes at `now`; `uniform` is a random number
     /// in `0.0..1.0` for the loss decision.
     pub fn offer(&mut self, now: Instant, len: usize, uniform: f64) -> Fate {
@@ -131,6 +157,7 @@ impl Link {
             self.queued_bytes += len;
         }
         self.counters.delivered += 1;
+        self.counters.delivered_bytes += len;
         Fate::Deliver(end + self.cfg.delay)
     }
 }
@@ -222,5 +249,87 @@ mod tests {
             l.offer(t0, 1000, 0.9),
             Fate::Deliver(t0 + Duration::from_micros(1500))
         );
+    }
+
+    /// A 64 KiB super-packet at MTU 1500: 46 segments of 1448 B payload
+    /// (the last 376 B), 52 B of headers each.
+    fn super_packet() -> Shape {
+        Shape {
+            headers: 52,
+            payload: 45 * 1448 + 376,
+            seg: 1448,
+            segments: 46,
+            splittable: true,
+        }
+    }
+
+    #[test]
+    fn a_super_packet_is_charged_as_its_wire_packets() {
+        let t0 = Instant::now();
+        let s = super_packet();
+        let mut l = Link::new(cfg(5, 10, 1 << 30, 0.0));
+        let mut twin = Link::new(cfg(5, 10, 1 << 30, 0.0));
+        let mut fates = Vec::new();
+        l.offer_frame(t0, &s, || 0.5, &mut fates);
+        let c = l.counters();
+        assert_eq!((c.packets, c.delivered, c.super_packets), (46, 46, 1));
+        assert_eq!(c.bytes, 45 * 1500 + 52 + 376);
+        assert_eq!(c.delivered_bytes, c.bytes);
+        // Each segment leaves when the same packets sent one by one would.
+        for (i, fate) in fates.iter().enumerate() {
+            assert_eq!(*fate, twin.offer(t0, s.wire_len(i), 0.5), "segment {i}");
+        }
+        // 45 × 1500 B + 428 B at 10 Mbit/s: 54.3424 ms, plus 5 ms.
+        assert_eq!(
+            fates[45],
+            Fate::Deliver(t0 + Duration::from_nanos(54_342_400) + Duration::from_millis(5))
+        );
+        // A plain packet is one packet and no super-packet.
+        l.offer_frame(t0, &Shape::single(60), || 0.5, &mut fates);
+        assert_eq!(fates.len(), 1);
+        assert_eq!((l.counters().packets, l.counters().super_packets), (47, 1));
+    }
+
+    #[test]
+    fn loss_hits_single_segments_of_a_super_packet() {
+        let t0 = Instant::now();
+        let s = super_packet();
+        let mut l = Link::new(cfg(0, 0, 0, 0.01));
+        let mut fates = Vec::new();
+        let mut i = 0u64;
+        let mut draw = || {
+            i += 1;
+            (i as f64 * 0.618_033_988_75).fract()
+        };
+        let mut lost_segments = 0;
+        for _ in 0..2000 {
+            l.offer_frame(t0, &s, &mut draw, &mut fates);
+            let lost = fates.iter().filter(|f| **f == Fate::Lost).count();
+            assert!(lost < s.segments, "a whole super-packet lost");
+            lost_segments += lost;
+        }
+        let c = l.counters();
+        assert_eq!(c.packets, 2000 * 46);
+        assert_eq!(c.random_drops, lost_segments as u64);
+        assert_eq!(c.delivered + c.random_drops, c.packets);
+        let rate = c.random_drops as f64 / c.packets as f64;
+        assert!((rate - 0.01).abs() < 0.001, "lost {rate}");
+    }
+
+    #[test]
+    fn a_full_queue_takes_the_head_of_a_super_packet_and_drops_the_tail() {
+        let t0 = Instant::now();
+        // Room for ten 1500 B packets behind the one serializing.
+        let mut l = Link::new(cfg(0, 8, 15_000, 0.0));
+        let mut fates = Vec::new();
+        l.offer_frame(t0, &super_packet(), || 0.5, &mut fates);
+        let kept = fates
+            .iter()
+            .take_while(|f| matches!(f, Fate::Deliver(_)))
+            .count();
+        assert_eq!(kept, 11);
+        assert!(fates[kept..].iter().all(|f| *f == Fate::QueueFull));
+        assert_eq!(l.counters().queue_drops, 46 - 11);
+        assert_eq!(l.counters().delivered_bytes, 11 * 1500);
     }
 }

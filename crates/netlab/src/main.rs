@@ -284,7 +284,7 @@ fn print_status(name: &str, json: bool) -> Result<()> {
                 serde_json::json!({
                     "index": i, "a": Host::A.addr(i).to_string(), "b": Host::B.addr(i).to_string(),
                     "device": lab::device(i), "rtt_ms": p.spec.rtt_ms, "rate_mbit": p.spec.rate_mbit,
-                    "loss": p.spec.loss, "queue_packets": p.spec.queue_packets,
+                    "loss": p.spec.loss, "queue_packets": p.spec.queue_packets, "offload": p.offload,
                     "queue_bytes": p.spec.link_config(cfg.mtu).queue_bytes,
                     "a_to_b": p.a_to_b, "b_to_a": p.b_to_a,
                 })
@@ -307,13 +307,14 @@ fn print_status(name: &str, json: bool) -> Result<()> {
     );
     for (i, p) in paths.iter().enumerate() {
         println!(
-            "  path {i}: A {} <-> B {}  rtt {} ms, rate {} Mbit/s, loss {}, queue {} bytes",
+            "  path {i}: A {} <-> B {}  rtt {} ms, rate {} Mbit/s, loss {}, queue {} bytes, offload {}",
             Host::A.addr(i),
             Host::B.addr(i),
             p.spec.rtt_ms,
             p.spec.rate_mbit,
             p.spec.loss,
-            p.spec.link_config(cfg.mtu).queue_bytes
+            p.spec.link_config(cfg.mtu).queue_bytes,
+            if p.offload { "on" } else { "off" }
         );
         println!(
             "    A->B {} pkts, {} drops (queue {}, random {});  B->A {} pkts, {} drops",

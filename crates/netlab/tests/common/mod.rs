@@ -67,9 +67,19 @@ impl Lab {
     /// `netlab --lab NAME up ARGS…` (after a `down` of whatever was left
     /// under that name), the emulator at real-time priority.
     pub fn up(name: &str, args: &[&str]) -> Lab {
+        Lab::up_with_env(name, args, &[])
+    }
+
+    /// [`Lab::up`] with environment variables for `netlab up` (and so for
+    /// the emulator it starts).
+    pub fn up_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Lab {
         let turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let _ = netlab(name, &["down"]).status();
-        let out = netlab(name, &["up"]).args(args).output().unwrap();
+        let out = netlab(name, &["up"])
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "netlab up: {}",
