@@ -11,6 +11,7 @@ use crate::advice::{age, ms, source};
 use crate::cli::{Streams, TransferArgs, WindowArg};
 use crate::console::Console;
 use crate::options::{self, Advised};
+use crate::path_memory::{self, PathMemory};
 use crate::report::AdvisorUse;
 use crate::size::{human_bytes, human_rate};
 
@@ -30,6 +31,40 @@ pub async fn remote_options(
         options::apply_advice(&mut opts, advised);
     }
     (opts, Some(consulted))
+}
+
+/// Starts a copy to `ep` where the last copy to it ended (its streams, and
+/// buffers sized for its rate: `path_memory`), unless the user chose the
+/// streams, the window or an advisor.
+pub fn remembered_start(
+    t: &TransferArgs,
+    opts: &mut ClientOptions,
+    ep: &Endpoint,
+    console: &Console,
+) {
+    if t.advisor.is_some() || t.streams != Streams::Auto || t.window.is_some() {
+        return;
+    }
+    let Some(remembered) = PathMemory::default_place().and_then(|m| m.recall(ep)) else {
+        return;
+    };
+    path_memory::apply(opts, &remembered);
+    console.note(format!(
+        "the last copy to {}:{} moved {} with {} streams; starting there",
+        ep.host,
+        ep.port,
+        human_rate(remembered.rate_bps as f64),
+        remembered.streams
+    ));
+}
+
+/// Keeps what a copy to `ep` showed of the path, for the next one.
+pub fn remember_path(ep: &Endpoint, stats: &TransferStats) {
+    if let Some(memory) = PathMemory::default_place() {
+        if let Err(e) = memory.remember(ep, stats) {
+            tracing::debug!("path to {}:{} not remembered: {e}", ep.host, ep.port);
+        }
+    }
 }
 
 /// Says that `--advisor` is ignored over ssh: only daemons are asked about.

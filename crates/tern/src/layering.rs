@@ -22,7 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["options", "retry"],
     &["ssh", "console"],
     &["cli"],
-    &["exit", "addr", "advice", "report"],
+    &["exit", "addr", "advice", "report", "path_memory"],
     &[
         "error",
         "size",

@@ -22,7 +22,8 @@
 //! 7. `cli` (the clap definitions).
 //! 8. `exit` (exit codes and the `--help` table), `addr` (addresses on
 //!    the command line), `advice` (advice as text), `report` (what a
-//!    transfer did).
+//!    transfer did), `path_memory` (what the last copy to a daemon
+//!    learned of the path).
 //! 9. Leaves: `error` (the binary's own errors), `size`, `location`,
 //!    `fault` (test hooks, with the `fault-injection` feature), `host`
 //!    (state directory, open-files limit), `signals`, `responder` (UDP
@@ -43,6 +44,7 @@ mod host;
 mod layering;
 mod location;
 mod options;
+mod path_memory;
 mod report;
 mod responder;
 mod retry;

@@ -147,6 +147,7 @@ fn tuning_of(t: &TransferArgs) -> Result<Tuning> {
         auto_streams: t.streams == Streams::Auto,
         streams_from_rtt: t.streams == Streams::Auto,
         script: Vec::new(),
+        known_rate_bps: None,
     })
 }
 

@@ -735,5 +735,8 @@ fn tuning_of(request: &SessionRequest) -> Tuning {
         auto_streams: agreed.max_streams > request.open.streams,
         streams_from_rtt: false,
         script: Vec::new(),
+        // What the client knows of the path does not travel (yet): a pull
+        // ramps from the usual start.
+        known_rate_bps: None,
     }
 }

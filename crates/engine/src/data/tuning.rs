@@ -100,6 +100,10 @@ pub struct Tuning {
     /// Stream-count changes at fixed times, applied by the sending side
     /// instead of the controller's (tests and experiments).
     pub script: Vec<(Duration, StreamChange)>,
+    /// The path's rate as last seen (an earlier transfer to the same
+    /// daemon), bits/s: on a long path the sending side's buffers start
+    /// sized for it instead of growing from a guess while the streams ramp.
+    pub known_rate_bps: Option<u64>,
 }
 
 impl Default for Tuning {
@@ -110,6 +114,7 @@ impl Default for Tuning {
             auto_streams: false,
             streams_from_rtt: false,
             script: Vec::new(),
+            known_rate_bps: None,
         }
     }
 }
@@ -167,6 +172,19 @@ pub struct TraceLine {
     pub rcvbuf: u64,
 }
 
+/// The send-buffer budget a long-path session starts with: what one
+/// autotuned stream could have (`wmem_max`), or, with a rate known from an
+/// earlier transfer, the session's rule (`FACTOR` × that rate × the RTT)
+/// from the start, within what `streams` sockets can hold.
+fn start_budget(known_rate_bps: Option<u64>, rtt: Duration, wmem_max: u64, streams: u16) -> u64 {
+    let known = known_rate_bps.map_or(0, |bps| {
+        (tern_drs::session::FACTOR * bps as f64 / 8.0 * rtt.as_secs_f64()) as u64
+    });
+    known
+        .min(wmem_max * u64::from(streams.max(1)))
+        .max(wmem_max)
+}
+
 impl Tuners {
     fn add(&mut self, k: usize, probe: OwnedFd) {
         let fd = probe.as_raw_fd();
@@ -193,12 +211,19 @@ impl Tuners {
         // On a long path the session sizes the send buffers together, from
         // the first byte: kernel autotuning would take each stream to its
         // cap, which over several streams is far more than the path holds.
-        let long_path = tern_drs::TcpInfo::read(fd)
-            .is_ok_and(|i| Duration::from_micros(u64::from(i.rtt_us)) >= LONG_PATH_RTT);
-        if long_path {
+        let rtt = tern_drs::TcpInfo::read(fd)
+            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
+            .unwrap_or_default();
+        if rtt >= LONG_PATH_RTT {
             if self.sizer.bdp() == 0 {
-                // What one autotuned stream could have, until a rate shows.
-                self.sizer.start_at(wmem_max);
+                // What one autotuned stream could have, until a rate shows;
+                // with a known rate, room for it from the first round trip.
+                self.sizer.start_at(start_budget(
+                    self.tuning.known_rate_bps,
+                    rtt,
+                    wmem_max,
+                    self.streams,
+                ));
             }
             let first = self.sizer.share(self.streams);
             if let Err(e) = tuner.share_with_session(first) {
@@ -469,5 +494,23 @@ impl Sampler {
             let _ = trace.flush();
         }
         state.diagnosis()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_known_rate_sizes_the_start_within_what_the_sockets_hold() {
+        let (rtt, cap) = (Duration::from_millis(100), 4u64 << 20);
+        // Unknown: one autotuned stream's cap, as before.
+        assert_eq!(start_budget(None, rtt, cap, 8), cap);
+        // 1 Gbit/s × 100 ms = 12.5 MB; twice that for 8 streams of 4 MiB.
+        assert_eq!(start_budget(Some(1_000_000_000), rtt, cap, 8), 25_000_000);
+        // More than the sockets can hold: their caps.
+        assert_eq!(start_budget(Some(10_000_000_000), rtt, cap, 8), 8 * cap);
+        // A slow earlier transfer never starts below the default.
+        assert_eq!(start_budget(Some(1_000_000), rtt, cap, 8), cap);
     }
 }

@@ -14,7 +14,9 @@ use tern_proto::Protect;
 
 use crate::cli::CpArgs;
 use crate::console::Console;
-use crate::consult::{Consulted, remote_options, warn_advisor_over_ssh};
+use crate::consult::{
+    Consulted, remember_path, remembered_start, remote_options, warn_advisor_over_ssh,
+};
 use crate::error::{Partial, usage};
 use crate::host;
 use crate::location::{self, Location, SshTarget};
@@ -140,8 +142,9 @@ async fn push_to_daemon(
     console: &Console,
 ) -> Result<Copied> {
     let t = &args.transfer;
-    let (opts, consulted) =
+    let (mut opts, consulted) =
         remote_options(t, options::copy_options(args)?, endpoint, console).await;
+    remembered_start(t, &mut opts, endpoint, console);
     let outcome = with_retries(t.retries, console, || async {
         let (sources, path) = (sources.clone(), path.to_string());
         Ok(client::push(
@@ -202,8 +205,9 @@ async fn pull_from_daemon(
     console: &Console,
 ) -> Result<Copied> {
     let t = &args.transfer;
-    let (opts, consulted) =
+    let (mut opts, consulted) =
         remote_options(t, options::copy_options(args)?, &endpoint, console).await;
+    remembered_start(t, &mut opts, &endpoint, console);
     let outcome = with_retries(t.retries, console, || async {
         let (paths, dest) = (paths.clone(), dest.to_path_buf());
         Ok(client::pull(
@@ -266,6 +270,7 @@ async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Conso
     } = copied;
     if let Via::Daemon(ep) = &via {
         console.first_contact(&outcome, ep);
+        remember_path(ep, &outcome.stats);
     }
     let remote = !matches!(via, Via::Local);
     let advisor = match (consulted, &via) {

@@ -1,0 +1,222 @@
+//! What earlier copies to a daemon learned about the path: its rate and the
+//! streams they ended with, kept in the state directory (`paths.json`), so
+//! that the next copy to the same daemon starts where the last one ended
+//! instead of ramping up from a guess.
+//!
+//! On a long path the ramp is what separates a copy from the physical
+//! limit: each stream's buffers grow from a guess in steps that wait for
+//! evidence, a second or more at 100 ms. With the rate known, the sending
+//! side sizes its buffers for it from the first round trip
+//! (`Tuning::known_rate_bps`) and opens as many streams as last time.
+//!
+//! The memory only advises: a missing, unreadable or stale entry means the
+//! usual start, explicit `--streams`, `--window` or `--advisor` win, and a
+//! file that cannot be written is never an error of the copy.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tern_engine::client::{ClientOptions, Endpoint};
+use tern_engine::transfer::TransferStats;
+
+/// Older entries are ignored: paths change.
+const FRESH_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Entries kept, the newest.
+const MAX_ENTRIES: usize = 512;
+
+/// A copy whose data moved for less than this says little about the
+/// path's rate: it is not remembered.
+const MIN_NETWORK_TIME: Duration = Duration::from_secs(2);
+
+/// The file beside the daemon identity and the advisor archive.
+const FILE_NAME: &str = "paths.json";
+
+/// One daemon's path as the last copy to it left it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Remembered {
+    /// Payload rate over the copy's data phase, bits/s.
+    pub rate_bps: u64,
+    /// Streams at the end of the copy.
+    pub streams: u16,
+    /// When, seconds since the Unix epoch.
+    pub at_unix: u64,
+}
+
+/// The memory file.
+#[derive(Debug, Clone)]
+pub struct PathMemory {
+    file: PathBuf,
+}
+
+impl PathMemory {
+    /// The memory in the default state directory; `None` when there is no
+    /// home to keep it in.
+    pub fn default_place() -> Option<PathMemory> {
+        let dir = crate::host::state_dir(None).ok()?;
+        Some(PathMemory::at(&dir.join(FILE_NAME)))
+    }
+
+    /// The memory kept in `file`.
+    pub fn at(file: &Path) -> PathMemory {
+        PathMemory {
+            file: file.to_path_buf(),
+        }
+    }
+
+    fn load(&self) -> BTreeMap<String, Remembered> {
+        std::fs::read(&self.file)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    /// What the last copy to `ep` left, if it is recent.
+    pub fn recall(&self, ep: &Endpoint) -> Option<Remembered> {
+        let found = self.load().remove(&key(ep))?;
+        let age = now_unix().saturating_sub(found.at_unix);
+        (Duration::from_secs(age) <= FRESH_FOR && found.rate_bps > 0).then_some(found)
+    }
+
+    /// Keeps what a copy to `ep` showed, when it moved data long enough to
+    /// say something; says why not otherwise.
+    pub fn remember(&self, ep: &Endpoint, stats: &TransferStats) -> Result<(), String> {
+        let streams = stats
+            .tuning
+            .as_ref()
+            .and_then(|d| d.stream_steps.last().map(|s| s.streams))
+            .unwrap_or(stats.streams_used);
+        self.keep(ep, stats.bytes, stats.network_elapsed, streams)
+    }
+
+    /// Keeps that a copy to `ep` moved `bytes` in `network_elapsed` and
+    /// ended with `streams` streams.
+    fn keep(
+        &self,
+        ep: &Endpoint,
+        bytes: u64,
+        network_elapsed: Duration,
+        streams: u16,
+    ) -> Result<(), String> {
+        if network_elapsed < MIN_NETWORK_TIME || bytes == 0 {
+            return Err("too short to tell the path's rate".into());
+        }
+        let remembered = Remembered {
+            rate_bps: (bytes as f64 * 8.0 / network_elapsed.as_secs_f64()) as u64,
+            streams: streams.max(1),
+            at_unix: now_unix(),
+        };
+        let mut all = self.load();
+        all.insert(key(ep), remembered);
+        while all.len() > MAX_ENTRIES {
+            let oldest = all
+                .iter()
+                .min_by_key(|(_, r)| r.at_unix)
+                .map(|(k, _)| k.clone())
+                .expect("not empty");
+            all.remove(&oldest);
+        }
+        let text = serde_json::to_vec_pretty(&all).map_err(|e| e.to_string())?;
+        let dir = self.file.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        // Whole or not at all: concurrent copies may write at once, and the
+        // last one wins.
+        let tmp = dir.join(format!(".{FILE_NAME}.{}", std::process::id()));
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &self.file))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                e.to_string()
+            })
+    }
+}
+
+/// Starts `opts` from `remembered`: as many streams as the last copy ended
+/// with (within the maximum), buffers sized for its rate.
+pub fn apply(opts: &mut ClientOptions, remembered: &Remembered) {
+    opts.streams = opts
+        .streams
+        .max(remembered.streams)
+        .min(opts.max_streams.max(1));
+    opts.tuning.known_rate_bps = Some(remembered.rate_bps);
+}
+
+fn key(ep: &Endpoint) -> String {
+    format!("{}:{}", ep.host, ep.port)
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(port: u16) -> Endpoint {
+        Endpoint {
+            host: "dtn.example".into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn a_copy_long_enough_is_recalled_for_its_daemon_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = PathMemory::at(&dir.path().join("state/paths.json"));
+        assert_eq!(memory.recall(&ep(4747)), None);
+        memory
+            .keep(&ep(4747), 1 << 30, Duration::from_secs(10), 8)
+            .unwrap();
+        let got = memory.recall(&ep(4747)).unwrap();
+        assert_eq!(got.rate_bps, (8u64 << 30) / 10);
+        assert_eq!(got.streams, 8);
+        assert_eq!(memory.recall(&ep(4748)), None, "another daemon");
+    }
+
+    #[test]
+    fn short_copies_and_stale_or_broken_memories_are_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("paths.json");
+        let memory = PathMemory::at(&file);
+        assert!(
+            memory
+                .keep(&ep(1), 1 << 20, Duration::from_secs(1), 1)
+                .is_err()
+        );
+        assert_eq!(memory.recall(&ep(1)), None);
+        let stale = Remembered {
+            rate_bps: 1_000_000,
+            streams: 4,
+            at_unix: now_unix() - 8 * 24 * 3600,
+        };
+        let all = BTreeMap::from([(key(&ep(2)), stale)]);
+        std::fs::write(&file, serde_json::to_vec(&all).unwrap()).unwrap();
+        assert_eq!(memory.recall(&ep(2)), None, "a week old");
+        std::fs::write(&file, b"{not json").unwrap();
+        assert_eq!(memory.recall(&ep(2)), None);
+        memory
+            .keep(&ep(2), 1 << 30, Duration::from_secs(4), 2)
+            .unwrap();
+        assert!(memory.recall(&ep(2)).is_some(), "a broken file is replaced");
+    }
+
+    #[test]
+    fn applying_a_memory_keeps_within_the_stream_maximum() {
+        let mut opts = ClientOptions::new(tern_engine::client::Trust::Any);
+        opts.streams = 2;
+        opts.max_streams = 6;
+        let r = Remembered {
+            rate_bps: 900_000_000,
+            streams: 8,
+            at_unix: now_unix(),
+        };
+        apply(&mut opts, &r);
+        assert_eq!(opts.streams, 6);
+        assert_eq!(opts.tuning.known_rate_bps, Some(900_000_000));
+    }
+}
