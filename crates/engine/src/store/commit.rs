@@ -27,7 +27,7 @@
 //! since then fails the group instead of passing silently.
 
 use std::collections::BTreeSet;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
 
 use crate::{Error, Result};
@@ -151,6 +151,24 @@ fn sync_dirs(anchor: Option<BorrowedFd<'_>>, members: &[&dyn Member]) -> Result<
     for m in dirs {
         rustix::fs::fsync(m.dir())
             .map_err(|e| Error::io("flush the directory of", m.shown(), e.into()))?;
+    }
+    Ok(())
+}
+
+/// Makes durable what the end of a tree changed in `dirs` (and in the
+/// directory `anchor`): links created, directory modes and times, the
+/// resume marker removed. One `syncfs` when there are many directories on
+/// the file system of `anchor`, else a flush of each.
+pub fn flush_dirs(anchor: BorrowedFd<'_>, dirs: &[OwnedFd]) -> std::io::Result<()> {
+    let dev = |fd: BorrowedFd<'_>| rustix::fs::fstat(fd).map(|st| st.st_dev);
+    let here = dev(anchor)?;
+    let one_fs = dirs.iter().all(|d| dev(d.as_fd()).is_ok_and(|d| d == here));
+    if dirs.len() > DIRS_ONE_BY_ONE && one_fs && syncfs_reports_errors() {
+        return Ok(rustix::fs::syncfs(anchor)?);
+    }
+    rustix::fs::fsync(anchor)?;
+    for d in dirs {
+        rustix::fs::fsync(d)?;
     }
     Ok(())
 }

@@ -219,7 +219,14 @@ impl FsSink {
         }
     }
 
-    fn finish_dirs(&self, left: &mut LeftForTheEnd, failures: &mut Vec<EntryFailure>) {
+    /// Sets directory modes and times; returns the directories, to be
+    /// flushed.
+    fn finish_dirs(
+        &self,
+        left: &mut LeftForTheEnd,
+        failures: &mut Vec<EntryFailure>,
+    ) -> Vec<OwnedFd> {
+        let mut fds = Vec::new();
         // Deepest first: setting a directory's time must come after
         // everything inside it changed it.
         left.dirs
@@ -236,12 +243,15 @@ impl FsSink {
                     .map_err(|e| self.io_err("stat", at, e.into()))?
                     .st_uid;
                 beneath::set_mode_and_mtime(&fd, self.mode_for(*mode, owner), mtime)
-                    .map_err(|e| self.io_err("set mode and time", at, e))
+                    .map_err(|e| self.io_err("set mode and time", at, e))?;
+                fds.push(fd);
+                Ok(())
             });
             if let Err(e) = done {
                 failures.push(EntryFailure::here(rel.clone(), e.problem()));
             }
         }
+        fds
     }
 }
 
@@ -482,7 +492,16 @@ impl Sink for FsSink {
                 tracing::warn!("{e}");
             }
         }
-        self.finish_dirs(&mut left, &mut failures);
+        let dirs = self.finish_dirs(&mut left, &mut failures);
+        // The session ends once this returns: what the end changed is
+        // durable by then, as every file is.
+        if let Err(e) = commit::flush_dirs(self.top.as_fd(), &dirs) {
+            let e = self.io_err("flush the directories of", Path::new(""), e);
+            tracing::warn!("{e}");
+            if let Some((top, _)) = left.dirs.last() {
+                failures.push(EntryFailure::here(top.rel.clone(), e.problem()));
+            }
+        }
         failures
     }
 }
