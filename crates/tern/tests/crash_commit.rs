@@ -24,7 +24,7 @@
 //! trusted to reach it), and, for a commit that is wrong only within a
 //! window of microseconds, the kill may simply miss it: the deterministic
 //! ordering check is `crates/engine/tests/group_commit.rs` (a failed flush
-//! must rename nothing). Needs root, `mkfs.ext4`, `mount` and `python3`
+//! must rename nothing). Needs root, `mkfs.ext4`, `mount`, `losetup` and `python3`
 //! (for the ioctl); skips otherwise (fails under `TERN_TEST_STRICT`).
 
 use std::collections::BTreeMap;
@@ -55,10 +55,14 @@ fn run(cmd: &mut Command) {
     );
 }
 
-/// A loop-mounted ext4 image, unmounted (and its loop device freed) on drop.
+/// A loop-mounted ext4 image, unmounted (and its loop devices freed) on
+/// drop. Every mount takes a loop device of its own: the kernel may keep a
+/// shut down file system alive a moment after `umount`, and a new mount of
+/// the same device would be handed that one again.
 struct Image {
     file: PathBuf,
     at: PathBuf,
+    devices: std::cell::RefCell<Vec<String>>,
 }
 
 impl Image {
@@ -71,16 +75,29 @@ impl Image {
             .set_len(mib << 20)
             .unwrap();
         run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&file));
-        let image = Image { file, at };
+        let image = Image {
+            file,
+            at,
+            devices: Default::default(),
+        };
         image.mount();
         image
     }
 
     fn mount(&self) {
-        run(Command::new("mount")
-            .args(["-o", "loop"])
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
             .arg(&self.file)
-            .arg(&self.at));
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        run(Command::new("mount").arg(&dev).arg(&self.at));
+        self.devices.borrow_mut().push(dev);
     }
 
     fn umount(&self) {
@@ -88,13 +105,10 @@ impl Image {
     }
 
     /// Unmounts the shut down file system and mounts it again: journal
-    /// replay, and what survived the cut. The kernel may keep the shut
-    /// down file system alive a moment after `umount` (and hand it out
-    /// again to a new mount of the same image): then it is mounted again
-    /// until writing works.
+    /// replay, and what survived the cut.
     fn remount(&self) {
         let probe = self.at.join("probe");
-        for _ in 0..100 {
+        for _ in 0..10 {
             self.umount();
             self.mount();
             if std::fs::write(&probe, b"x").is_ok() {
@@ -119,6 +133,9 @@ impl Image {
 impl Drop for Image {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.at).status();
+        for dev in self.devices.borrow().iter() {
+            let _ = Command::new("losetup").args(["-d", dev]).status();
+        }
     }
 }
 
@@ -212,7 +229,7 @@ fn nothing_torn_at_a_final_name_after_kills_and_power_cuts() {
     if !is_root() {
         return skip(test, "needs root (loop mount, file system shutdown)");
     }
-    for tool in ["mkfs.ext4", "mount", "python3"] {
+    for tool in ["mkfs.ext4", "mount", "losetup", "python3"] {
         if !have(tool) && !Path::new("/usr/sbin").join(tool).exists() {
             return skip(test, &format!("{tool} not found"));
         }
