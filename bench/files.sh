@@ -13,13 +13,16 @@
 #                                    on every --write run, appended if missing; the rest is kept)
 #   bash bench/files.sh --out FILE   write the report to FILE (and, with --write, BENCHMARKS.md)
 #
+# FILES_TOOLS="tern rsync-fsync" runs only those tools (the others are reported as
+# skipped), FILES_DATASETS=many only that dataset: for a quicker side by side.
+#
 # Needs root (netlab), target/release/{tern,netlab} (or TERN=, NETLAB=), python3,
 # /usr/bin/time, openssh-server and -client, rsync, tar. Traffic stays inside
 # the lab's namespaces; everything started is stopped, the lab taken down and
 # the temporary directory ($BENCH_TMPDIR or /tmp) deleted on exit. See bench/README.md.
 set -euo pipefail
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TERN=${TERN:-$REPO/target/release/tern}
@@ -78,13 +81,16 @@ if "$TERN" cp --help 2>/dev/null | grep -q -- '--ssh'; then
 fi
 
 bench_workdir files
+REPORT=$OUT                 # copy_run reuses OUT for each copy's destination
 chmod 1777 "$DST"
 SRCROOT=$WORK/src           # the datasets; each copy lands in $DST/r<N>/<same name>
 SSHDIR=$WORK/ssh
 
 # Space: both datasets and every copy of the larger one (copies are kept
 # until their dataset is done, see copy_run), plus slack.
+DATASETS=${FILES_DATASETS:-many mixed}
 MIX_MAX_KIB=$((MIX_SMALL * 64 + MIX_MEDIUM * 8 * 1024 + ($(tr , + <<<"$MIX_LARGE")) * 1024))
+grep -qw mixed <<<"$DATASETS" || MIX_MAX_KIB=0
 COPIES=$((REPS * 6))
 bench_need_space $((MANY_FILES * FILE_SIZE / 1024 + MIX_MAX_KIB * (1 + COPIES) + 512 * 1024))
 
@@ -114,6 +120,15 @@ meta netlab "$NETLAB"
 meta repo "$REPO"
 meta write "$WRITE"
 meta tern_ssh_note "$TERN_SSH_NOTE"
+# FILES_TOOLS: only the tools named run; FILES_DATASETS: only the datasets named.
+declare -A UNSELECTED=()
+if [ -n "${FILES_TOOLS:-}" ]; then
+    for t in $TOOLS_ALL; do
+        case " $FILES_TOOLS " in *" $t "*) ;; *) if have "$t"; then HAVE[$t]=0 UNSELECTED[$t]=1; fi ;; esac
+    done
+fi
+meta files_tools "${FILES_TOOLS:-all}"
+meta files_datasets "$DATASETS"
 for t in $TOOLS_ALL; do meta "have_$t" "${HAVE[$t]:-0}"; done
 log "mode $MODE: A = $MANY_FILES files of $FILE_SIZE B, B = $MIX_SMALL small + $MIX_MEDIUM medium + $MIX_LARGE MiB;" \
     "copy timeout ${COPY_TIMEOUT}s, $REPS run(s) each; lab $LAB; work dir $WORK"
@@ -143,9 +158,11 @@ mkdir -p "$SRCROOT"
 log "writing dataset A (many): $MANY_FILES files of $FILE_SIZE bytes in $MANY_DIRS directories"
 timeout 600 python3 "$REPO/bench/make_tree.py" many "$SRCROOT/many" --files "$MANY_FILES" --dirs "$MANY_DIRS" \
     --size "$FILE_SIZE" --seed "$SEED" >"$WORK/dataset-many.json" || die "could not write dataset A"
-log "writing dataset B (mixed)"
-timeout 1200 python3 "$REPO/bench/make_tree.py" mixed "$SRCROOT/mixed" --small "$MIX_SMALL" --medium "$MIX_MEDIUM" \
-    --large "$MIX_LARGE" --seed "$SEED" >"$WORK/dataset-mixed.json" || die "could not write dataset B"
+if grep -qw mixed <<<"$DATASETS"; then
+    log "writing dataset B (mixed)"
+    timeout 1200 python3 "$REPO/bench/make_tree.py" mixed "$SRCROOT/mixed" --small "$MIX_SMALL" --medium "$MIX_MEDIUM" \
+        --large "$MIX_LARGE" --seed "$SEED" >"$WORK/dataset-mixed.json" || die "could not write dataset B"
+fi
 chmod 755 "$SRCROOT"
 sync
 # What an fsync costs per small file on this disk (tern fsyncs every file; rsync, scp, tar do not).
@@ -170,7 +187,7 @@ rm -rf "$WORK/fsync-probe"
 meta write_ms "${WRITE_MS:-?}"
 meta fsync_ms "${FSYNC_MS:-?}"
 log "writing a 16 KiB file: ${WRITE_MS:-?} ms, with fsync ${FSYNC_MS:-?} ms"
-for ds in many mixed; do
+for ds in $DATASETS; do
     SIG[$ds]=$(tree_sig "$SRCROOT/$ds")
     log "  $ds: $(json_get '"%d files, %d directories, %.1f MiB" % (d["files"], d["dirs"], d["bytes"] / 1048576)' <"$WORK/dataset-$ds.json")"
 done
@@ -280,14 +297,16 @@ if have ssh; then
     fi
 fi
 
-for ds in many mixed; do
+for ds in $DATASETS; do
     log "dataset $ds"
     for run in $(seq "$REPS"); do
         order=$TOOLS_ALL
         if [ $((run % 2)) = 0 ]; then order=$(tr ' ' '\n' <<<"$TOOLS_ALL" | tac | tr '\n' ' '); fi
         for tool in $order; do
             if ! have "$tool"; then
-                if [ "$run" = 1 ]; then
+                if [ "$run" = 1 ] && [ "${UNSELECTED[$tool]:-0}" = 1 ]; then
+                    skip_row "$ds" "$tool" "not selected (FILES_TOOLS=$FILES_TOOLS)"
+                elif [ "$run" = 1 ]; then
                     case "$tool" in
                         tern-ssh) skip_row "$ds" "$tool" "${TERN_SSH_NOTE:-sshd did not start}" ;;
                         rsync-fsync) skip_row "$ds" "$tool" "rsync without --fsync (3.2.4 or later needed), or no sshd" ;;
@@ -313,15 +332,15 @@ lab_down
 meta load_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---------------------------------------------------------------------- report
-if ! python3 "$REPO/bench/files_report.py" "$WORK" "$OUT"; then
+if ! python3 "$REPO/bench/files_report.py" "$WORK" "$REPORT"; then
     # Keep what the run measured, so the report can be made again without rerunning it.
     rm -rf "$REPO/bench/files-report-inputs"
     mkdir -p "$REPO/bench/files-report-inputs"
     cp -r "$WORK"/*.tsv "$WORK"/*.json "$WORK"/*.txt "$LOGS" "$SSHDIR" "$REPO/bench/files-report-inputs/" 2>/dev/null || true
     die "the report generator failed; its inputs are in bench/files-report-inputs (python3 bench/files_report.py bench/files-report-inputs OUT.md)"
 fi
-if [ "$SPLICE_ONLY" = 0 ]; then log "report written to $OUT"; fi
+if [ "$SPLICE_ONLY" = 0 ]; then log "report written to $REPORT"; fi
 if [ "$WRITE" = 1 ]; then
-    python3 "$REPO/bench/files_report.py" --splice "$OUT" "$REPO/BENCHMARKS.md"
+    python3 "$REPO/bench/files_report.py" --splice "$REPORT" "$REPO/BENCHMARKS.md"
     log "section <!-- files:start --> ... <!-- files:end --> of BENCHMARKS.md replaced"
 fi

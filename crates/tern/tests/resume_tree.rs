@@ -16,7 +16,7 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::tern;
+use common::{Rng, seed, tern};
 use tern_testkit::daemon::{Daemon, signal};
 use tern_testkit::files::random_file;
 use tern_testkit::tree::{self, set_mtime};
@@ -33,39 +33,6 @@ const RATE: &str = "80M";
 const BLOCK: u64 = 256 << 10;
 /// Bound on any one wait for a copy to get somewhere or to end.
 const WAIT: Duration = Duration::from_secs(90);
-
-/// splitmix64: small, seeded, good enough to pick kill points.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [lo, hi).
-    fn between(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// The seed of a test: TERN_TEST_SEED if set, else the clock; printed.
-fn seed(test: &str) -> u64 {
-    let seed = std::env::var("TERN_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("{test}: seed {seed} (TERN_TEST_SEED={seed} repeats it)");
-    seed
-}
 
 /// Builds `tree20` in `dir`: 20 files of 3 to 6 MiB (sizes not a multiple
 /// of the block) in the top directory and three subdirectories, with

@@ -92,7 +92,7 @@ impl TransferParams {
             checksum,
             block_check: BlockCheck::Xxh3,
             deadline: None,
-            max_files_in_flight: 256,
+            max_files_in_flight: 1024,
             max_repair_rounds: tern_session::DEFAULT_MAX_REPAIR_ROUNDS,
             resume: true,
             pace: None,

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 
 use tern_proto::{EntryKind, EntryMeta, FileMeta, RelPath};
 
-use crate::store::fsio::{Created, Found, Sink};
+use crate::store::fsio::{BlockWrite, Created, Found, Sink};
 use crate::{Error, Result};
 use tern_session::EntryFailure;
 
@@ -313,6 +313,11 @@ impl Sink for GuardedSink {
         self.admit(path.as_bytes(), Kind::File)?;
         *self.looked_at.lock().expect("looked_at") = Some(path.as_bytes().to_vec());
         self.inner.existing(path)
+    }
+
+    fn commit_group(&self, files: &[Arc<dyn BlockWrite>]) -> Result<()> {
+        // Every file was admitted when it was created.
+        self.inner.commit_group(files)
     }
 
     fn finish(&self) -> Vec<EntryFailure> {

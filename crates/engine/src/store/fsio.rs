@@ -21,7 +21,9 @@
 //! wherever the final name fits), and renamed into place only after its
 //! digest matched; a failed transfer leaves it, with a journal of its
 //! verified blocks ([`crate::store::journal`]), for a later resume, and nothing at
-//! the final name. These names, and the resume marker, are tern's own:
+//! the final name. A file reaches its final name only once its content is
+//! on stable storage; small files are flushed and renamed in groups
+//! ([`crate::store::commit`]), big ones are written back as they arrive. These names, and the resume marker, are tern's own:
 //! never listed or served as files ([`is_internal`]).
 //!
 //! Receiving a tree follows `rsync -a`: directories get their mode and time
@@ -48,7 +50,7 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::FileType;
 use tern_proto::{EntryKind, EntryMeta, FileMeta, RelPath};
 
-use crate::store::journal;
+use crate::store::{commit, journal};
 use crate::{Error, Result};
 use tern_session::{EntryFailure, SendEntry};
 
@@ -111,9 +113,15 @@ pub trait BlockWrite: Send + Sync {
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
     /// Reads back written bytes (for the receiver's whole-file digest).
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
-    /// Flushes to stable storage, applies mode and mtime, and renames the
-    /// file into place.
+    /// Applies mode and mtime, flushes to stable storage, renames the file
+    /// into place and flushes its directory: once this returns, the file
+    /// is durable at its final name.
     fn commit(&self) -> Result<()>;
+    /// This file as a member of a group commit ([`Sink::commit_group`]);
+    /// `None`: it is committed by itself ([`BlockWrite::commit`]).
+    fn member(&self) -> Option<&dyn commit::Member> {
+        None
+    }
     /// Drops the temporary file (and its journal): the copy already at the
     /// final name stays.
     fn discard(&self) -> Result<()> {
@@ -205,6 +213,13 @@ pub trait Sink: Send + Sync {
     /// `path`, if there is one.
     fn existing(&self, _path: &RelPath) -> Result<Option<Found>> {
         Ok(None)
+    }
+    /// Commits several written files at once: once this returns, every
+    /// one is durable at its final name, and on failure none is at its
+    /// final name whose content is not durable ([`commit`]). By default,
+    /// one by one.
+    fn commit_group(&self, files: &[Arc<dyn BlockWrite>]) -> Result<()> {
+        files.iter().try_for_each(|w| w.commit())
     }
     /// Every file is in place: creates what was left for the end (links,
     /// directory modes and times) and returns what could not be done.

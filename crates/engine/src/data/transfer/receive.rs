@@ -39,6 +39,8 @@ use crate::{Error, Result};
 use digests::receiver_digests;
 use tern_session::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};
 
+mod commit;
+
 struct RecvShared {
     session: Mutex<ReceiverSession>,
     /// Wakes every task: announcements, actions, written blocks, failure.
@@ -304,7 +306,7 @@ async fn receiver_actions(
     digest_tx: mpsc::UnboundedSender<u32>,
     verify: bool,
 ) {
-    let finalizing = Arc::new(tokio::sync::Semaphore::new(FINALIZING));
+    let commits = commit::Commits::start(&shared);
     loop {
         let notified = shared.wake.notified();
         if shared.failure.is_set() {
@@ -377,25 +379,10 @@ async fn receiver_actions(
                     Err(e) => file_not_opened(&shared, id, e),
                 }
             }
-            RecvAction::Finalize { file_id } => {
-                let w = shared.writers.lock().expect("writers").remove(&file_id);
-                match w {
-                    // Committing (fsync, mode, mtime, rename) takes
-                    // milliseconds per file; several run at once so that
-                    // small files do not wait on each other's syncs. The
-                    // session closes only once every file is finalized.
-                    Some(w) => match finalizing.clone().acquire_owned().await {
-                        Ok(permit) => {
-                            tokio::spawn(finalize(shared.clone(), file_id, w, permit));
-                            Ok(false)
-                        }
-                        Err(_) => Err(Error::Protocol("finalize pool closed".into())),
-                    },
-                    None => Err(Error::Protocol(format!(
-                        "finalize of unopened file {file_id}"
-                    ))),
-                }
-            }
+            // Durable at its final name before it is booked (and the
+            // sender told); small files in groups. The session closes
+            // only once every file is finalized.
+            RecvAction::Finalize { file_id } => commits.finalize(&shared, file_id).await,
             RecvAction::KeepExisting { file_id } => {
                 let w = shared.writers.lock().expect("writers").remove(&file_id);
                 let discarded = match w {
@@ -416,26 +403,6 @@ async fn receiver_actions(
                 shared.failure.fail(e, &shared.wake);
             }
         }
-    }
-}
-
-/// Files committed to their final names at once, at most.
-const FINALIZING: usize = 16;
-
-/// Commits one written file and books it in the session.
-async fn finalize(
-    shared: Arc<RecvShared>,
-    file_id: u32,
-    w: Arc<dyn BlockWrite>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-) {
-    let done = blocking(move || w.commit()).await.and_then(|()| {
-        shared.progress.files_done.fetch_add(1, Ordering::Relaxed);
-        Ok(shared.session.lock().expect("session").finalized(file_id)?)
-    });
-    match done {
-        Ok(()) => shared.wake.notify_waiters(),
-        Err(e) => shared.failure.fail(e, &shared.wake),
     }
 }
 

@@ -1,9 +1,11 @@
 //! Files on disk as a sink: partial files beside their final names, the
-//! journal and resume marker, and directory and link metadata applied when
+//! journal and resume marker, committing them (alone, or in groups through
+//! [`crate::store::commit`]), and directory and link metadata applied when
 //! the tree is complete.
 
 use super::source::FileReader;
 use super::*;
+use crate::store::writeback::{self, WriteBehind};
 /// Where received files go, resolved like scp: into `dest` when it is an
 /// existing directory, otherwise as `dest` itself (one source only).
 ///
@@ -217,7 +219,14 @@ impl FsSink {
         }
     }
 
-    fn finish_dirs(&self, left: &mut LeftForTheEnd, failures: &mut Vec<EntryFailure>) {
+    /// Sets directory modes and times; returns the directories, to be
+    /// flushed.
+    fn finish_dirs(
+        &self,
+        left: &mut LeftForTheEnd,
+        failures: &mut Vec<EntryFailure>,
+    ) -> Vec<OwnedFd> {
+        let mut fds = Vec::new();
         // Deepest first: setting a directory's time must come after
         // everything inside it changed it.
         left.dirs
@@ -234,12 +243,15 @@ impl FsSink {
                     .map_err(|e| self.io_err("stat", at, e.into()))?
                     .st_uid;
                 beneath::set_mode_and_mtime(&fd, self.mode_for(*mode, owner), mtime)
-                    .map_err(|e| self.io_err("set mode and time", at, e))
+                    .map_err(|e| self.io_err("set mode and time", at, e))?;
+                fds.push(fd);
+                Ok(())
             });
             if let Err(e) = done {
                 failures.push(EntryFailure::here(rel.clone(), e.problem()));
             }
         }
+        fds
     }
 }
 
@@ -405,6 +417,8 @@ impl Sink for FsSink {
             mode: meta.mode,
             keep_special: self.keep_special,
             mtime: (meta.mtime_s, meta.mtime_ns),
+            behind: (meta.size != FileMeta::UNKNOWN_SIZE && meta.size >= writeback::FROM_SIZE)
+                .then(WriteBehind::default),
         };
         Ok((Arc::new(writer), kept_ranges))
     }
@@ -442,6 +456,23 @@ impl Sink for FsSink {
         }))
     }
 
+    fn commit_group(&self, files: &[Arc<dyn BlockWrite>]) -> Result<()> {
+        let members: Vec<&dyn commit::Member> = files.iter().filter_map(|w| w.member()).collect();
+        // The top was opened before any file of the session was written:
+        // its syncfs reports every write-back error since.
+        let started = std::time::Instant::now();
+        let flushed = commit::commit_group(Some(self.top.as_fd()), &members)?;
+        tracing::debug!(
+            "{} files committed as a group ({flushed:?}) in {:?}",
+            members.len(),
+            started.elapsed()
+        );
+        files
+            .iter()
+            .filter(|w| w.member().is_none())
+            .try_for_each(|w| w.commit())
+    }
+
     fn finish(&self) -> Vec<EntryFailure> {
         let mut left = self.left.lock().expect("left");
         let mut failures = Vec::new();
@@ -461,7 +492,16 @@ impl Sink for FsSink {
                 tracing::warn!("{e}");
             }
         }
-        self.finish_dirs(&mut left, &mut failures);
+        let dirs = self.finish_dirs(&mut left, &mut failures);
+        // The session ends once this returns: what the end changed is
+        // durable by then, as every file is.
+        if let Err(e) = commit::flush_dirs(self.top.as_fd(), &dirs) {
+            let e = self.io_err("flush the directories of", Path::new(""), e);
+            tracing::warn!("{e}");
+            if let Some((top, _)) = left.dirs.last() {
+                failures.push(EntryFailure::here(top.rel.clone(), e.problem()));
+            }
+        }
         failures
     }
 }
@@ -479,11 +519,57 @@ struct FileWriter {
     mode: u32,
     keep_special: bool,
     mtime: (i64, u32),
+    /// Write-behind, for a big file.
+    behind: Option<WriteBehind>,
+}
+
+impl FileWriter {
+    fn fail(&self, what: &str, e: io::Error) -> Error {
+        Error::io(what.to_string(), &self.shown, e)
+    }
+}
+
+impl commit::Member for FileWriter {
+    fn prepare(&self) -> Result<()> {
+        let owner = self
+            .file
+            .metadata()
+            .map_err(|e| self.fail("stat", e))?
+            .uid();
+        let keep = self.keep_special && owner == beneath::euid();
+        beneath::set_mode_and_mtime(&self.file, mode_bits(self.mode, keep), Some(self.mtime))
+            .map_err(|e| self.fail("set mtime", e))
+    }
+
+    fn data(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    fn dir(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    fn place(&self) -> Result<()> {
+        beneath::rename(&self.dir, &self.temp, &self.name)
+            .map_err(|e| self.fail("rename into place", e))?;
+        if self.journal.lock().expect("journal").take().is_some() {
+            beneath::remove(&self.dir, &self.journal_name)
+                .map_err(|e| self.fail("remove journal", e))?;
+        }
+        Ok(())
+    }
+
+    fn shown(&self) -> String {
+        self.shown.display().to_string()
+    }
 }
 
 impl BlockWrite for FileWriter {
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         self.file.write_all_at(data, offset)?;
+        if let Some(behind) = &self.behind {
+            behind.written(&self.file, offset + data.len() as u64);
+        }
         match self.journal.lock().expect("journal").as_mut() {
             Some(j) => j.record(offset, data),
             None => Ok(()),
@@ -495,19 +581,15 @@ impl BlockWrite for FileWriter {
     }
 
     fn commit(&self) -> Result<()> {
-        let fail = |what: &str, e: io::Error| Error::io(what.to_string(), &self.shown, e);
-        self.file.sync_all().map_err(|e| fail("fsync", e))?;
-        let owner = self.file.metadata().map_err(|e| fail("stat", e))?.uid();
-        let keep = self.keep_special && owner == beneath::euid();
-        beneath::set_mode_and_mtime(&self.file, mode_bits(self.mode, keep), Some(self.mtime))
-            .map_err(|e| fail("set mtime", e))?;
-        beneath::rename(&self.dir, &self.temp, &self.name)
-            .map_err(|e| fail("rename into place", e))?;
-        if self.journal.lock().expect("journal").take().is_some() {
-            beneath::remove(&self.dir, &self.journal_name)
-                .map_err(|e| fail("remove journal", e))?;
-        }
-        Ok(())
+        use commit::Member;
+        self.prepare()?;
+        self.file.sync_all().map_err(|e| self.fail("fsync", e))?;
+        self.place()?;
+        rustix::fs::fsync(&self.dir).map_err(|e| self.fail("flush the directory of", e.into()))
+    }
+
+    fn member(&self) -> Option<&dyn commit::Member> {
+        Some(self)
     }
 
     fn discard(&self) -> Result<()> {
