@@ -247,7 +247,7 @@ run_copy() {
     fi
     if [ "$srv" = tern ] && [ "$rc" = 0 ]; then
         extra="tern: streams $(json_get 'd.get("streams")' '?' <"$LOGS/run.out"), limit $(json_get 'd["tuning"]["limit"]' '?' <"$LOGS/run.out")"
-        if grep -q 'starting there' "$LOGS/run.err"; then
+        if [ "$(json_get '"started_from_last_copy" in d' False <"$LOGS/run.out")" = True ]; then
             extra+=", started from the last copy's rate and streams (path memory)"
         else
             extra+=", cold start (no memory of the path)"

@@ -12,7 +12,7 @@ use crate::cli::{Streams, TransferArgs, WindowArg};
 use crate::console::Console;
 use crate::options::{self, Advised};
 use crate::path_memory::{self, PathMemory};
-use crate::report::AdvisorUse;
+use crate::report::{AdvisorUse, LastCopy};
 use crate::size::{human_bytes, human_rate};
 
 /// The options of a transfer with a daemon at `ep`: `opts`, started
@@ -41,13 +41,11 @@ pub fn remembered_start(
     opts: &mut ClientOptions,
     ep: &Endpoint,
     console: &Console,
-) {
+) -> Option<LastCopy> {
     if t.advisor.is_some() || t.streams != Streams::Auto || t.window.is_some() {
-        return;
+        return None;
     }
-    let Some(remembered) = PathMemory::default_place().and_then(|m| m.recall(ep)) else {
-        return;
-    };
+    let remembered = PathMemory::default_place().and_then(|m| m.recall(ep))?;
     path_memory::apply(opts, &remembered);
     console.note(format!(
         "the last copy to {}:{} moved {} with {} streams; starting there",
@@ -56,6 +54,10 @@ pub fn remembered_start(
         human_rate(remembered.rate_bps as f64),
         remembered.streams
     ));
+    Some(LastCopy {
+        rate_bps: remembered.rate_bps,
+        streams: remembered.streams,
+    })
 }
 
 /// Keeps what a copy to `ep` showed of the path, for the next one.

@@ -126,6 +126,19 @@ pub struct Report {
     /// The advice started from and the report sent back (`--advisor`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub advisor: Option<AdvisorUse>,
+    /// The last copy to the same daemon this one started from (its rate
+    /// sized the send buffers, its streams the start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_from_last_copy: Option<LastCopy>,
+}
+
+/// What the last copy to a daemon left for the next one to start from.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LastCopy {
+    /// Its payload rate, bits/s.
+    pub rate_bps: u64,
+    /// Its streams at the end.
+    pub streams: u16,
 }
 
 /// What `--advisor` did, in the `--json` report.
@@ -202,6 +215,7 @@ pub struct ReportInput<'a> {
     pub block_size: u64,
     pub fingerprint: Option<String>,
     pub advisor: Option<AdvisorUse>,
+    pub started_from: Option<LastCopy>,
 }
 
 impl Report {
@@ -271,6 +285,7 @@ impl Report {
             server_fingerprint: i.fingerprint,
             tuning: i.stats.tuning.clone(),
             advisor: i.advisor,
+            started_from_last_copy: i.started_from,
         }
     }
 
@@ -293,6 +308,13 @@ impl Report {
             self.protect,
             self.blocks_retransmitted,
         )];
+        if let Some(last) = &self.started_from_last_copy {
+            out.push(format!(
+                "  start: where the last copy to this daemon ended ({}, {} streams)",
+                human_rate(last.rate_bps as f64),
+                last.streams
+            ));
+        }
         if self.bytes_resumed > 0 {
             out.push(format!(
                 "  resumed: {} were already at the destination from an interrupted run",

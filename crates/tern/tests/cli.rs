@@ -43,7 +43,9 @@ impl Env {
     }
     fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut c = tern();
-        c.args(args).env("XDG_CONFIG_HOME", self.p("cfg"));
+        c.args(args)
+            .env("XDG_CONFIG_HOME", self.p("cfg"))
+            .env("XDG_STATE_HOME", self.p("xdg-state"));
         for (k, v) in env {
             c.env(k, v);
         }
@@ -216,6 +218,45 @@ fn a_block_corrupted_in_flight_is_counted_in_the_report() {
     let report = json(&out);
     assert_eq!(report["blocks_retransmitted"], 1, "{report}");
     assert_eq!(content_difference(env.p("root/x.bin"), &data), None);
+}
+
+/// A copy to a daemon starts where the last one to it ended (rate and
+/// streams, kept in the state directory), and says so; one that moved data
+/// too briefly is not remembered, and an explicit stream count wins.
+#[test]
+fn a_copy_starts_where_the_last_copy_to_its_daemon_ended() {
+    let env = Env::new();
+    random_file(&env.p("src.bin"), 6 << 20);
+    let server = env.server();
+    let n = std::cell::Cell::new(0);
+    let copy = |extra: &[&str]| {
+        let mut args = vec!["cp", "--json", "--no-progress"];
+        args.extend_from_slice(extra);
+        n.set(n.get() + 1);
+        let (src, dst) = (env.p("src.bin"), server.url(&format!("x{}.bin", n.get())));
+        args.extend([src.to_str().unwrap(), dst.as_str()]);
+        json(&env.run(&args))
+    };
+    copy(&[]);
+    let first = copy(&[]);
+    assert!(
+        first.get("started_from_last_copy").is_none(),
+        "a copy of well under 2 s is not remembered: {first}"
+    );
+    // About 2.5 s at 20 Mbit/s: long enough to tell the path's rate.
+    let slow = copy(&["--rate-limit", "20M"]);
+    assert!(slow["network_elapsed_s"].as_f64().unwrap() >= 2.0, "{slow}");
+    let next = copy(&[]);
+    let from = &next["started_from_last_copy"];
+    let rate = from["rate_bps"].as_f64().unwrap();
+    assert!(
+        (15e6..=30e6).contains(&rate),
+        "the last copy's rate: {next}"
+    );
+    assert_eq!(from["streams"], slow["streams"], "{next}");
+    let fixed = copy(&["-P", "2"]);
+    assert!(fixed.get("started_from_last_copy").is_none(), "{fixed}");
+    assert!(env.p("xdg-state/tern/paths.json").exists());
 }
 
 #[test]

@@ -21,7 +21,7 @@ use crate::error::{Partial, usage};
 use crate::host;
 use crate::location::{self, Location, SshTarget};
 use crate::options;
-use crate::report::{Report, ReportInput, Via};
+use crate::report::{LastCopy, Report, ReportInput, Via};
 use crate::retry::with_retries;
 use crate::ssh_session::{connect_of, over_ssh};
 
@@ -76,6 +76,8 @@ struct Copied {
     direction: &'static str,
     via: Via,
     consulted: Option<Consulted>,
+    /// The last copy to the same daemon it started from.
+    started_from: Option<LastCopy>,
 }
 
 /// Copies, and reports what was copied.
@@ -122,6 +124,7 @@ async fn copy(
                 direction: "local",
                 via: Via::Local,
                 consulted: None,
+                started_from: None,
             })
         }
         _ => {
@@ -144,7 +147,7 @@ async fn push_to_daemon(
     let t = &args.transfer;
     let (mut opts, consulted) =
         remote_options(t, options::copy_options(args)?, endpoint, console).await;
-    remembered_start(t, &mut opts, endpoint, console);
+    let started_from = remembered_start(t, &mut opts, endpoint, console);
     let outcome = with_retries(t.retries, console, || async {
         let (sources, path) = (sources.clone(), path.to_string());
         Ok(client::push(
@@ -163,6 +166,7 @@ async fn push_to_daemon(
         direction: "push",
         via: Via::Daemon(endpoint.clone()),
         consulted,
+        started_from,
     })
 }
 
@@ -192,6 +196,7 @@ async fn push_over_ssh(
         direction: "push",
         via: Via::Ssh(connect),
         consulted: None,
+        started_from: None,
     })
 }
 
@@ -207,7 +212,7 @@ async fn pull_from_daemon(
     let t = &args.transfer;
     let (mut opts, consulted) =
         remote_options(t, options::copy_options(args)?, &endpoint, console).await;
-    remembered_start(t, &mut opts, &endpoint, console);
+    let started_from = remembered_start(t, &mut opts, &endpoint, console);
     let outcome = with_retries(t.retries, console, || async {
         let (paths, dest) = (paths.clone(), dest.to_path_buf());
         Ok(client::pull(
@@ -226,6 +231,7 @@ async fn pull_from_daemon(
         direction: "pull",
         via: Via::Daemon(endpoint),
         consulted,
+        started_from,
     })
 }
 
@@ -255,6 +261,7 @@ async fn pull_over_ssh(
         direction: "pull",
         via: Via::Ssh(connect),
         consulted: None,
+        started_from: None,
     })
 }
 
@@ -267,6 +274,7 @@ async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Conso
         direction,
         via,
         consulted,
+        started_from,
     } = copied;
     if let Via::Daemon(ep) = &via {
         console.first_contact(&outcome, ep);
@@ -300,6 +308,7 @@ async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Conso
         block_size: t.block_size,
         fingerprint: remote.then(|| outcome.fingerprint.clone()),
         advisor,
+        started_from,
     });
     console.report(&report);
     partial_result(&outcome.stats)

@@ -112,6 +112,7 @@ pub async fn run(args: PerfArgs, started: Instant) -> Result<()> {
         block_size: t.block_size,
         fingerprint: Some(outcome.fingerprint.clone()),
         advisor,
+        started_from: None,
     });
     console.report(&report);
     Ok(())
