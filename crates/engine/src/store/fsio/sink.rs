@@ -564,9 +564,20 @@ impl commit::Member for FileWriter {
     }
 }
 
+/// The largest `pwrite` a file sink makes (see `FileWriter::write_at`).
+const WRITE_PIECE: usize = 128 << 10;
+
 impl BlockWrite for FileWriter {
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(data, offset)?;
+        // In pieces: one 1 MiB pwrite cost this VM's ext4 about 8 times the
+        // kernel CPU of eight 128 KiB ones (4.2 s against 0.45 s of system
+        // time per 2 GiB, measured with a C loop; 256 KiB pieces: 2.1 s),
+        // and the bytes are the same.
+        let mut at = offset;
+        for piece in data.chunks(WRITE_PIECE) {
+            self.file.write_all_at(piece, at)?;
+            at += piece.len() as u64;
+        }
         if let Some(behind) = &self.behind {
             behind.written(&self.file, offset + data.len() as u64);
         }
