@@ -92,7 +92,11 @@ impl TransferParams {
             checksum,
             block_check: BlockCheck::Xxh3,
             deadline: None,
-            max_files_in_flight: 1024,
+            max_files_in_flight: files_in_flight(
+                rlimit::Resource::NOFILE
+                    .get()
+                    .map_or(1024, |(soft, _)| soft),
+            ),
             max_repair_rounds: tern_session::DEFAULT_MAX_REPAIR_ROUNDS,
             resume: true,
             pace: None,
@@ -130,6 +134,16 @@ impl TransferParams {
         };
         self.skip_existing = choices.skip_existing;
     }
+}
+
+/// Files a sender keeps in flight with `open_files` descriptors allowed
+/// (the soft `RLIMIT_NOFILE`, raised to the hard limit at start): 1024,
+/// which many small files over a WAN need (each takes about two round
+/// trips from announcement to `FileDone`), but never so many that their
+/// descriptors (up to three each: the file, and at a receiving end its
+/// directory) would run the process out.
+fn files_in_flight(open_files: u64) -> usize {
+    (open_files.saturating_sub(128) / 3).clamp(16, 1024) as usize
 }
 
 /// Live counters for progress display, updated by the driver.
@@ -294,4 +308,19 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(Error::Protocol(format!("I/O task failed: {e}"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_in_flight_stay_within_the_open_files_limit() {
+        assert_eq!(files_in_flight(1 << 20), 1024);
+        assert_eq!(files_in_flight(4096), 1024);
+        // A host whose hard limit is 1024: 298 files, 894 descriptors.
+        assert_eq!(files_in_flight(1024), 298);
+        assert!(files_in_flight(1024) * 3 + 128 <= 1024);
+        assert_eq!(files_in_flight(100), 16, "a floor to make progress");
+    }
 }
