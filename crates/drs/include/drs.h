@@ -56,7 +56,8 @@ typedef struct drs_estimate_t {
    */
   double sndbuf_limited_share;
   /**
-   * 0 unknown, 1 receive window, 2 send buffer, 3 network, 4 application.
+   * 0 unknown, 1 receive window, 2 send buffer, 3 network, 4 application,
+   * 5 receiver (its window had room for the path twice over, and filled).
    */
   int limit;
   /**

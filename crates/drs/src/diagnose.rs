@@ -31,10 +31,45 @@ pub struct Diagnosis {
     pub send_buffer_peak_bytes: u64,
     /// Sum over streams of the largest receive buffer each had, bytes.
     pub receive_buffer_peak_bytes: u64,
+    /// What tern sized the send buffers of the session's streams to
+    /// together, bytes, when it sized them ([`Diagnosis::shared_sizing`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_buffers_sized_bytes: Option<u64>,
+    /// How the summary counts the streams a limit held back.
+    #[serde(skip)]
+    stream_phrase: String,
 }
 
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+/// A buffer or window size for people: KiB below a MiB, so that a small
+/// bandwidth-delay product does not read as zero.
+fn size(bytes: u64) -> String {
+    if bytes < 1 << 20 {
+        format!("{:.0} KiB", bytes as f64 / 1024.0)
+    } else {
+        mib(bytes)
+    }
+}
+
+/// An RTT for people: loopback's microseconds do not read as zero.
+fn millis(rtt_ms: f64) -> String {
+    if rtt_ms < 1.0 {
+        format!("{rtt_ms:.3} ms")
+    } else {
+        format!("{rtt_ms:.1} ms")
+    }
+}
+
+/// How many of the streams measured at the end a limit held back.
+fn on_streams(hit: usize, n: usize) -> String {
+    match (hit, n) {
+        (_, 1) => "on its one stream".to_string(),
+        (h, n) if h == n => format!("on all {n} streams"),
+        (h, n) => format!("on {h} of its {n} streams"),
+    }
 }
 
 /// A buffer size that holds `bdp` twice over (the kernel counts overhead
@@ -43,13 +78,35 @@ fn buffer_for(bdp: u64) -> u64 {
     (2 * bdp).next_power_of_two().clamp(4 << 20, 1 << 30)
 }
 
-/// Diagnoses a transfer from its streams' estimates. `raised` holds, per
-/// stream, the send buffer tern set when the kernel's cap held it back.
+/// The sysctl line that raises the maximum of `net.ipv4.{name}` to
+/// `want`, keeping its minimum and default; nothing when the maximum is
+/// already there, so that advice never lowers a value. `now` is all zeros
+/// when the host's value could not be read: the kernel's defaults stand in.
+fn raise_max(name: &str, now: [u64; 3], want: u64) -> Option<String> {
+    if want <= now[2] {
+        return None;
+    }
+    let (min, default) = match (name, now) {
+        (_, [0, 0, _]) if name == "tcp_rmem" => (4096, 131_072),
+        (_, [0, 0, _]) => (4096, 16_384),
+        (_, [min, default, _]) => (min, default),
+    };
+    Some(format!(
+        "sysctl -w net.ipv4.{name}=\"{min} {default} {want}\""
+    ))
+}
+
+/// Diagnoses a transfer from its streams' estimates (those of the streams
+/// open at the end). `raised` holds, per stream, the send buffer tern set
+/// when the kernel's cap held it back. `host` is this host's: the receive
+/// window advice is for the receiving host, whose caps are only known when
+/// it is this one.
 pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u64>]) -> Diagnosis {
     let count = |l: Limit| streams.iter().filter(|s| s.limit == l).count();
     let candidates = [
         Limit::SendBuffer,
         Limit::ReceiveWindow,
+        Limit::Receiver,
         Limit::Application,
         Limit::Network,
     ];
@@ -59,54 +116,81 @@ pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u
         .filter(|&l| count(l) > 0)
         .unwrap_or(Limit::Unknown);
     let n = streams.len();
-    let hit = count(limit);
+    let on = on_streams(count(limit), n);
+    let stream_phrase = on.clone();
     let bdp = streams.iter().map(|s| s.bdp_bytes).max().unwrap_or(0);
-    let rtt = streams
-        .iter()
-        .map(|s| s.min_rtt_ms)
-        .fold(f64::INFINITY, f64::min);
+    let rtt = millis(
+        streams
+            .iter()
+            .map(|s| s.min_rtt_ms)
+            .fold(f64::INFINITY, f64::min),
+    );
     let mut sysctls = Vec::new();
     let summary = match limit {
         Limit::SendBuffer => {
             // The rate seen was held down by the cap itself, so the BDP
             // measured is a floor: ask for a good step above the cap too.
             let want = buffer_for(bdp).max(host.tcp_wmem[2].saturating_mul(4).min(1 << 30));
-            sysctls.push(format!(
-                "sysctl -w net.ipv4.tcp_wmem=\"{} {} {want}\"",
-                host.tcp_wmem[0], host.tcp_wmem[1]
-            ));
+            sysctls.extend(raise_max("tcp_wmem", host.tcp_wmem, want));
             format!(
-                "The send buffer was the limit on {hit} of {n} streams: the sender's tcp_wmem \
-                 maximum is {} while a stream's bandwidth-delay product reached {} at {rtt:.1} ms. \
-                 More parallel streams work around it; raising tcp_wmem on the sending host removes it.",
+                "The send buffer was the limit {on}: the sender's tcp_wmem maximum is {} while \
+                 a stream's bandwidth-delay product reached {} at {rtt}. More parallel streams \
+                 work around it; raising tcp_wmem on the sending host removes it.",
                 mib(host.tcp_wmem[2]),
-                mib(bdp)
+                size(bdp)
             )
         }
         Limit::ReceiveWindow => {
-            let want = buffer_for(bdp);
-            sysctls.push(format!(
-                "sysctl -w net.ipv4.tcp_rmem=\"{} {} {want}\"   # on the receiving host",
-                host.tcp_rmem[0], host.tcp_rmem[1]
-            ));
+            let window = streams
+                .iter()
+                .map(|s| s.peer_window_bytes)
+                .max()
+                .unwrap_or(0);
+            let advice = raise_max("tcp_rmem", host.tcp_rmem, buffer_for(bdp));
+            let fix = if advice.is_some() {
+                "More parallel streams work around it; raising tcp_rmem on the receiving host \
+                 removes it."
+            } else {
+                "More parallel streams work around it, as does a larger tcp_rmem maximum on \
+                 the receiving host (or a larger --window)."
+            };
+            sysctls.extend(advice.map(|line| format!("{line}   # on the receiving host")));
+            let grew = if window > 0 {
+                format!(", and it never grew past {}", size(window))
+            } else {
+                String::new()
+            };
             format!(
-                "The receiver's window was the limit on {hit} of {n} streams (bandwidth-delay \
-                 product {} at {rtt:.1} ms). More parallel streams work around it; raising \
-                 tcp_rmem on the receiving host removes it.",
-                mib(bdp)
+                "The receiver's window was too small for the path {on}: the bandwidth-delay \
+                 product reached {} at {rtt}{grew}. {fix}",
+                size(bdp)
+            )
+        }
+        Limit::Receiver => {
+            let window = streams
+                .iter()
+                .map(|s| s.peer_window_bytes)
+                .max()
+                .unwrap_or(0);
+            format!(
+                "The receiving end set the pace {on}: it read more slowly than data arrived (its \
+                 disk or CPU), so its window filled up, though the window had grown to {}, more \
+                 than twice the path's bandwidth-delay product ({} at {rtt}). Buffers were not \
+                 the limit.",
+                size(window),
+                size(bdp)
             )
         }
         Limit::Network => format!(
-            "The network path set the pace on {hit} of {n} streams (congestion control {}); \
-             buffers were not the limit.",
+            "The network path set the pace {on} (congestion control {}); buffers were not the \
+             limit.",
             host.congestion_control
         ),
-        Limit::Application => format!(
-            "tern itself (disk or CPU) set the pace on {hit} of {n} streams: the sockets were \
-             often idle."
-        ),
-        Limit::Unknown => "TCP_INFO gave too little to tell what limited the transfer (a \
-             receiving end sees less than the sender: the sender's report says more)."
+        Limit::Application => {
+            format!("tern itself (disk or CPU) set the pace {on}: the sockets were often idle.")
+        }
+        Limit::Unknown => "TCP_INFO gave too little to tell what limited the transfer: too \
+             little data moved, or too briefly, to measure."
             .into(),
     };
     let mut actions = Vec::new();
@@ -121,13 +205,7 @@ pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u
         ));
         if !sysctls.iter().any(|l| l.contains("tcp_wmem")) {
             let want = buffer_for(bdp).max(largest);
-            sysctls.insert(
-                0,
-                format!(
-                    "sysctl -w net.ipv4.tcp_wmem=\"{} {} {want}\"",
-                    host.tcp_wmem[0], host.tcp_wmem[1]
-                ),
-            );
+            sysctls.splice(0..0, raise_max("tcp_wmem", host.tcp_wmem, want));
         }
         summary = format!(
             "The send buffer was the limit: the sender's tcp_wmem maximum is {}. tern worked \
@@ -151,6 +229,8 @@ pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u
         stream_steps: Vec::new(),
         send_buffer_peak_bytes: 0,
         receive_buffer_peak_bytes: 0,
+        send_buffers_sized_bytes: None,
+        stream_phrase,
     }
 }
 
@@ -169,6 +249,19 @@ pub struct SharedSizing {
 }
 
 impl Diagnosis {
+    /// Records how the stream count changed. When it did, the summary says
+    /// that its count is of the streams open at the end, so that it does
+    /// not contradict a report's larger count at the peak.
+    pub fn set_stream_steps(&mut self, steps: Vec<StreamStep>) {
+        let changed = steps.windows(2).any(|w| w[0].streams != w[1].streams);
+        if changed && !self.stream_phrase.is_empty() {
+            let at_end = format!("{} open at the end", self.stream_phrase);
+            self.summary = self.summary.replacen(&self.stream_phrase, &at_end, 1);
+            self.stream_phrase = at_end;
+        }
+        self.stream_steps = steps;
+    }
+
     /// Tells the story of a session whose streams' send buffers tern sized
     /// together: whether one stream's buffer would have been capped by
     /// `tcp_wmem` (then the send buffer was the limit, and tern's streams
@@ -189,18 +282,12 @@ impl Diagnosis {
             mib(each),
             mib(total)
         ));
+        self.send_buffers_sized_bytes = Some(total);
         self.sysctls.retain(|l| !l.contains("tcp_wmem"));
         if 2 * bdp > cap {
             self.limit = Limit::SendBuffer;
-            self.sysctls.insert(
-                0,
-                format!(
-                    "sysctl -w net.ipv4.tcp_wmem=\"{} {} {}\"",
-                    self.host.tcp_wmem[0],
-                    self.host.tcp_wmem[1],
-                    buffer_for(bdp)
-                ),
-            );
+            let line = raise_max("tcp_wmem", self.host.tcp_wmem, buffer_for(bdp));
+            self.sysctls.splice(0..0, line);
             let how = if streams > 1 {
                 format!(
                     "spreading the transfer over {streams} streams and setting their send \
@@ -343,6 +430,88 @@ mod tests {
         assert_eq!(d.limit, Limit::Network);
         assert!(d.sysctls.is_empty(), "{:?}", d.sysctls);
         assert!(d.summary.contains("network path"), "{}", d.summary);
+    }
+
+    /// The maximum a sysctl line sets.
+    fn max_set(line: &str) -> u64 {
+        let quoted = line.split('"').nth(1).expect("a quoted value");
+        quoted.split_whitespace().nth(2).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn advice_never_lowers_a_value_whatever_the_host_caps() {
+        let maxima = [0, 65_536, 4 << 20, 6 << 20, 32 << 20, 1 << 30];
+        // (busy, rwnd-limited, sndbuf-limited) µs of one second, and rates
+        // from a trickle to 1 GB/s at 100 ms (a 100 MB BDP).
+        let shapes = [(1_000_000, 0, 800_000), (1_000_000, 600_000, 0)];
+        let rates = [1, 1_000_000, 50_000_000, 1_000_000_000];
+        for &max in &maxima {
+            let mut caps = host();
+            caps.tcp_rmem[2] = max;
+            caps.tcp_wmem[2] = max;
+            for &(busy, rwnd, sndbuf) in &shapes {
+                for &rate in &rates {
+                    let mut e = StreamEstimator::default();
+                    e.add(Duration::ZERO, sample(0, 0, 0, 1, 100_000));
+                    e.add(
+                        Duration::from_secs(1),
+                        sample(busy, rwnd, sndbuf, rate, 100_000),
+                    );
+                    for raised in [None, Some(8 << 20)] {
+                        let mut d = diagnose(vec![e.estimate()], caps.clone(), &[raised]);
+                        d.shared_sizing(SharedSizing {
+                            streams: 4,
+                            each: 2 << 20,
+                            bdp: rate / 10,
+                            rtt_ms: 100.0,
+                        });
+                        for line in &d.sysctls {
+                            let now = if line.contains("tcp_rmem") {
+                                caps.tcp_rmem[2]
+                            } else {
+                                caps.tcp_wmem[2]
+                            };
+                            assert!(max_set(line) > now, "{line} with maximum {now}");
+                            assert!(!line.contains("\"0 0 "), "{line}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_window_on_a_tiny_path_blames_no_buffer_and_says_its_sizes() {
+        // Loopback: 3 µs, the window grew to 3 MiB and still filled.
+        let mut e = StreamEstimator::default();
+        let mut first = sample(0, 0, 0, 1, 3);
+        first.snd_wnd = Some(3 << 20);
+        e.add(Duration::ZERO, first);
+        let mut last = sample(1_000_000, 500_000, 0, 10_000_000_000, 3);
+        last.snd_wnd = Some(64 << 10);
+        e.add(Duration::from_secs(1), last);
+        let mut caps = host();
+        caps.tcp_rmem[2] = 32 << 20;
+        let d = diagnose(vec![e.estimate()], caps, &[]);
+        assert_eq!(d.limit, Limit::Receiver);
+        assert!(d.sysctls.is_empty(), "{:?}", d.sysctls);
+        assert!(
+            d.summary.contains("receiving end set the pace"),
+            "{}",
+            d.summary
+        );
+        assert!(d.summary.contains("3.0 MiB"), "{}", d.summary);
+        assert!(d.summary.contains("29 KiB at 0.003 ms"), "{}", d.summary);
+        assert!(!d.summary.contains(" 0.0 "), "{}", d.summary);
+    }
+
+    #[test]
+    fn stream_counts_read_as_words() {
+        assert_eq!(on_streams(1, 1), "on its one stream");
+        assert_eq!(on_streams(4, 4), "on all 4 streams");
+        assert_eq!(on_streams(1, 2), "on 1 of its 2 streams");
+        let d = diagnose(vec![est(1_000_000, 0, 0)], host(), &[]);
+        assert!(d.summary.contains("on its one stream"), "{}", d.summary);
     }
 
     #[test]

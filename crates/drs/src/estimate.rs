@@ -14,8 +14,13 @@ use crate::tcp_info::TcpInfo;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
-    /// The peer's receive window (its receive buffer).
+    /// The peer's receive window (its receive buffer) was too small for
+    /// the path.
     ReceiveWindow,
+    /// The peer's window was full although it had grown past twice the
+    /// path's bandwidth-delay product: the receiving application read more
+    /// slowly than data arrived (its disk or CPU), not a buffer cap.
+    Receiver,
     /// Our send buffer.
     SendBuffer,
     /// The path, as congestion control saw it.
@@ -43,6 +48,9 @@ pub struct StreamEstimate {
     pub rwnd_limited_share: f64,
     /// Share of busy time limited by the send buffer.
     pub sndbuf_limited_share: f64,
+    /// Largest window the peer advertised, bytes (0 when the kernel does
+    /// not say).
+    pub peer_window_bytes: u64,
     /// The dominant limit.
     pub limit: Limit,
 }
@@ -76,6 +84,7 @@ pub struct StreamEstimator {
     last: Option<(Duration, TcpInfo)>,
     min_rtt_us: Option<u32>,
     max_rate: u64,
+    max_peer_window: u64,
 }
 
 /// A limit counts as dominant once it covers this share of busy time.
@@ -95,6 +104,9 @@ impl StreamEstimator {
         }
         if let Some(rate) = info.delivery_rate {
             self.max_rate = self.max_rate.max(rate);
+        }
+        if let Some(window) = info.snd_wnd {
+            self.max_peer_window = self.max_peer_window.max(u64::from(window));
         }
     }
 
@@ -153,7 +165,7 @@ impl StreamEstimator {
                     limit = if sndbuf >= LIMITED && sndbuf >= rwnd {
                         Limit::SendBuffer
                     } else if rwnd >= LIMITED {
-                        Limit::ReceiveWindow
+                        self.window_limit(bdp_bytes)
                     } else if busy_share < 0.8 {
                         Limit::Application
                     } else {
@@ -170,7 +182,19 @@ impl StreamEstimator {
             busy_share,
             rwnd_limited_share: rwnd,
             sndbuf_limited_share: sndbuf,
+            peer_window_bytes: self.max_peer_window,
             limit,
+        }
+    }
+
+    /// Who a full peer window points at: a window that never grew past
+    /// twice the path's bandwidth-delay product was too small for the
+    /// path; one that had, and still filled, was drained too slowly.
+    fn window_limit(&self, bdp_bytes: u64) -> Limit {
+        if self.max_peer_window > 0 && self.max_peer_window >= 2 * bdp_bytes {
+            Limit::Receiver
+        } else {
+            Limit::ReceiveWindow
         }
     }
 }
@@ -232,5 +256,22 @@ pub(crate) mod tests {
         ]);
         assert_eq!(app.limit, Limit::Application);
         assert_eq!(run(&[(0, sample(0, 0, 0, 1, 1000))]).limit, Limit::Unknown);
+    }
+
+    #[test]
+    fn a_full_window_far_larger_than_the_path_needs_blames_the_receiving_application() {
+        // 10 MB/s at 1 ms: a 10 kB bandwidth-delay product.
+        let with_window = |window: u32| {
+            let mut first = sample(0, 0, 0, 10_000_000, 1000);
+            first.snd_wnd = Some(window);
+            let mut last = sample(1_000_000, 500_000, 0, 10_000_000, 1000);
+            last.snd_wnd = Some(window / 4);
+            run(&[(0, first), (1000, last)])
+        };
+        let slow_reader = with_window(4 << 20);
+        assert_eq!(slow_reader.limit, Limit::Receiver);
+        assert_eq!(slow_reader.peer_window_bytes, 4 << 20);
+        // A window that never held the path twice over was too small.
+        assert_eq!(with_window(15_000).limit, Limit::ReceiveWindow);
     }
 }

@@ -34,7 +34,8 @@ pub struct drs_estimate_t {
     pub rwnd_limited_share: f64,
     /// Share of busy time limited by the send buffer.
     pub sndbuf_limited_share: f64,
-    /// 0 unknown, 1 receive window, 2 send buffer, 3 network, 4 application.
+    /// 0 unknown, 1 receive window, 2 send buffer, 3 network, 4 application,
+    /// 5 receiver (its window had room for the path twice over, and filled).
     pub limit: c_int,
     /// Current send buffer, bytes (as the kernel counts it).
     pub sndbuf_bytes: u64,
@@ -165,6 +166,7 @@ pub unsafe extern "C" fn drs_estimate(d: *const drs_t, out: *mut drs_estimate_t)
             Limit::SendBuffer => 2,
             Limit::Network => 3,
             Limit::Application => 4,
+            Limit::Receiver => 5,
         },
         sndbuf_bytes: socket::sndbuf(i.fd).unwrap_or(0),
         adjustments: i.tuner.adjustments,

@@ -24,6 +24,6 @@ pub mod tuner;
 pub use diagnose::{Diagnosis, SharedSizing, diagnose};
 pub use estimate::{Interval, Limit, StreamEstimate, StreamEstimator};
 pub use host::HostCaps;
-pub use streams::{StreamChange, StreamController, StreamStep};
+pub use streams::{StepReason, StreamChange, StreamController, StreamStep};
 pub use tcp_info::TcpInfo;
 pub use tuner::{Direction, SocketTuner, TunerConfig, WindowMode};

@@ -87,6 +87,19 @@ pub enum StepReason {
     NoGain,
 }
 
+impl StepReason {
+    /// Why, for people.
+    pub fn words(self) -> &'static str {
+        match self {
+            StepReason::Start => "to start with",
+            StepReason::Limited => "windows or buffers held the streams back",
+            StepReason::Probe => "the rate had levelled off: trying more",
+            StepReason::Paid => "the last streams added raised the rate",
+            StepReason::NoGain => "the last streams added did not raise the rate",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {
     /// Watching the rate; `previous` is the last period's.

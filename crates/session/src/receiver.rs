@@ -654,7 +654,8 @@ impl ReceiverSession {
     }
 
     fn record_failure(&mut self, failure: EntryFailure, file_id: Option<u32>) -> Result<()> {
-        tracing::warn!("not copied: {}: {}", failure.path, failure.message);
+        // Logged for a daemon's operator; a command's report lists it.
+        tracing::info!("not copied: {}: {}", failure.path, failure.message);
         if self.cfg.entries {
             self.actions
                 .push_back(RecvAction::Send(failure.to_wire(file_id)));

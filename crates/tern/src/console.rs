@@ -17,6 +17,7 @@ use tern_engine::transfer::Progress;
 
 use crate::cli::{AdviseArgs, AdvisorCmdArgs, ServeArgs, TransferArgs};
 use crate::report::{self, FailedEntry, Report};
+use crate::size::{human_bytes, human_rate};
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,15 +165,16 @@ impl Console {
     }
 
     /// Starts a progress bar fed from `progress`, when this console draws
-    /// one.
-    pub fn progress(&self, progress: &Arc<Progress>) -> ProgressDisplay {
+    /// one. A transfer for a time (`tern perf --time`) passes it: the bar
+    /// then fills with time.
+    pub fn progress(&self, progress: &Arc<Progress>, timed: Option<Duration>) -> ProgressDisplay {
         let enabled = match self.progress {
             ProgressBars::Always => true,
             ProgressBars::Never => false,
             ProgressBars::Auto => self.format == Format::Human && std::io::stderr().is_terminal(),
         };
         if enabled {
-            ProgressDisplay::start(progress)
+            ProgressDisplay::start(progress, timed)
         } else {
             ProgressDisplay {
                 bar: None,
@@ -188,31 +190,137 @@ fn banner_line(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-/// A progress bar fed from the engine's counters.
+/// A progress bar fed from the engine's counters. Rates are in bits per
+/// second, as in the summary. While the total is unknown it is a spinner
+/// with the time spent; once known, a bar with the time left.
 pub struct ProgressDisplay {
     bar: Option<ProgressBar>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// The rate is measured over about this long.
+const RATE_WINDOW: Duration = Duration::from_secs(2);
+const TICK: Duration = Duration::from_millis(200);
+
+/// What one redraw shows.
+#[derive(Debug, Clone, PartialEq)]
+enum Frame {
+    /// Bytes moved; how much in all is not known yet.
+    Counting { bytes: u64 },
+    /// Bytes of a known total.
+    OfTotal { bytes: u64, total: u64 },
+    /// Everything moved: digests, renames and syncs remain.
+    Finishing { total: u64 },
+    /// A timed run: so far, of its time.
+    Timed {
+        bytes: u64,
+        elapsed: Duration,
+        of: Duration,
+    },
+}
+
+impl Frame {
+    fn of(bytes: u64, total: u64, elapsed: Duration, timed: Option<Duration>) -> Frame {
+        match timed {
+            Some(of) => Frame::Timed {
+                bytes,
+                elapsed: elapsed.min(of),
+                of,
+            },
+            None if total == 0 => Frame::Counting { bytes },
+            None if bytes >= total => Frame::Finishing { total },
+            None => Frame::OfTotal { bytes, total },
+        }
+    }
+
+    fn template(&self) -> &'static str {
+        match self {
+            Frame::Counting { .. } => "{spinner} {elapsed:>4} {msg}",
+            Frame::OfTotal { .. } => "{msg} {bar:30} ETA {eta}",
+            Frame::Finishing { .. } => "{spinner} {elapsed:>4} {msg}",
+            Frame::Timed { .. } => "{msg} {bar:30}",
+        }
+    }
+
+    /// The words beside the bar, with `rate` in bits per second.
+    fn message(&self, rate: f64) -> String {
+        let rate = human_rate(rate);
+        match self {
+            Frame::Counting { bytes } => format!("{} so far, {rate}", human_bytes(*bytes)),
+            Frame::OfTotal { bytes, total } => {
+                format!(
+                    "{:>10} / {:<10} {rate:>14}",
+                    human_bytes(*bytes),
+                    human_bytes(*total)
+                )
+            }
+            Frame::Finishing { total } => format!(
+                "{} moved; verifying and putting files in place",
+                human_bytes(*total)
+            ),
+            Frame::Timed { bytes, elapsed, of } => format!(
+                "{:>5.1} s / {:.0} s {:>10} {rate:>14}",
+                elapsed.as_secs_f64(),
+                of.as_secs_f64(),
+                human_bytes(*bytes)
+            ),
+        }
+    }
+
+    /// Where the bar stands: bytes, or milliseconds of a timed run.
+    fn position(&self) -> (u64, u64) {
+        match self {
+            Frame::Counting { bytes } => (*bytes, 0),
+            Frame::OfTotal { bytes, total } => (*bytes, *total),
+            Frame::Finishing { total } => (*total, *total),
+            Frame::Timed { elapsed, of, .. } => (elapsed.as_millis() as u64, of.as_millis() as u64),
+        }
+    }
+}
+
+/// Bits per second over the samples of the last [`RATE_WINDOW`].
+fn rate_of(samples: &std::collections::VecDeque<(std::time::Instant, u64)>) -> f64 {
+    match (samples.front(), samples.back()) {
+        (Some(&(t0, b0)), Some(&(t1, b1))) if t1 > t0 => {
+            b1.saturating_sub(b0) as f64 * 8.0 / (t1 - t0).as_secs_f64()
+        }
+        _ => 0.0,
+    }
+}
+
 impl ProgressDisplay {
-    fn start(progress: &Arc<Progress>) -> ProgressDisplay {
+    fn start(progress: &Arc<Progress>, timed: Option<Duration>) -> ProgressDisplay {
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{bytes:>10} / {total_bytes:<10} {bar:30} {binary_bytes_per_sec:>12}  ETA {eta}",
-            )
-            .expect("template")
-            .progress_chars("=> "),
-        );
         let (b, p) = (bar.clone(), progress.clone());
         let task = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let mut samples = std::collections::VecDeque::new();
+            let mut shown: Option<&'static str> = None;
             loop {
-                let total = p.total.load(Ordering::Relaxed);
-                if total > 0 {
-                    b.set_length(total);
+                let now = std::time::Instant::now();
+                let bytes = p.bytes.load(Ordering::Relaxed);
+                samples.push_back((now, bytes));
+                while samples.front().is_some_and(|&(t, _)| now - t > RATE_WINDOW) {
+                    samples.pop_front();
                 }
-                b.set_position(p.bytes.load(Ordering::Relaxed));
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                let total = p.total.load(Ordering::Relaxed);
+                let frame = Frame::of(bytes, total, now - started, timed);
+                let template = frame.template();
+                if shown != Some(template) {
+                    b.set_style(
+                        ProgressStyle::with_template(template)
+                            .expect("template")
+                            .progress_chars("=> "),
+                    );
+                    shown = Some(template);
+                }
+                let (position, length) = frame.position();
+                if length > 0 {
+                    b.set_length(length);
+                }
+                b.set_position(position);
+                b.set_message(frame.message(rate_of(&samples)));
+                tokio::time::sleep(TICK).await;
             }
         });
         ProgressDisplay {
@@ -229,5 +337,52 @@ impl ProgressDisplay {
         if let Some(b) = self.bar {
             b.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_says_what_it_knows_in_bits() {
+        let at = Duration::from_secs(1);
+        // No total yet: a count, not "0 B / 0 B".
+        let f = Frame::of(5 << 20, 0, at, None);
+        assert_eq!(f, Frame::Counting { bytes: 5 << 20 });
+        let words = f.message(8e6);
+        assert!(words.contains("5.00 MiB so far, 8.00 Mbit/s"), "{words}");
+        assert!(!words.contains("/ 0 B"), "{words}");
+        // A total: bytes of it, the rate in bits as the summary has it.
+        let f = Frame::of(1 << 30, 2 << 30, at, None);
+        let words = f.message(2.4e9);
+        assert!(words.contains("1.00 GiB / 2.00 GiB"), "{words}");
+        assert!(words.contains("2.40 Gbit/s"), "{words}");
+        assert!(!words.contains("MiB/s"), "{words}");
+        // All moved: the end is named, not a falling rate.
+        let f = Frame::of(2 << 30, 2 << 30, at, None);
+        assert!(f.message(1.0).contains("verifying"), "{}", f.message(1.0));
+        // A timed run fills with time.
+        let f = Frame::of(
+            281 << 20,
+            281 << 20,
+            Duration::from_secs(3),
+            Some(Duration::from_secs(10)),
+        );
+        assert_eq!(f.position(), (3000, 10_000));
+        assert!(
+            f.message(1e9).contains("3.0 s / 10 s"),
+            "{}",
+            f.message(1e9)
+        );
+    }
+
+    #[test]
+    fn the_rate_is_over_the_recent_window() {
+        let t0 = std::time::Instant::now();
+        let samples: std::collections::VecDeque<_> =
+            [(t0, 0), (t0 + Duration::from_secs(1), 125_000_000)].into();
+        assert_eq!(rate_of(&samples), 1e9);
+        assert_eq!(rate_of(&std::collections::VecDeque::new()), 0.0);
     }
 }

@@ -69,3 +69,58 @@ impl std::fmt::Display for SshFailure {
 }
 
 impl std::error::Error for SshFailure {}
+
+/// The error and its causes for people, `: `-joined as anyhow's `{:#}`
+/// does, without a cause whose words the text already has (a library
+/// error that names its source, as `cannot connect to …: {source}` does,
+/// would otherwise say it twice).
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let words = cause.to_string();
+        if text.contains(&words) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&words);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+
+    #[derive(Debug)]
+    struct Connect(std::io::Error);
+
+    impl std::fmt::Display for Connect {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot connect to 127.0.0.1:4801: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Connect {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_the_message_already_names_is_said_once() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let words = refused.to_string();
+        let e = anyhow::Error::new(Connect(refused));
+        let text = describe(&e);
+        assert_eq!(text.matches(&words).count(), 1, "{text}");
+        assert!(
+            text.starts_with("cannot connect to 127.0.0.1:4801: "),
+            "{text}"
+        );
+        // Context that adds words keeps them.
+        let e = anyhow::Error::new(std::io::Error::other("disk full")).context("writing x");
+        assert_eq!(describe(&e), "writing x: disk full");
+    }
+}

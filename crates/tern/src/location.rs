@@ -78,6 +78,30 @@ pub fn parse(arg: &str) -> Result<Location, String> {
     })
 }
 
+/// A hint for an scp-style argument whose path starts with what looks
+/// like a port (`HOST:4800/x`): scp's rule reads it as the path `4800/x`
+/// on HOST over ssh, while the user may have meant a daemon's port.
+pub fn port_like_hint(arg: &str) -> Option<String> {
+    if arg.contains("://") {
+        return None;
+    }
+    let colon = host_colon(arg)?;
+    let (host, path) = (&arg[..colon], &arg[colon + 1..]);
+    let digits = path.split('/').next().unwrap_or("");
+    let port_like = !digits.is_empty()
+        && digits.len() <= 5
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && digits
+            .parse::<u32>()
+            .is_ok_and(|p| (1..=65535).contains(&p));
+    port_like.then(|| {
+        format!(
+            "'{arg}' is read as scp reads it: host {host} over ssh, path {path}; for a daemon \
+             on port {digits}, write tern://{host}:{path}"
+        )
+    })
+}
+
 /// Where the colon that ends `[USER@]HOST` is, if `arg` names a host (as
 /// scp decides: a colon before any slash, and brackets around IPv6).
 fn host_colon(arg: &str) -> Option<usize> {
@@ -168,6 +192,17 @@ mod tests {
             },
             path: path.into(),
         }
+    }
+
+    #[test]
+    fn a_port_after_the_host_colon_gets_a_hint_towards_tern_urls() {
+        let hint = port_like_hint("127.0.0.1:4800/x").expect("a hint");
+        assert!(hint.contains("tern://127.0.0.1:4800/x"), "{hint}");
+        assert!(port_like_hint("127.0.0.1:4800").is_some());
+        assert_eq!(port_like_hint("dtn:data/x"), None);
+        assert_eq!(port_like_hint("dtn:99999/x"), None);
+        assert_eq!(port_like_hint("tern://h:4800/x"), None);
+        assert_eq!(port_like_hint("./local/4800"), None);
     }
 
     #[test]

@@ -82,7 +82,7 @@ fn main() -> ExitCode {
     match runtime.block_on(cmd::run(args, started)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tern: {e:#}");
+            eprintln!("tern: {}", error::describe(&e));
             exit::Exit::of(&e).into()
         }
     }

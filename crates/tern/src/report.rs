@@ -93,7 +93,11 @@ pub struct Report {
     pub network_elapsed_s: f64,
     pub throughput_bps: f64,
     pub network_throughput_bps: f64,
+    /// Streams that joined the session, replacements of lost ones included.
     pub streams: usize,
+    /// Most streams in use at once, and at the end: what the summary's
+    /// first line says.
+    pub stream_count: StreamStory,
     pub per_stream: Vec<StreamReport>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checksum: Option<Vec<ChecksumReport>>,
@@ -223,7 +227,8 @@ impl Report {
         let elapsed = i.started.elapsed();
         let net = i.stats.network_elapsed;
         let moved = i.stats.bytes.saturating_sub(i.stats.bytes_resumed);
-        Report {
+        let streams = usize::from(i.stats.streams_used);
+        let mut report = Report {
             command: i.command,
             direction: i.direction,
             via: i.via,
@@ -235,7 +240,11 @@ impl Report {
             // Rates count what moved this time, not what a resume found.
             throughput_bps: bps(moved, elapsed),
             network_throughput_bps: bps(moved, net),
-            streams: usize::from(i.stats.streams_used),
+            streams,
+            stream_count: StreamStory {
+                peak: streams,
+                at_end: streams,
+            },
             // Streams that never joined are left out; a replacement on a
             // spare index is not.
             per_stream: i
@@ -273,7 +282,12 @@ impl Report {
                 .map(|f| FailedEntry {
                     path: f.path.display(),
                     error: f.message.clone(),
-                    seen_by: if f.by_peer { "peer" } else { "local" },
+                    // A local copy's two ends are both this tern.
+                    seen_by: if f.by_peer && i.via != "local" {
+                        "peer"
+                    } else {
+                        "local"
+                    },
                 })
                 .collect(),
             compression: i.stats.compression.as_ref().map(CompressionReport::new),
@@ -286,33 +300,53 @@ impl Report {
             tuning: i.stats.tuning.clone(),
             advisor: i.advisor,
             started_from_last_copy: i.started_from,
-        }
+        };
+        report.stream_count = report.stream_story();
+        report
     }
 
     /// The human summary, one line a string: the totals, then what a
     /// resume, skipping, failures, compression, lost streams, the streams
-    /// and the tuning did.
+    /// and the tuning did. A run that moved nothing says so and no more; a
+    /// local copy has no streams, protection or network to speak of.
     pub fn human_lines(&self) -> Vec<String> {
-        let files = match self.files {
-            1 => "1 file".to_string(),
-            n => format!("{n} files"),
+        let moved = self.bytes.saturating_sub(self.bytes_resumed);
+        let mut out = Vec::new();
+        if moved == 0 && self.files == 0 && self.command != "perf" {
+            out.push(self.nothing_moved_line());
+            out.extend(failed_lines(&self.failed));
+            return out;
+        }
+        let what = if self.command == "perf" {
+            human_bytes(self.bytes)
+        } else {
+            format!(
+                "{} in {}",
+                human_bytes(self.bytes),
+                count(self.files, "file")
+            )
         };
-        let mut out = vec![format!(
-            "tern {}: {} in {files}, {:.2} s, {} (network {}), {} streams, protect {}, {} blocks re-sent",
+        let mut head = format!(
+            "tern {}: {what}, {:.2} s, {}",
             self.command,
-            human_bytes(self.bytes),
             self.elapsed_s,
-            human_rate(self.throughput_bps),
-            human_rate(self.network_throughput_bps),
-            self.streams,
-            self.protect,
-            self.blocks_retransmitted,
-        )];
+            human_rate(self.throughput_bps)
+        );
+        if self.via != "local" {
+            head.push_str(&format!(
+                " (network {}), {}, protect {}, {} re-sent",
+                human_rate(self.network_throughput_bps),
+                self.stream_story().headline(),
+                self.protect,
+                count(self.blocks_retransmitted as usize, "block"),
+            ));
+        }
+        out.push(head);
         if let Some(last) = &self.started_from_last_copy {
             out.push(format!(
-                "  start: where the last copy to this daemon ended ({}, {} streams)",
+                "  start: where the last copy to this daemon ended ({}, {})",
                 human_rate(last.rate_bps as f64),
-                last.streams
+                count(usize::from(last.streams), "stream")
             ));
         }
         if self.bytes_resumed > 0 {
@@ -322,15 +356,55 @@ impl Report {
             ));
         }
         if self.files_skipped > 0 {
-            out.push(format!(
-                "  skipped: {} files ({}) already complete at the destination",
-                self.files_skipped,
-                human_bytes(self.bytes_skipped)
-            ));
+            out.push(format!("  skipped: {}", self.skipped_words()));
         }
         out.extend(failed_lines(&self.failed));
-        out.extend(self.transport_lines());
+        if self.via != "local" {
+            out.extend(self.transport_lines());
+        }
         out
+    }
+
+    /// The one line of a run that found nothing to move.
+    fn nothing_moved_line(&self) -> String {
+        let why = if self.files_skipped > 0 {
+            self.skipped_words()
+        } else if self.failed.is_empty() {
+            "no files to copy".to_string()
+        } else {
+            "nothing could be copied".to_string()
+        };
+        format!(
+            "tern {}: nothing to move, {why} ({:.2} s)",
+            self.command, self.elapsed_s
+        )
+    }
+
+    fn skipped_words(&self) -> String {
+        format!(
+            "{} ({}) already complete at the destination",
+            count(self.files_skipped, "file"),
+            human_bytes(self.bytes_skipped)
+        )
+    }
+
+    /// How many streams the run had, told the same way in every line.
+    pub fn stream_story(&self) -> StreamStory {
+        let steps: Vec<u16> = self
+            .tuning
+            .iter()
+            .flat_map(|t| t.stream_steps.iter().map(|s| s.streams))
+            .collect();
+        match (steps.iter().max(), steps.last()) {
+            (Some(&peak), Some(&last)) if steps.iter().any(|&n| n != last) => StreamStory {
+                peak: usize::from(peak),
+                at_end: usize::from(last),
+            },
+            _ => StreamStory {
+                peak: self.streams,
+                at_end: self.streams,
+            },
+        }
     }
 
     /// Compression, lost and replaced streams, per-stream rates, tuning.
@@ -376,6 +450,38 @@ impl Report {
     }
 }
 
+/// How many streams a run had: at most, and at its end (the same when
+/// the count never changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StreamStory {
+    pub peak: usize,
+    pub at_end: usize,
+}
+
+impl StreamStory {
+    /// The words of a report's first line.
+    pub fn headline(self) -> String {
+        if self.peak == self.at_end {
+            count(self.peak, "stream")
+        } else {
+            format!(
+                "{} at most, {} at the end",
+                count(self.peak, "stream"),
+                self.at_end
+            )
+        }
+    }
+}
+
+/// `n` things, in English: "1 file", "2 files".
+pub fn count(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
 /// The entries that could not be copied, one line each after a count
 /// (nothing when there are none).
 pub fn failed_lines(failed: &[FailedEntry]) -> Vec<String> {
@@ -410,9 +516,12 @@ fn tuning_line(t: &tern_drs::Diagnosis, direction: &str) -> String {
         mib(t.send_buffer_peak_bytes),
         mib(t.receive_buffer_peak_bytes),
     );
-    let buffers = match direction {
-        "push" | "send" => format!("send buffers up to {send:.1} MiB in total"),
-        "pull" | "receive" => format!("receive buffers up to {receive:.1} MiB in total"),
+    let buffers = match (direction, t.send_buffers_sized_bytes) {
+        ("push" | "send", Some(sized)) => {
+            format!("send buffers sized to {:.1} MiB in total", mib(sized))
+        }
+        ("push" | "send", None) => format!("send buffers up to {send:.1} MiB in total"),
+        ("pull" | "receive", _) => format!("receive buffers up to {receive:.1} MiB in total"),
         _ => format!("buffers up to {send:.1} MiB send / {receive:.1} MiB receive in total"),
     };
     let mut line = format!(
@@ -423,15 +532,17 @@ fn tuning_line(t: &tern_drs::Diagnosis, direction: &str) -> String {
         let steps: Vec<String> = t
             .stream_steps
             .iter()
-            .map(|s| {
-                let why = serde_json::to_value(s.reason)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default();
-                format!("{} ({why} at {:.1} s)", s.streams, s.at_ms as f64 / 1e3)
+            .map(|s| match s.reason {
+                tern_drs::StepReason::Start => format!("{} at the start", s.streams),
+                reason => format!(
+                    "{} from {:.1} s ({})",
+                    s.streams,
+                    s.at_ms as f64 / 1e3,
+                    reason.words()
+                ),
             })
             .collect();
-        line.push_str(&format!("; streams {}", steps.join(" → ")));
+        line.push_str(&format!("; streams: {}", steps.join(", ")));
     }
     line
 }
@@ -442,7 +553,118 @@ fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::tuning_line;
+    use super::*;
+
+    /// A push of one file over 4 streams with nothing remarkable.
+    fn push() -> Report {
+        Report {
+            command: "cp",
+            direction: "push",
+            via: "daemon",
+            bytes: 300 << 20,
+            files: 1,
+            elapsed_s: 1.0,
+            setup_s: 0.01,
+            network_elapsed_s: 0.9,
+            throughput_bps: 2.5e9,
+            network_throughput_bps: 2.8e9,
+            streams: 4,
+            stream_count: StreamStory { peak: 4, at_end: 4 },
+            per_stream: Vec::new(),
+            checksum: None,
+            blocks_retransmitted: 1,
+            blocks_corrupt: 0,
+            bytes_resumed: 0,
+            files_skipped: 0,
+            bytes_skipped: 0,
+            failed: Vec::new(),
+            compression: None,
+            streams_stalled: 0,
+            streams_lost: 0,
+            streams_replaced: 0,
+            protect: "private",
+            block_size: 1 << 20,
+            server_fingerprint: None,
+            tuning: None,
+            advisor: None,
+            started_from_last_copy: None,
+        }
+    }
+
+    fn step(at_ms: u64, streams: u16, reason: tern_drs::StepReason) -> tern_drs::StreamStep {
+        tern_drs::StreamStep {
+            at_ms,
+            streams,
+            reason,
+        }
+    }
+
+    #[test]
+    fn every_line_tells_the_same_stream_story() {
+        use tern_drs::StepReason::*;
+        let mut r = push();
+        r.streams = 2;
+        let estimate = tern_drs::StreamEstimator::default().estimate();
+        let mut t = tern_drs::diagnose(vec![estimate], tern_drs::HostCaps::default(), &[]);
+        t.set_stream_steps(vec![
+            step(0, 1, Start),
+            step(1200, 2, Limited),
+            step(3200, 1, NoGain),
+        ]);
+        r.tuning = Some(t);
+        r.stream_count = r.stream_story();
+        assert_eq!(r.stream_count, StreamStory { peak: 2, at_end: 1 });
+        let lines = r.human_lines().join("\n");
+        assert!(lines.contains("2 streams at most, 1 at the end"), "{lines}");
+        assert!(
+            lines.contains("streams: 1 at the start, 2 from 1.2 s (windows or buffers held the streams back), 1 from 3.2 s (the last streams added did not raise the rate)"),
+            "{lines}"
+        );
+        assert!(!lines.contains("no_gain"), "{lines}");
+        assert!(!lines.contains("1 streams"), "{lines}");
+    }
+
+    #[test]
+    fn summaries_pluralize_and_leave_out_what_means_nothing() {
+        let mut r = push();
+        r.streams = 1;
+        r.stream_count = r.stream_story();
+        let head = &r.human_lines()[0];
+        assert!(head.contains("1 stream,"), "{head}");
+        assert!(head.contains("1 block re-sent"), "{head}");
+        assert!(head.contains("in 1 file,"), "{head}");
+        // perf moves no files.
+        r.command = "perf";
+        let head = &r.human_lines()[0];
+        assert!(!head.contains("file"), "{head}");
+        // A local copy has no streams, protection or network.
+        let mut local = push();
+        local.via = "local";
+        local.files = 3;
+        let lines = local.human_lines().join("\n");
+        assert!(lines.contains("in 3 files"), "{lines}");
+        for absent in ["stream", "protect", "network", "re-sent"] {
+            assert!(!lines.contains(absent), "{absent}: {lines}");
+        }
+        // A rerun that found everything in place: one line, no rates.
+        let mut rerun = push();
+        rerun.bytes = 0;
+        rerun.files = 0;
+        rerun.files_skipped = 1;
+        rerun.bytes_skipped = 300 << 20;
+        rerun.tuning = Some(tern_drs::diagnose(
+            Vec::new(),
+            tern_drs::HostCaps::default(),
+            &[],
+        ));
+        let lines = rerun.human_lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains("nothing to move, 1 file (300.00 MiB) already complete"),
+            "{lines:?}"
+        );
+        assert!(!lines[0].contains("bit/s"), "{lines:?}");
+    }
 
     #[test]
     fn the_tuning_line_names_the_buffers_of_the_way_data_went() {

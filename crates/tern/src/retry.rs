@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::console::Console;
-use crate::error::{Retry, SshFailure};
+use crate::error::{Retry, SshFailure, describe};
 
 /// Runs a copy, and again up to `retries` times after a connection was
 /// lost (backing off 1 s, 2 s, 4 s, … up to 30 s); every run resumes the
@@ -35,7 +35,8 @@ where
         attempt += 1;
         let wait = retry_backoff(attempt);
         console.warn(format!(
-            "{e:#}; trying again in {} s (retry {attempt} of {retries})",
+            "{}; trying again in {} s (retry {attempt} of {retries})",
+            describe(&e),
             wait.as_secs()
         ));
         first.get_or_insert(e);

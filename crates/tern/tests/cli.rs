@@ -13,44 +13,12 @@ use tern_testkit::net::free_port;
 use tern_testkit::skip::{is_root, skip};
 
 mod common;
-use common::{TERN, tern};
+use common::{Env, TERN, tern};
 
 /// How these tests start a daemon: `tern serve` on an ephemeral port of
 /// 127.0.0.1 with a grace of 2 s, its log in `STATE.log`.
 fn serve(root: &Path, state: &Path) -> Serve {
     Serve::new(TERN, root, state).grace(2)
-}
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("root")).unwrap();
-        std::fs::create_dir(dir.path().join("cfg")).unwrap();
-        Env { dir }
-    }
-    fn p(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-    fn server(&self) -> Daemon {
-        serve(&self.p("root"), &self.p("state")).start()
-    }
-    fn run(&self, args: &[&str]) -> Output {
-        self.run_env(args, &[])
-    }
-    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut c = tern();
-        c.args(args)
-            .env("XDG_CONFIG_HOME", self.p("cfg"))
-            .env("XDG_STATE_HOME", self.p("xdg-state"));
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.output().unwrap()
-    }
 }
 
 fn json(out: &Output) -> Value {

@@ -385,6 +385,12 @@ impl Tuners {
             .collect();
         let shared = active.filter(|s| s.tuner.shared()).count();
         let mut d = tern_drs::diagnose(estimates, tern_drs::HostCaps::read(), &raised);
+        if d.limit == tern_drs::Limit::Unknown && self.direction == Direction::Receive {
+            // The kernel keeps what limited a stream on its sending end.
+            d.summary.push_str(
+                " A receiving end sees less than the sender: the sender's report says more.",
+            );
+        }
         let rcv: Vec<u64> = slots.iter().filter_map(|s| s.tuner.raised_rcvbuf).collect();
         if let Some(&largest) = rcv.iter().max() {
             d.actions.push(format!(
@@ -416,11 +422,12 @@ impl Tuners {
                 rtt_ms: f64::from(self.sizer.min_rtt_us()) / 1e3,
             });
         }
-        d.stream_steps = self
-            .controller
-            .as_ref()
-            .map(|c| c.history().to_vec())
-            .unwrap_or_default();
+        d.set_stream_steps(
+            self.controller
+                .as_ref()
+                .map(|c| c.history().to_vec())
+                .unwrap_or_default(),
+        );
         d.send_buffer_peak_bytes = slots.iter().map(|s| s.tuner.peak_sndbuf).sum();
         d.receive_buffer_peak_bytes = slots.iter().map(|s| s.tuner.peak_rcvbuf).sum();
         Some(d)

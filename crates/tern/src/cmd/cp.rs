@@ -86,7 +86,14 @@ pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
     let (dst, sources) = places(&args)?;
     let progress = Arc::new(Progress::default());
     let console = Console::for_transfer(&args.transfer);
-    let display = console.progress(&progress);
+    for hint in args
+        .paths
+        .iter()
+        .filter_map(|p| location::port_like_hint(p))
+    {
+        console.note(hint);
+    }
+    let display = console.progress(&progress, None);
     let result = copy(&args, &dst, sources, &progress, &console).await;
     display.finish();
     finish(&args, result?, started, &console).await

@@ -63,7 +63,7 @@ pub async fn run(args: PerfArgs, started: Instant) -> Result<()> {
         }
     };
     let progress = Arc::new(Progress::default());
-    let display = console.progress(&progress);
+    let display = console.progress(&progress, duration);
     let (size, reverse) = (args.size, args.reverse);
     let result = match &far {
         Far::Daemon(endpoint) => client::perf(endpoint, &opts, size, duration, reverse, progress)

@@ -3,10 +3,10 @@
 
 #![allow(dead_code)]
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
-use tern_testkit::daemon::Serve;
+use tern_testkit::daemon::{Daemon, Serve};
 
 /// The `tern` binary under test.
 pub const TERN: &str = env!("CARGO_BIN_EXE_tern");
@@ -59,4 +59,50 @@ pub fn seed(test: &str) -> u64 {
         });
     eprintln!("{test}: seed {seed} (TERN_TEST_SEED={seed} repeats it)");
     seed
+}
+
+/// A scratch directory for one test: `root/` for a daemon to serve,
+/// `cfg/` and `xdg-state/` as the client's configuration and state.
+pub struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("root")).unwrap();
+        std::fs::create_dir(dir.path().join("cfg")).unwrap();
+        Env { dir }
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// [`Env::p`] as a string, for command lines.
+    pub fn s(&self, rel: &str) -> String {
+        self.p(rel).to_str().unwrap().to_string()
+    }
+
+    /// A daemon serving `root/`, with a grace of 2 s.
+    pub fn server(&self) -> Daemon {
+        Serve::new(TERN, self.p("root"), self.p("state"))
+            .grace(2)
+            .start()
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.run_env(args, &[])
+    }
+
+    pub fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = tern();
+        c.args(args)
+            .env("XDG_CONFIG_HOME", self.p("cfg"))
+            .env("XDG_STATE_HOME", self.p("xdg-state"));
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    }
 }

@@ -205,14 +205,9 @@ impl FsSource {
                 Ok(self.entry_item(local, rel, kind, st))
             }
             FileType::Fifo => Ok(self.entry_item(local, rel, EntryKind::Fifo, st)),
-            FileType::Socket => Err(Error::BadRequest(format!(
-                "{}: a socket, not copied",
-                local.display()
-            ))),
-            _ => Err(Error::BadRequest(format!(
-                "{}: a device file, not copied",
-                local.display()
-            ))),
+            // The report names the entry; the message says why.
+            FileType::Socket => Err(Error::BadRequest(format!("a socket, {NOT_COPIED}"))),
+            _ => Err(Error::BadRequest(format!("a device file, {NOT_COPIED}"))),
         }
     }
 }
@@ -243,8 +238,14 @@ impl FileStat {
     }
 }
 
+/// Why sockets and devices are left out.
+const NOT_COPIED: &str =
+    "not copied (tern copies files, directories, symbolic links and named pipes)";
+
+/// An entry that cannot be copied. It is logged for a daemon's operator;
+/// a command's report lists it.
 fn failed(rel: RelPath, e: &Error) -> SourceItem {
-    tracing::warn!("not copied: {}: {e}", rel);
+    tracing::info!("not copied: {}: {e}", rel);
     SourceItem {
         entry: SendEntry::Failed(EntryFailure::here(rel, e.problem())),
         local: PathBuf::new(),
