@@ -7,11 +7,14 @@
 #   DEMO_SIZE=1G scripts/demo.sh     # a bigger file
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== checking what the demo needs (scripts/setup.sh: cargo, iperf3, iproute2, ...)"
 bash scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 
-echo "== building tern and netlab (release)"
-cargo build --release -q -p tern -p netlab
+# cargo's own progress goes to the terminal: a first build takes minutes.
+echo "== building tern and netlab (cargo build --release; minutes the first time, seconds after)"
+cargo build --release -p tern -p netlab
+echo "== built target/release/tern and target/release/netlab"
 tern=$PWD/target/release/tern
 netlab=$PWD/target/release/netlab
 

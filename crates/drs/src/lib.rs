@@ -1,7 +1,7 @@
 //! Dynamic right-sizing (DRS): passive measurement of TCP streams and the
 //! diagnosis of what limits them.
 //!
-//! Layout follows the DESIGN: a pure core that is tested with recorded or
+//! Layout (ARCHITECTURE.md): a pure core that is tested with recorded or
 //! synthetic `TCP_INFO` samples ([`estimate`], [`diagnose`]), and a thin
 //! adapter that reads the kernel ([`tcp_info`], [`host`]).
 //!

@@ -11,9 +11,18 @@ use tern_engine::server::{
 use crate::exit::Exit;
 use crate::size::parse_size;
 
+/// `tern --version`: the package's version and the commit it was built
+/// from (`build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TERN_COMMIT"),
+    ")"
+);
+
 /// Move large data sets over long, fast networks at the speed the path allows.
 #[derive(Debug, Parser)]
-#[command(name = "tern", version, after_help = Exit::help_table())]
+#[command(name = "tern", version = VERSION, after_help = Exit::help_table())]
 pub struct Cli {
     /// More log output (-v info, -vv debug); TERN_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -57,7 +66,23 @@ pub enum Command {
     /// Run the advisor alone (without a daemon): HTTP API, probes, archive.
     #[command(after_help = ADVISOR_HELP)]
     Advisor(AdvisorCmdArgs),
+    /// Write the manual pages (tern.1, tern-cp.1, …) into a directory.
+    #[command(hide = true, after_help = MAN_HELP)]
+    Man(ManArgs),
+    /// Print a shell's completion script for tern on stdout.
+    #[command(hide = true, after_help = COMPLETIONS_HELP)]
+    Completions(CompletionsArgs),
 }
+
+const MAN_HELP: &str = "\
+Example:
+  sudo tern man /usr/local/share/man/man1";
+
+const COMPLETIONS_HELP: &str = "\
+Examples:
+  tern completions bash | sudo tee /etc/bash_completion.d/tern
+  tern completions zsh > ~/.zfunc/_tern
+  tern completions fish > ~/.config/fish/completions/tern.fish";
 
 const CP_HELP: &str = "\
 Locations are local paths, tern://HOST[:PORT]/PATH (PATH under the daemon's
@@ -137,8 +162,12 @@ first discarded). The capacity comes from trains of MTU-sized UDP packets
 sent back to back to the daemon's probe responder (same port number, UDP)
 and answered back to back: the spacing the narrowest link imposes gives
 its rate, both ways, within the average load --probe-load. --throughput
-then runs `tern perf` for --time seconds with the transfer options given.
+then runs `tern perf` for --time seconds with the connection options given.
 See docs/PROBES.md.
+
+A measurement that fails (no answer, or no usable train in one direction)
+is reported with what was measured, and tern exits with its code: 7 when
+nothing answers, 6 when trains came back but none could be used.
 
 Examples:
   tern probe dtn.example.org
@@ -221,12 +250,17 @@ pub enum SkipArg {
     Never,
 }
 
-/// Options shared by commands that move data.
+/// How the data connections of a transfer are made, secured and tuned:
+/// every command that moves data through the engine (`cp`, `perf`, and
+/// `probe --throughput`).
 #[derive(Debug, Clone, Args)]
-pub struct TransferArgs {
+#[command(next_help_heading = "Connection options")]
+pub struct EngineArgs {
     /// Parallel TCP streams: a number, or `auto` to start from the path's
-    /// RTT (one per 12.5 ms, so 8 from about 90 ms) and add streams while
-    /// the aggregate rate grows (up to --max-streams).
+    /// RTT (one per 12.5 ms, rounded up to a power of two: 1 below 25 ms,
+    /// 8 from 87.5 ms; a copy to a daemon starts where the last one ended),
+    /// then add streams while the aggregate rate grows and retire an
+    /// addition that did not pay (up to --max-streams).
     #[arg(short = 'P', long, default_value = "auto", value_name = "N|auto", value_parser = parse_streams)]
     pub streams: Streams,
     /// With --streams auto: never use more streams than this.
@@ -235,8 +269,7 @@ pub struct TransferArgs {
     /// TCP buffer sizing: `auto` (kernel autotuning, and tern sizes buffers
     /// itself where the kernel's caps fall short), `kernel` (the kernel's
     /// autotuning alone), or a SIZE that locks the send and receive buffers
-    /// of every data socket on both ends (like iperf3 -w) [default: auto,
-    /// or the advisor's window with --advisor].
+    /// of every data socket on both ends (like iperf3 -w) [default: auto].
     #[arg(long, value_name = "auto|kernel|SIZE", value_parser = parse_window)]
     pub window: Option<WindowArg>,
     /// Congestion control of the data sockets on both ends: `auto` (BBR
@@ -245,7 +278,7 @@ pub struct TransferArgs {
     #[arg(long = "cc", default_value = "auto", value_name = "auto|NAME")]
     pub congestion: String,
     /// Block size: the unit of scheduling, checking and repair.
-    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    #[arg(long, default_value = "1M", value_name = "SIZE", value_parser = parse_size)]
     pub block_size: u64,
     /// Data-channel protection; never downgraded silently.
     #[arg(long, value_enum, default_value_t = ProtectArg::Private)]
@@ -271,13 +304,16 @@ pub struct TransferArgs {
     /// paces what it sends, or what it reads when it receives.
     #[arg(long, value_name = "RATE", value_parser = crate::size::parse_rate)]
     pub rate_limit: Option<u64>,
-    /// When a copy loses its connection, run it again this many times
-    /// (waiting 1 s, 2 s, 4 s, …); partial files resume where they stopped.
-    #[arg(long, default_value_t = 2, value_name = "N")]
-    pub retries: u32,
     /// Give up on a peer that stays silent this many seconds (exit code 9).
     #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
     pub io_timeout: f64,
+}
+
+/// What `cp` and `perf` add to [`EngineArgs`]: the advisor, compression,
+/// stalled streams, and how results and progress are shown.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Transfer options")]
+pub struct TransferArgs {
     /// Start from the advice of the advisor at URL (streams, and the
     /// window unless --window is given) and report what was achieved to it.
     #[arg(long, value_name = "URL")]
@@ -301,10 +337,13 @@ pub struct TransferArgs {
     /// Never show progress.
     #[arg(long)]
     pub no_progress: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 /// How to reach a `[USER@]HOST:` location.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "ssh options")]
 pub struct SshArgs {
     /// The ssh command for [USER@]HOST: locations, with its options
     /// (split like a shell would).
@@ -346,6 +385,10 @@ pub struct CpArgs {
     /// --allow-special-bits, and only on files its user owns.
     #[arg(long)]
     pub keep_special_bits: bool,
+    /// When a copy loses its connection, run it again this many times
+    /// (waiting 1 s, 2 s, 4 s, …); partial files resume where they stopped.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub retries: u32,
     #[command(flatten)]
     pub transfer: TransferArgs,
     #[command(flatten)]
@@ -410,7 +453,7 @@ pub struct ServeArgs {
     pub authz: Option<PathBuf>,
     /// Concurrent sessions at most, counted once authenticated; more wait
     /// their turn.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_name = "N")]
     pub max_sessions: usize,
     /// Sessions (running or waiting) one client address may hold; more are
     /// refused.
@@ -439,7 +482,7 @@ pub struct ServeArgs {
           default_value_t = DEFAULT_JOIN_TIMEOUT.as_secs_f64())]
     pub join_timeout: f64,
     /// Seconds running sessions may go on after SIGINT/SIGTERM.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
     pub grace: u64,
     /// Drop a client connection that stays silent this many seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
@@ -448,8 +491,6 @@ pub struct ServeArgs {
     /// PORT means 127.0.0.1:PORT); completed sessions feed it. Off unless given.
     #[arg(long, value_name = "ADDR:PORT|PORT")]
     pub http: Option<String>,
-    #[command(flatten)]
-    pub advisor: AdvisorArgs,
     /// Print the startup line as JSON.
     #[arg(long)]
     pub json: bool,
@@ -463,16 +504,22 @@ pub struct ServeArgs {
     /// can make this daemon create privileged files.
     #[arg(long)]
     pub allow_special_bits: bool,
+    #[command(flatten)]
+    pub advisor: AdvisorArgs,
 }
 
 /// The advisor's settings, shared by `tern serve --http` and `tern advisor`.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Advisor options")]
 pub struct AdvisorArgs {
     /// The advisor's archive: a PostgreSQL URL (postgres://USER@HOST/DB), an
     /// sqlite: URL or a file [default: advisor.db in the state directory].
     #[arg(long, value_name = "URL|FILE")]
     pub db: Option<String>,
-    /// Targets to measure, one `HOST[:PORT] [INTERVAL_SECS]` per line.
+    /// Targets to measure, one `HOST[:PORT] [INTERVAL_SECS] [group=NAME]`
+    /// per line (`#` comments). Targets of one `group` share a bottleneck
+    /// (a site's WAN link): one is measured and its advice answers for
+    /// all, as with --aggregate subnet, even under --aggregate none.
     #[arg(long, value_name = "FILE")]
     pub targets: Option<PathBuf>,
     /// Seconds between active measurements of a target that does not say.
@@ -518,11 +565,11 @@ pub struct AdvisorCmdArgs {
     /// Where the archive lives by default [default: $XDG_STATE_HOME/tern or ~/.local/state/tern].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    #[command(flatten)]
-    pub advisor: AdvisorArgs,
     /// Print the startup line as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub advisor: AdvisorArgs,
 }
 
 #[derive(Debug, Args)]
@@ -535,6 +582,20 @@ pub struct AdviseArgs {
     /// Print the advisor's JSON answer unchanged.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Where to write the pages.
+    #[arg(default_value = ".", value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `--streams`.
@@ -620,10 +681,10 @@ pub struct PerfArgs {
     /// The daemon, tern://HOST[:PORT], or [USER@]HOST: to start one over ssh.
     pub target: String,
     /// Send this much data.
-    #[arg(long, value_parser = parse_size, conflicts_with = "time")]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, conflicts_with = "time")]
     pub size: Option<u64>,
     /// Send for this many seconds [default: 10].
-    #[arg(long)]
+    #[arg(long, value_name = "SECS")]
     pub time: Option<f64>,
     /// The daemon sends, this side receives.
     #[arg(long)]
@@ -664,8 +725,12 @@ pub struct ProbeArgs {
     /// or cross traffic); raise it where timestamps are coarse.
     #[arg(long, default_value_t = tern_probe::estimate::DISTURBED_SHARE, value_name = "SHARE", value_parser = positive_share)]
     pub max_stray: f64,
+    /// Print one JSON object (`rtt`, `capacity`, `throughput`, `errors`)
+    /// on stdout.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
-    pub transfer: TransferArgs,
+    pub engine: EngineArgs,
 }
 
 fn positive_share(s: &str) -> Result<f64, String> {

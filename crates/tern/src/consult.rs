@@ -42,7 +42,7 @@ pub fn remembered_start(
     ep: &Endpoint,
     console: &Console,
 ) -> Option<LastCopy> {
-    if t.advisor.is_some() || t.streams != Streams::Auto || t.window.is_some() {
+    if t.advisor.is_some() || t.engine.streams != Streams::Auto || t.engine.window.is_some() {
         return None;
     }
     let remembered = PathMemory::default_place().and_then(|m| m.recall(ep))?;
@@ -128,15 +128,15 @@ impl Consulted {
             a.streams.clamp(1, tern_engine::server::MAX_STREAMS),
             a.tern_window_bytes.clamp(4096, 1 << 30),
         );
-        if t.window.is_none() {
+        if t.engine.window.is_none() {
             (advised, advised_window) = fit_to_this_host(t, advised, advised_window, console);
         }
-        let (streams, starting) = match t.streams {
+        let (streams, starting) = match t.engine.streams {
             Streams::Auto => (Some(advised), advised),
             Streams::Fixed(n) => (None, n),
         };
         self.used.streams = streams;
-        let window = match t.window {
+        let window = match t.engine.window {
             Some(w) => w,
             None => {
                 self.used.window_bytes = Some(advised_window);
@@ -207,8 +207,8 @@ fn fit_to_this_host(t: &TransferArgs, streams: u16, window: u64, console: &Conso
     let cap = (!tern_drs::socket::privileged())
         .then(|| tern_advisor::advice::fixed_window_max(&tern_drs::HostCaps::read()))
         .flatten();
-    let room = if t.streams == Streams::Auto {
-        t.max_streams.max(streams)
+    let room = if t.engine.streams == Streams::Auto {
+        t.engine.max_streams.max(streams)
     } else {
         streams
     };

@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
         "cmd::advise",
         "cmd::advisor",
         "cmd::cp",
+        "cmd::docs",
         "cmd::perf",
         "cmd::probe",
         "cmd::serve",

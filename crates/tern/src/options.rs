@@ -28,8 +28,8 @@ use tern_engine::tuning::{AUTO_START_STREAMS, Tuning};
 use tern_proto::{ChecksumAlg, Compression, OnceLine, Protect, SkipExisting};
 
 use crate::cli::{
-    AdvisorArgs, ChecksumArg, CompressArg, CpArgs, ProtectArg, ServeArgs, SkipArg, SshArgs,
-    Streams, TransferArgs, WindowArg,
+    AdvisorArgs, ChecksumArg, CompressArg, CpArgs, EngineArgs, ProtectArg, ServeArgs, SkipArg,
+    SshArgs, Streams, TransferArgs, WindowArg,
 };
 use crate::error::usage;
 use crate::ssh::SshOptions;
@@ -97,7 +97,7 @@ fn skip_of(skip: SkipArg) -> SkipExisting {
 }
 
 /// `--block-size`, within what the protocol allows.
-fn block_size(t: &TransferArgs) -> Result<u32> {
+fn block_size(t: &EngineArgs) -> Result<u32> {
     let bs = t.block_size;
     if !(u64::from(tern_engine::server::MIN_BLOCK_SIZE)..=u64::from(tern_proto::MAX_BLOCK_SIZE))
         .contains(&bs)
@@ -120,7 +120,7 @@ fn window_mode(w: WindowArg) -> WindowMode {
 
 /// The tuning asked for on the command line; a congestion control this
 /// process cannot use is a usage error, caught before connecting.
-fn tuning_of(t: &TransferArgs) -> Result<Tuning> {
+fn tuning_of(t: &EngineArgs) -> Result<Tuning> {
     let window = window_mode(t.window.unwrap_or(WindowArg::Auto));
     let congestion = if t.congestion == "auto" {
         String::new()
@@ -154,7 +154,11 @@ fn tuning_of(t: &TransferArgs) -> Result<Tuning> {
 /// The options of a transfer with a daemon (and, adapted by
 /// [`vouched_by_ssh`], over ssh): the only construction of
 /// [`ClientOptions`].
-pub fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientOptions> {
+fn client_options(
+    t: &EngineArgs,
+    checksum: ChecksumAlg,
+    choices: Choices,
+) -> Result<ClientOptions> {
     let known_hosts = t
         .known_hosts
         .clone()
@@ -193,22 +197,34 @@ pub fn client_options(t: &TransferArgs, checksum: ChecksumAlg) -> Result<ClientO
         io_timeout: Duration::from_secs_f64(t.io_timeout),
         once_token: None,
         reach: Reach::Dial,
-        choices: choices_of(t),
+        choices,
     })
 }
 
 /// The options of `tern cp` with a daemon or over ssh: [`client_options`]
 /// with the copy's choices.
 pub fn copy_options(args: &CpArgs) -> Result<ClientOptions> {
-    let mut opts = client_options(&args.transfer, checksum_of(args.checksum))?;
-    opts.choices = copy_choices(args);
-    Ok(opts)
+    client_options(
+        &args.transfer.engine,
+        checksum_of(args.checksum),
+        copy_choices(args),
+    )
 }
 
-/// The options of `tern perf`, `tern probe --throughput` and the
-/// advisor's engine probes: nothing is stored, so any digest does.
+/// The options of `tern perf` and the advisor's engine probes: nothing is
+/// stored, so any digest does.
 pub fn measure_options(t: &TransferArgs) -> Result<ClientOptions> {
-    client_options(t, ChecksumAlg::Xxh3)
+    client_options(&t.engine, ChecksumAlg::Xxh3, choices_of(t))
+}
+
+/// The options of `tern probe --throughput`: [`measure_options`] with the
+/// defaults of the choices `probe` does not offer.
+pub fn probe_options(t: &EngineArgs) -> Result<ClientOptions> {
+    let choices = Choices {
+        skip_existing: SkipExisting::Never,
+        ..Choices::default()
+    };
+    client_options(t, ChecksumAlg::Xxh3, choices)
 }
 
 /// The options of `tern perf` with its defaults (trust on first use, in
@@ -275,7 +291,7 @@ pub fn vouched_by_ssh(
 
 /// The parameters of a copy between local paths.
 pub fn local_params(args: &CpArgs) -> Result<TransferParams> {
-    let t = &args.transfer;
+    let t = &args.transfer.engine;
     // In-memory pipes: no TCP to tune, so a fixed count (auto means 4).
     let streams = match t.streams {
         Streams::Auto => 4,
@@ -293,7 +309,7 @@ pub fn local_params(args: &CpArgs) -> Result<TransferParams> {
 /// How to start the remote tern of a `[USER@]HOST:` location.
 pub fn ssh_options(args: &SshArgs, t: &TransferArgs) -> Result<SshOptions> {
     let mut ssh = SshOptions::from_args(args).map_err(usage)?;
-    ssh.expected_fingerprint = t.fingerprint.clone();
+    ssh.expected_fingerprint = t.engine.fingerprint.clone();
     Ok(ssh)
 }
 

@@ -905,6 +905,25 @@ fn probe_of_a_daemon_without_udp_responder_reports_rtt_and_exits_7() {
 }
 
 #[test]
+fn probe_whose_trains_are_all_unusable_exits_6_after_its_report() {
+    let env = Env::new();
+    let server = env.server();
+    let target = format!("127.0.0.1:{}", server.port());
+    let mut args = vec!["probe", &target, "--json"];
+    args.extend(&SMALL_PROBE[..8]);
+    // No train keeps its arrivals within a billionth of its span.
+    args.extend(["--max-stray", "0.000000001"]);
+    let out = env.run(&args);
+    assert_eq!(code(&out), 6, "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["rtt"]["median_ms"].as_f64().is_some(), "{v}");
+    assert!(v["capacity"]["forward"]["estimate_bps"].is_null(), "{v}");
+    let why = v["errors"]["capacity"].as_str().unwrap();
+    assert!(why.contains("no usable train"), "{why}");
+    assert!(stderr(&out).contains("no usable train"), "{}", stderr(&out));
+}
+
+#[test]
 fn probe_refuses_bad_targets_and_reports_a_dead_one() {
     let env = Env::new();
     let bad = env.run(&["probe", "tern://127.0.0.1/some/path"]);

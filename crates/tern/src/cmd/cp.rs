@@ -155,7 +155,7 @@ async fn push_to_daemon(
     let (mut opts, consulted) =
         remote_options(t, options::copy_options(args)?, endpoint, console).await;
     let started_from = remembered_start(t, &mut opts, endpoint, console);
-    let outcome = with_retries(t.retries, console, || async {
+    let outcome = with_retries(args.retries, console, || async {
         let (sources, path) = (sources.clone(), path.to_string());
         Ok(client::push(
             endpoint,
@@ -191,7 +191,7 @@ async fn push_over_ssh(
     let opts = options::copy_options(args)?;
     let ssh = options::copy_ssh_options(args)?;
     let (recursive, connect) = (args.recursive, connect_of(&args.ssh));
-    let outcome = with_retries(t.retries, console, || {
+    let outcome = with_retries(args.retries, console, || {
         let (sources, path, progress) = (sources.clone(), path.to_string(), progress.clone());
         over_ssh(target, &ssh, connect, &opts, move |ep, o| async move {
             client::push(&ep, &o, sources, recursive, path, progress).await
@@ -220,7 +220,7 @@ async fn pull_from_daemon(
     let (mut opts, consulted) =
         remote_options(t, options::copy_options(args)?, &endpoint, console).await;
     let started_from = remembered_start(t, &mut opts, &endpoint, console);
-    let outcome = with_retries(t.retries, console, || async {
+    let outcome = with_retries(args.retries, console, || async {
         let (paths, dest) = (paths.clone(), dest.to_path_buf());
         Ok(client::pull(
             &endpoint,
@@ -256,7 +256,7 @@ async fn pull_over_ssh(
     let opts = options::copy_options(args)?;
     let ssh = options::copy_ssh_options(args)?;
     let (recursive, connect) = (args.recursive, connect_of(&args.ssh));
-    let outcome = with_retries(t.retries, console, || {
+    let outcome = with_retries(args.retries, console, || {
         let (paths, dest, progress) = (paths.clone(), dest.to_path_buf(), progress.clone());
         over_ssh(&target, &ssh, connect, &opts, move |ep, o| async move {
             client::pull(&ep, &o, paths, recursive, dest, progress).await
@@ -307,12 +307,12 @@ async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Conso
         started,
         setup: outcome.setup,
         protect: if remote {
-            options::protect_of(t.protect)
+            options::protect_of(t.engine.protect)
         } else {
             Protect::Clear
         },
         checksum: Some(options::checksum_of(args.checksum)),
-        block_size: t.block_size,
+        block_size: t.engine.block_size,
         fingerprint: remote.then(|| outcome.fingerprint.clone()),
         advisor,
         started_from,

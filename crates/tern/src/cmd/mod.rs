@@ -5,6 +5,7 @@
 mod advise;
 mod advisor;
 mod cp;
+mod docs;
 mod perf;
 mod probe;
 mod serve;
@@ -24,5 +25,7 @@ pub async fn run(cli: Cli, started: Instant) -> Result<()> {
         Command::Probe(args) => probe::run(args).await,
         Command::Advise(args) => advise::run(args).await,
         Command::Advisor(args) => advisor::run(args).await,
+        Command::Man(args) => docs::man(&args),
+        Command::Completions(args) => docs::completions(&args),
     }
 }

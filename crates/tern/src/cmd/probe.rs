@@ -10,7 +10,7 @@ use tern_engine::client::Endpoint;
 use tern_probe::{Capacity, CapacityOptions, DirectionCapacity, Rtt, RttOptions, Throughput};
 
 use crate::cli::ProbeArgs;
-use crate::console::Console;
+use crate::console::{Console, Format, ProgressBars};
 use crate::error::usage;
 use crate::location::{self, Location};
 use crate::options;
@@ -46,7 +46,7 @@ struct ProbeReport {
 pub async fn run(args: ProbeArgs) -> Result<()> {
     let endpoint = endpoint_of(&args.target).map_err(usage)?;
     let throughput_opts = if args.throughput {
-        Some(options::measure_options(&args.transfer)?)
+        Some(options::probe_options(&args.engine)?)
     } else {
         None
     };
@@ -84,7 +84,12 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
             max_stray: args.max_stray,
         };
         match tern_probe::capacity(address, &opts).await {
-            Ok(c) => report.capacity = Some(c),
+            Ok(c) => {
+                if let Some(e) = no_estimate(&c) {
+                    failed("capacity", e, &mut report);
+                }
+                report.capacity = Some(c);
+            }
             Err(e) => failed("capacity", e, &mut report),
         }
         if let Some(opts) = &throughput_opts {
@@ -95,11 +100,37 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
             }
         }
     }
-    Console::for_transfer(&args.transfer).result(&report, || human(&report));
+    let format = if args.json {
+        Format::Json
+    } else {
+        Format::Human
+    };
+    Console::new(format, ProgressBars::Never).result(&report, || human(&report));
     match first_error {
         Some(e) => Err(e.into()),
         None => Ok(()),
     }
+}
+
+/// The failure of a capacity measurement whose trains were answered but
+/// left a direction without an estimate (every train lost, reordered,
+/// disturbed or too fast for the clock): an I/O failure of the path.
+fn no_estimate(c: &Capacity) -> Option<tern_probe::Error> {
+    let unknown: Vec<&str> = [
+        (&c.forward, "from this host to the daemon"),
+        (&c.reverse, "from the daemon to this host"),
+    ]
+    .into_iter()
+    .filter(|(d, _)| d.estimate_bps.is_none())
+    .map(|(_, whom)| whom)
+    .collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    Some(tern_probe::Error::Io {
+        what: "capacity",
+        source: std::io::Error::other(format!("no usable train {}", unknown.join(", nor "))),
+    })
 }
 
 fn direction_line(arrow: &str, d: &DirectionCapacity, whom: &str) -> String {
