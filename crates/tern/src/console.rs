@@ -64,7 +64,7 @@ impl Console {
         Console::new(format, progress)
     }
 
-    /// The console of `tern cp`, `perf` and `probe`: `--json`,
+    /// The console of `tern cp` and `perf`: `--json`,
     /// `--progress` and `--no-progress`.
     pub fn for_transfer(t: &TransferArgs) -> Console {
         let progress = if t.no_progress {
