@@ -431,7 +431,17 @@ pub enum ControlMsg {
         /// Why, for a person.
         message: String,
     },
+    /// Server → client, last message of the opening (needs `PATHS`): the
+    /// addresses, besides the one the client reached, at which data
+    /// connections may join this session. Empty when there are none.
+    Paths {
+        /// Addresses and ports, at most [`MAX_PATHS`].
+        addresses: Vec<std::net::SocketAddr>,
+    },
 }
+
+/// Most addresses a server advertises; a client ignores the rest.
+pub const MAX_PATHS: usize = 16;
 
 /// Encodes a message as a complete control frame (length prefix + body).
 pub fn encode_control(msg: &ControlMsg) -> Vec<u8> {

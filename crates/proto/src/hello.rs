@@ -66,6 +66,10 @@ impl Features {
     /// headers carry a zero check and no second hash is made. A peer
     /// without this bit gets XXH3 checks as before.
     pub const AEAD_CHECKS: Features = Features(1 << 11);
+    /// The server tells the client, at the end of the opening, the
+    /// addresses its data connections may go to (`Paths`): the client may
+    /// spread its streams over every path between the two hosts.
+    pub const PATHS: Features = Features(1 << 12);
 
     /// Everything this build implements.
     pub const ALL: Features = Features(
@@ -80,7 +84,8 @@ impl Features {
             | Self::COMPRESS.0
             | Self::SKIP.0
             | Self::ENTRIES.0
-            | Self::AEAD_CHECKS.0,
+            | Self::AEAD_CHECKS.0
+            | Self::PATHS.0,
     );
 
     /// True when every bit of `other` is set in `self`.

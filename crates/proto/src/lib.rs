@@ -20,6 +20,7 @@ pub mod once;
 pub mod path;
 pub mod probe;
 
+pub use control::MAX_PATHS;
 pub use control::{
     ChecksumAlg, Compression, ControlMsg, EntryKind, EntryMeta, ErrorCode, Existing, FileMeta,
     Protect, SessionAccept, SessionMode, SessionOpen, SkipExisting, TransferOptions, TuningRequest,

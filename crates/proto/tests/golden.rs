@@ -442,6 +442,12 @@ fn known() -> Vec<(&'static str, Golden)> {
                 message: "denied".into(),
             }),
         ),
+        (
+            "paths",
+            Golden::Control(ControlMsg::Paths {
+                addresses: vec!["10.47.1.2:4747".parse().unwrap()],
+            }),
+        ),
     ]
 }
 

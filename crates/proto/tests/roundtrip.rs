@@ -185,7 +185,8 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             | ControlMsg::TransferOptions(_)
             | ControlMsg::FileCheck { .. }
             | ControlMsg::EntryAnnounce(_)
-            | ControlMsg::EntryFailed { .. } => {}
+            | ControlMsg::EntryFailed { .. }
+            | ControlMsg::Paths { .. } => {}
         }
     }
     prop_oneof![
@@ -335,6 +336,12 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
                 code,
                 message,
             }),
+        // Flow labels and scope ids are not on the wire.
+        vec(
+            any::<std::net::SocketAddr>().prop_map(|a| std::net::SocketAddr::new(a.ip(), a.port())),
+            0..20
+        )
+        .prop_map(|addresses| ControlMsg::Paths { addresses }),
     ]
 }
 

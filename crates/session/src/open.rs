@@ -10,7 +10,8 @@
 //! SessionOpen
 //! [Tuning]            (TUNING)
 //! [TransferOptions]   (OPTIONS)            ──▶  validate, agree
-//!                                          ◀──  SessionAccept, [TuningAccept]
+//!                                          ◀──  SessionAccept, [TuningAccept],
+//!                                               [Paths]   (PATHS)
 //!                                               or Error (refused)
 //! ```
 //!
@@ -27,6 +28,7 @@
 //! or [`ServerOpen::refuse`].
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 
 use tern_proto::{
     ChecksumAlg, ControlMsg, ErrorCode, Features, MAX_BLOCK_SIZE, Protect, SessionAccept,
@@ -138,12 +140,17 @@ pub struct ClientAgreed {
     pub block_size: u32,
     /// The transfer options in force.
     pub options: Agreed,
+    /// Other addresses of the server that data connections may join at
+    /// (`PATHS`; empty without it).
+    pub paths: Vec<SocketAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum ClientState {
     AwaitAccept,
     AwaitTuningAccept(SessionAccept),
+    /// The session is agreed; the server's addresses are still to come.
+    AwaitPaths(Box<ClientAgreed>),
     Done,
 }
 
@@ -227,6 +234,7 @@ impl ClientOpen {
         match self.state {
             ClientState::AwaitAccept => "SessionAccept",
             ClientState::AwaitTuningAccept(_) => "TuningAccept",
+            ClientState::AwaitPaths(_) => "Paths",
             ClientState::Done => "nothing",
         }
     }
@@ -244,19 +252,25 @@ impl ClientOpen {
                     return Ok(None);
                 }
                 let streams = accept.streams;
-                self.agreed(accept, streams).map(Some)
+                self.agreed(accept, streams)
             }
             (
                 ClientState::AwaitTuningAccept(accept),
                 ControlMsg::TuningAccept { max_streams, .. },
             ) => {
                 let max_streams = max_streams.max(accept.streams);
-                self.agreed(accept, max_streams).map(Some)
+                self.agreed(accept, max_streams)
+            }
+            (ClientState::AwaitPaths(mut agreed), ControlMsg::Paths { mut addresses }) => {
+                addresses.truncate(tern_proto::MAX_PATHS);
+                agreed.paths = addresses;
+                Ok(Some(*agreed))
             }
             (state, other) => {
                 let expected = match state {
                     ClientState::AwaitAccept => "SessionAccept",
                     ClientState::AwaitTuningAccept(_) => "TuningAccept",
+                    ClientState::AwaitPaths(_) => "Paths",
                     ClientState::Done => "nothing more during the opening",
                 };
                 Err(unexpected(expected, &other))
@@ -264,7 +278,18 @@ impl ClientOpen {
         }
     }
 
-    fn agreed(&mut self, accept: SessionAccept, max_streams: u16) -> Result<ClientAgreed> {
+    /// The session as agreed, or, when the server will name its
+    /// addresses, nothing until it has.
+    fn agreed(&mut self, accept: SessionAccept, max_streams: u16) -> Result<Option<ClientAgreed>> {
+        let agreed = self.check(accept, max_streams)?;
+        if self.negotiated.features.contains(Features::PATHS) {
+            self.state = ClientState::AwaitPaths(Box::new(agreed));
+            return Ok(None);
+        }
+        Ok(Some(agreed))
+    }
+
+    fn check(&mut self, accept: SessionAccept, max_streams: u16) -> Result<ClientAgreed> {
         self.state = ClientState::Done;
         // The server may grant less than asked, never more (§5.2).
         let (streams, block_size, cap) = self.asked;
@@ -292,6 +317,7 @@ impl ClientOpen {
             max_streams,
             block_size: accept.block_size,
             options,
+            paths: Vec::new(),
         })
     }
 }
@@ -504,7 +530,7 @@ impl ServerOpen {
 
     /// Accepts the request under `token`: queues `SessionAccept` and, when
     /// the client asked about tuning, `TuningAccept`.
-    pub fn accept(&mut self, request: &SessionRequest, token: Token) {
+    pub fn accept(&mut self, request: &SessionRequest, token: Token, paths: &[SocketAddr]) {
         if self.state != ServerState::Judging {
             // Refused already, or no request yet: nothing to accept.
             return;
@@ -521,6 +547,10 @@ impl ServerOpen {
                 max_streams: request.tuning.max_streams,
                 congestion: request.tuning.congestion.clone(),
             });
+        }
+        if request.features.contains(Features::PATHS) {
+            let addresses = paths.iter().take(tern_proto::MAX_PATHS).copied().collect();
+            self.outbox.push_back(ControlMsg::Paths { addresses });
         }
     }
 

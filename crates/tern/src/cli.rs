@@ -307,6 +307,41 @@ pub struct EngineArgs {
     /// Give up on a peer that stays silent this many seconds (exit code 9).
     #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
     pub io_timeout: f64,
+    /// Paths to a daemon: `auto` starts on the address given and adds
+    /// streams over every other address the daemon names while the
+    /// transfer runs, keeping them where they raise the rate; `off` uses
+    /// the address given alone.
+    #[arg(long = "paths", id = "paths_mode", value_enum, default_value_t = PathsArg::Auto)]
+    pub paths_mode: PathsArg,
+    /// A path named by hand, besides the address given: the daemon's
+    /// address on it, and this host's address to leave from (for a
+    /// multi-homed host). Repeatable; replaces the daemon's own list.
+    #[arg(long = "path", value_name = "[SRC=]DST", value_parser = parse_path_spec)]
+    pub path: Vec<tern_engine::paths::PathSpec>,
+}
+
+/// Which paths to a daemon data streams take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PathsArg {
+    Auto,
+    Off,
+}
+
+/// `[SRC=]DST`: IP addresses.
+fn parse_path_spec(text: &str) -> Result<tern_engine::paths::PathSpec, String> {
+    let (local, remote) = match text.split_once('=') {
+        Some((src, dst)) => (Some(src), dst),
+        None => (None, text),
+    };
+    let ip = |what: &str, s: &str| -> Result<std::net::IpAddr, String> {
+        s.trim_matches(|c| c == '[' || c == ']')
+            .parse()
+            .map_err(|_| format!("{what} '{s}' is not an IP address"))
+    };
+    Ok(tern_engine::paths::PathSpec {
+        remote: ip("the daemon's address", remote)?,
+        local: local.map(|s| ip("the local address", s)).transpose()?,
+    })
 }
 
 /// What `cp` and `perf` add to [`EngineArgs`]: the advisor, compression,
@@ -504,6 +539,12 @@ pub struct ServeArgs {
     /// can make this daemon create privileged files.
     #[arg(long)]
     pub allow_special_bits: bool,
+    /// The addresses to name to clients for their data connections, so
+    /// that they can use every path to this host (ADDR or ADDR:PORT, comma
+    /// separated; `none` names none). Default: this host's addresses when
+    /// listening on all of them, none to a client on loopback.
+    #[arg(long, value_name = "ADDR[,ADDR…]|none", value_delimiter = ',')]
+    pub advertise: Vec<String>,
     #[command(flatten)]
     pub advisor: AdvisorArgs,
 }

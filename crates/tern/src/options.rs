@@ -8,6 +8,7 @@
 //! few functions below it that change one (the copy's choices, the
 //! advice, the trust ssh vouched for) are here too.
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use tern_drs::WindowMode;
 use tern_engine::client::ClientOptions;
 use tern_engine::client::{Callback, Reach, Trust};
 use tern_engine::once::OnceOptions;
+use tern_engine::paths::{Advertise, PathChoice};
 use tern_engine::server::ServerOptions;
 use tern_engine::session::Choices;
 use tern_engine::tls::{ClientCert, KnownHosts, load_roots};
@@ -28,8 +30,8 @@ use tern_engine::tuning::{AUTO_START_STREAMS, Tuning};
 use tern_proto::{ChecksumAlg, Compression, OnceLine, Protect, SkipExisting};
 
 use crate::cli::{
-    AdvisorArgs, ChecksumArg, CompressArg, CpArgs, EngineArgs, ProtectArg, ServeArgs, SkipArg,
-    SshArgs, Streams, TransferArgs, WindowArg,
+    AdvisorArgs, ChecksumArg, CompressArg, CpArgs, EngineArgs, PathsArg, ProtectArg, ServeArgs,
+    SkipArg, SshArgs, Streams, TransferArgs, WindowArg,
 };
 use crate::error::usage;
 use crate::ssh::SshOptions;
@@ -148,6 +150,8 @@ fn tuning_of(t: &EngineArgs) -> Result<Tuning> {
         streams_from_rtt: t.streams == Streams::Auto,
         script: Vec::new(),
         known_rate_bps: None,
+        // Set once the daemon has named its paths.
+        other_paths: 0,
     })
 }
 
@@ -198,6 +202,11 @@ fn client_options(
         once_token: None,
         reach: Reach::Dial,
         choices,
+        paths: match (t.paths_mode, t.path.is_empty()) {
+            (PathsArg::Off, _) => PathChoice::Off,
+            (PathsArg::Auto, true) => PathChoice::Auto,
+            (PathsArg::Auto, false) => PathChoice::Given(t.path.clone()),
+        },
     })
 }
 
@@ -329,6 +338,27 @@ fn apply_limits(args: &ServeArgs, opts: &mut ServerOptions) {
     opts.max_handshakes_per_address = args.max_handshakes_per_address as usize;
     opts.handshake_timeout = Duration::from_secs_f64(args.handshake_timeout);
     opts.join_timeout = Duration::from_secs_f64(args.join_timeout);
+}
+
+/// What `--advertise` asks for; ports default to the one listened on.
+pub fn advertise_of(args: &ServeArgs, port: u16) -> Result<Advertise> {
+    match args.advertise.as_slice() {
+        [] => Ok(Advertise::Interfaces),
+        [none] if none == "none" => Ok(Advertise::Off),
+        list => list
+            .iter()
+            .map(|a| {
+                a.parse::<SocketAddr>()
+                    .or_else(|_| {
+                        a.trim_matches(|c| c == '[' || c == ']')
+                            .parse::<IpAddr>()
+                            .map(|ip| SocketAddr::new(ip, port))
+                    })
+                    .map_err(|_| usage(format!("--advertise: '{a}' is not an address")))
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Advertise::Addresses),
+    }
 }
 
 /// The daemon's options from the command line, serving `root`.

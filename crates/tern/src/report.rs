@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tern_advisor::Advice;
 use tern_engine::client::Endpoint;
+use tern_engine::paths::{PathReport, PathState};
 use tern_engine::transfer::TransferStats;
 use tern_proto::{ChecksumAlg, Protect};
 
@@ -134,6 +135,9 @@ pub struct Report {
     /// sized the send buffers, its streams the start).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_from_last_copy: Option<LastCopy>,
+    /// Each path's share, when the daemon was reached by more than one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathReport>,
 }
 
 /// What the last copy to a daemon left for the next one to start from.
@@ -220,6 +224,7 @@ pub struct ReportInput<'a> {
     pub fingerprint: Option<String>,
     pub advisor: Option<AdvisorUse>,
     pub started_from: Option<LastCopy>,
+    pub paths: Vec<PathReport>,
 }
 
 impl Report {
@@ -300,6 +305,7 @@ impl Report {
             tuning: i.stats.tuning.clone(),
             advisor: i.advisor,
             started_from_last_copy: i.started_from,
+            paths: i.paths,
         };
         report.stream_count = report.stream_story();
         report
@@ -431,6 +437,7 @@ impl Report {
                 self.streams_lost, self.streams_stalled, self.streams_replaced
             ));
         }
+        out.extend(self.paths.iter().map(path_line));
         if self.streams > 1 {
             let parts: Vec<String> = self
                 .per_stream
@@ -480,6 +487,37 @@ pub fn count(n: usize, thing: &str) -> String {
     } else {
         format!("{n} {thing}s")
     }
+}
+
+/// One path of a multi-path session, in words.
+fn path_line(p: &PathReport) -> String {
+    let state = match p.state {
+        PathState::Active => String::new(),
+        PathState::Dropped => ", dropped: it did not add to the rate".to_string(),
+        PathState::Failed => format!(
+            ", failed{}{}",
+            p.failed_after_s
+                .map(|s| format!(" after {s:.1} s"))
+                .unwrap_or_default(),
+            p.failure
+                .as_ref()
+                .map(|f| format!(" ({f})"))
+                .unwrap_or_default()
+        ),
+    };
+    let from = p
+        .local
+        .as_ref()
+        .map(|l| format!("{l} → "))
+        .unwrap_or_default();
+    format!(
+        "  path {}: {from}{}, {}, {} ({}){state}",
+        p.index,
+        p.remote,
+        count(p.streams, "stream"),
+        human_bytes(p.bytes),
+        human_rate(p.rate_bps),
+    )
 }
 
 /// The entries that could not be copied, one line each after a count
@@ -588,6 +626,7 @@ mod tests {
             tuning: None,
             advisor: None,
             started_from_last_copy: None,
+            paths: Vec::new(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The client side: connect to a daemon, check its identity, open a session
 //! and its data streams, then run the engine as sender or receiver.
 
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,9 +13,11 @@ use tern_proto::{
     ChecksumAlg, DataJoin, Features, FileMeta, Hello, JoinReply, Protect, SessionMode, Window,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::conn::open::{self, Linger, Step};
+use crate::conn::paths::{self, Leg, PathChoice, PathPlan, PathReport};
 use crate::conn::route::Route;
 pub use crate::conn::route::{Callback, Endpoint, Reach};
 pub use crate::conn::tls::{BLOCK_MAC_LABEL, ClientCert, PinVerifier, bind_token, server_name};
@@ -25,7 +28,7 @@ use crate::integrity::BlockCheck;
 use crate::store::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root};
 use crate::{Error, Result, StreamWrap};
 use tern_session::Choices;
-use tern_session::open::{ClientOpen, ClientRequest};
+use tern_session::open::{ClientAgreed, ClientOpen, ClientRequest};
 
 /// How the client connects and what it asks for.
 #[derive(Clone)]
@@ -63,6 +66,8 @@ pub struct ClientOptions {
     pub reach: Reach,
     /// Compression, skipping files the destination has, stall timeout.
     pub choices: Choices,
+    /// Which paths to the daemon data streams may take.
+    pub paths: PathChoice,
 }
 
 impl ClientOptions {
@@ -87,6 +92,7 @@ impl ClientOptions {
             once_token: None,
             reach: Reach::Dial,
             choices: Choices::default(),
+            paths: PathChoice::default(),
         }
     }
 }
@@ -120,9 +126,12 @@ pub struct Outcome {
     pub setup: Duration,
     /// Streams used (the most at any time).
     pub streams: u16,
+    /// Each path's share, when the session had more than one.
+    pub paths: Vec<PathReport>,
 }
 
 struct Opened {
+    plan: Option<Arc<PathPlan>>,
     control: Control,
     streams: Vec<Joined>,
     supply: StreamSupply,
@@ -139,6 +148,8 @@ struct Connected {
     control_fd: std::os::fd::RawFd,
     /// Where the session's data connections come from.
     route: Route,
+    /// The daemon's address the control connection reached.
+    peer: Option<SocketAddr>,
     negotiated: tern_proto::hello::Negotiated,
     fingerprint: String,
     recorded: Option<PathBuf>,
@@ -156,6 +167,7 @@ async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
     let route = Route::new(ep, &opts.reach);
     let tcp = route.connect(opts.connect_timeout, opts.io_timeout).await?;
     let control_fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
+    let peer = tcp.peer_addr().ok();
     let route = route.for_data(&tcp);
     let _ = tcp.set_nodelay(true);
     let tls = connector
@@ -196,6 +208,7 @@ async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
         stream,
         control_fd,
         route,
+        peer,
         negotiated,
         fingerprint,
         recorded,
@@ -209,6 +222,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         stream,
         control_fd,
         route,
+        peer,
         negotiated,
         fingerprint,
         recorded,
@@ -234,7 +248,9 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     };
     let max_streams = agreed.max_streams;
     let accept_streams = agreed.streams;
+    let plan = path_plan(opts, &route, peer, &agreed);
     let joiner = Arc::new(Joiner {
+        plan: plan.clone(),
         ep: ep.clone(),
         route,
         connect_timeout: opts.connect_timeout,
@@ -265,6 +281,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     let mut params = TransferParams::new(accept_streams, agreed.block_size, opts.checksum);
     params.max_streams = max_streams;
     params.tuning = opts.tuning.clone();
+    params.tuning.other_paths = plan.as_ref().map_or(0, |p| p.others() as u16);
     params.apply_agreed(&agreed.options);
     params.block_check = block_check;
     params.resume = agreed.features.contains(Features::RESUME);
@@ -276,6 +293,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         ))
     });
     Ok(Opened {
+        plan,
         control,
         streams,
         supply,
@@ -284,6 +302,38 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         recorded,
         setup: started.elapsed(),
     })
+}
+
+/// Which path each data stream takes, when there is more than the one
+/// the control connection took (dialling out only: a daemon that dials
+/// back reaches this host by the way ssh came).
+fn path_plan(
+    opts: &ClientOptions,
+    route: &Route,
+    peer: Option<SocketAddr>,
+    agreed: &ClientAgreed,
+) -> Option<Arc<PathPlan>> {
+    let (Route::Dial(_), Some(peer)) = (route, peer) else {
+        return None;
+    };
+    let others: Vec<(SocketAddr, Option<IpAddr>)> = match &opts.paths {
+        PathChoice::Off => return None,
+        PathChoice::Auto => agreed.paths.iter().map(|&a| (a, None)).collect(),
+        PathChoice::Given(specs) => specs
+            .iter()
+            .map(|s| (SocketAddr::new(s.remote, peer.port()), s.local))
+            .collect(),
+    };
+    let spares_from = agreed.max_streams - agreed.options.spare_streams();
+    // Streams the controller adds try the other paths; a fixed count is
+    // spread over them from the start.
+    let first_on_control = if opts.tuning.auto_streams {
+        agreed.streams
+    } else {
+        1
+    };
+    let plan = PathPlan::new(peer, others, first_on_control, spares_from);
+    (plan.others() > 0).then(|| Arc::new(plan))
 }
 
 /// What the client asks of a session, from its options.
@@ -320,8 +370,14 @@ async fn join_all(joiner: &Arc<Joiner>, n: u16) -> Result<Vec<Joined>> {
     Ok(streams)
 }
 
+/// A path other than the control connection's gets this long to connect
+/// before its stream goes over the control path.
+const OTHER_PATH_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Opens data connections of one session.
 struct Joiner {
+    /// Which path each stream takes, when there are several.
+    plan: Option<Arc<PathPlan>>,
     ep: Endpoint,
     route: Route,
     connect_timeout: Duration,
@@ -346,10 +402,7 @@ impl Joiner {
                 self.max_streams
             )));
         }
-        let tcp = self
-            .route
-            .connect(self.connect_timeout, self.io_timeout)
-            .await?;
+        let tcp = self.dial(k).await?;
         let probe = {
             use std::os::fd::AsFd;
             tcp.as_fd().try_clone_to_owned().ok()
@@ -389,6 +442,35 @@ impl Joiner {
     }
 }
 
+impl Joiner {
+    /// The TCP connection of stream `k`, over the path the plan gives it;
+    /// over the control connection's path when that one cannot be reached.
+    async fn dial(&self, k: u16) -> Result<TcpStream> {
+        if let Some(plan) = &self.plan {
+            if let Leg::Path {
+                index,
+                remote,
+                local,
+            } = plan.leg(k)
+            {
+                let timeout = self.connect_timeout.min(OTHER_PATH_CONNECT_TIMEOUT);
+                match paths::connect(remote, local, timeout, self.io_timeout).await {
+                    Ok(tcp) => return Ok(tcp),
+                    Err(e) => {
+                        tracing::info!(
+                            "path {index} ({remote}): {e}; stream {k} takes the first path"
+                        );
+                        plan.unreachable(index, k, e.to_string());
+                    }
+                }
+            }
+        }
+        self.route
+            .connect(self.connect_timeout, self.io_timeout)
+            .await
+    }
+}
+
 fn gone(e: std::io::Error) -> Error {
     Error::PeerGone(e.to_string())
 }
@@ -400,6 +482,7 @@ fn tls_failure(host_port: &str, e: &std::io::Error) -> Error {
 
 /// What is left of an [`Opened`] session once its connections are in use.
 struct Identity {
+    plan: Option<Arc<PathPlan>>,
     fingerprint: String,
     recorded: Option<PathBuf>,
     setup: Duration,
@@ -411,6 +494,7 @@ type Parts = (Control, Vec<Joined>, StreamSupply, TransferParams, Identity);
 impl Opened {
     fn split(self) -> Parts {
         let id = Identity {
+            plan: self.plan,
             fingerprint: self.fingerprint,
             recorded: self.recorded,
             setup: self.setup,
@@ -420,8 +504,23 @@ impl Opened {
 }
 
 fn outcome(id: Identity, stats: TransferStats) -> Outcome {
+    let paths = id.plan.map_or_else(Vec::new, |plan| {
+        // The sending end knows how many streams were in use at the end.
+        let in_use = stats
+            .tuning
+            .as_ref()
+            .and_then(|t| t.stream_steps.last())
+            .map_or(u16::MAX, |s| s.streams);
+        plan.report(
+            &stats.per_stream_bytes,
+            &stats.lost_streams,
+            in_use,
+            stats.network_elapsed,
+        )
+    });
     Outcome {
         streams: stats.streams_used,
+        paths,
         stats,
         fingerprint: id.fingerprint,
         recorded: id.recorded,

@@ -9,7 +9,8 @@
 //! - [`open`]: the pump that runs `tern-session`'s opening state machines
 //!   over a control channel, with one `expect(timeout)` and one `refuse`;
 //! - [`route`]: where a client's connections go (dial out, or take those
-//!   the far end dials back);
+//!   the far end dials back); [`paths`]: every path between two hosts,
+//!   the addresses a daemon names and the path each data stream takes;
 //! - [`client`], [`server`] (with its admission limits, data joins and
 //!   roles), [`once`] (with the one-session gate): the three ends that
 //!   open sessions; [`observe`]: what a daemon tells its
@@ -23,6 +24,7 @@ pub mod net;
 pub mod observe;
 pub mod once;
 pub mod open;
+pub mod paths;
 pub mod route;
 pub mod server;
 pub mod tls;

@@ -42,6 +42,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::conn::authz::{Access, Authz, Grants, Subject};
 use crate::conn::gate::{Claim, Gate};
 use crate::conn::open::{self, Linger, Step};
+use crate::conn::paths::Advertise;
 use crate::conn::tls::{BLOCK_MAC_LABEL, ServerIdentity, bind_token};
 use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams};
 use crate::data::tuning::{Joined, StreamSupply, Tuning};
@@ -110,6 +111,9 @@ pub struct ServerOptions {
     /// (`--allow-special-bits`), and send those of served files; without
     /// it they are dropped both ways.
     pub allow_special_bits: bool,
+    /// Which of its addresses the daemon names to clients for their data
+    /// connections (multi-path).
+    pub advertise: Advertise,
 }
 
 /// What a site daemon demands of its clients.
@@ -149,6 +153,7 @@ impl ServerOptions {
             site: None,
             on_session_done: None,
             allow_special_bits: false,
+            advertise: Advertise::default(),
         }
     }
 }
@@ -166,6 +171,8 @@ pub(crate) struct Context {
     limiter: Limiter,
     /// Set for `tern serve --once`: its one-time token and one session.
     once: Option<Arc<Gate>>,
+    /// The address the daemon listens on, once it does.
+    bound: std::sync::OnceLock<SocketAddr>,
 }
 
 impl std::fmt::Debug for Context {
@@ -200,6 +207,7 @@ impl Context {
             pending: Mutex::new(HashMap::new()),
             opts,
             once,
+            bound: std::sync::OnceLock::new(),
         }))
     }
 
@@ -258,6 +266,9 @@ async fn run_daemon(
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let mut tasks = JoinSet::new();
+    if let Ok(bound) = listener.local_addr() {
+        let _ = ctx.bound.set(bound);
+    }
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -320,6 +331,7 @@ async fn serve_connection(
     // cannot stretch it step by step.
     let handshaking = Handshaking {
         peer,
+        local: conn.local_addr().ok(),
         handshake,
         deadline: tokio::time::Instant::now() + ctx.opts.handshake_timeout,
     };
@@ -363,6 +375,8 @@ async fn serve_connection(
 /// A connection that has not authenticated yet.
 struct Handshaking {
     peer: SocketAddr,
+    /// Where it arrived: the client's path to this daemon.
+    local: Option<SocketAddr>,
     /// Its handshake slot.
     handshake: Handshake,
     /// When its handshake time is up.
@@ -592,7 +606,12 @@ async fn run_control(
     let token: Token = rand::random();
     let (tx, mut rx) = mpsc::channel(usize::from(max_streams));
     ctx.pending.lock().expect("pending").insert(token, tx);
-    opening.accept(&request, token);
+    let paths = handshaking.local.map_or_else(Vec::new, |local| {
+        ctx.opts
+            .advertise
+            .for_client(ctx.bound.get().copied(), local)
+    });
+    opening.accept(&request, token, &paths);
     let accepted = open::flush(&mut control, &mut opening).await;
     let open = &request.open;
     let want = Admission {
@@ -646,7 +665,8 @@ async fn run_control(
         }
         Protect::Clear | Protect::Private => BlockCheck::Xxh3,
     };
-    let params = params_of(&request, block_check);
+    let mut params = params_of(&request, block_check);
+    params.tuning.other_paths = paths.len() as u16;
     let started = Instant::now();
     let sent = matches!(role, Role::Send(..));
     let result = run_role(ctx, role, control, streams, supply, params).await;
@@ -738,5 +758,6 @@ fn tuning_of(request: &SessionRequest) -> Tuning {
         // What the client knows of the path does not travel (yet): a pull
         // ramps from the usual start.
         known_rate_bps: None,
+        other_paths: 0,
     }
 }

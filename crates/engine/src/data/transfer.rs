@@ -157,6 +157,15 @@ pub struct Progress {
     pub files_done: AtomicU64,
 }
 
+/// A stream lost or given up during a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LostStream {
+    /// Its index.
+    pub index: u16,
+    /// How long after the transfer started.
+    pub after: Duration,
+}
+
 /// What a finished transfer did.
 #[derive(Debug, Clone)]
 pub struct TransferStats {
@@ -190,6 +199,8 @@ pub struct TransferStats {
     pub streams_lost: u16,
     /// Streams that joined to replace one given up (on spare indices).
     pub streams_replaced: u16,
+    /// Which streams were lost or given up, and when.
+    pub lost_streams: Vec<LostStream>,
     /// What limited the streams, from `TCP_INFO` (TCP streams only).
     pub tuning: Option<tern_drs::Diagnosis>,
 }
@@ -219,6 +230,7 @@ impl TransferStats {
             streams_stalled: 0,
             streams_lost: 0,
             streams_replaced: 0,
+            lost_streams: Vec::new(),
             tuning,
         }
     }
@@ -236,6 +248,7 @@ impl TransferStats {
         self.streams_stalled = s.stalled.load(Ordering::Relaxed);
         self.streams_lost = s.lost.load(Ordering::Relaxed);
         self.streams_replaced = s.replaced.load(Ordering::Relaxed);
+        self.lost_streams = s.lost_at.lock().expect("lost streams").clone();
         self.bytes_resumed = bytes_resumed;
         self.skipped = skipped.to_vec();
         self.compression = Some(compression);
@@ -244,15 +257,40 @@ impl TransferStats {
 }
 
 /// What happened to a session's streams, for the report.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct StreamCounts {
+    started: Instant,
     joined: AtomicU16,
     stalled: AtomicU16,
     lost: AtomicU16,
     replaced: AtomicU16,
+    /// Which streams were lost, and when.
+    lost_at: Mutex<Vec<LostStream>>,
+}
+
+impl Default for StreamCounts {
+    fn default() -> StreamCounts {
+        StreamCounts {
+            started: Instant::now(),
+            joined: AtomicU16::new(0),
+            stalled: AtomicU16::new(0),
+            lost: AtomicU16::new(0),
+            replaced: AtomicU16::new(0),
+            lost_at: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 impl StreamCounts {
+    /// Stream `k` ended without its end marker, or was given up.
+    fn lose(&self, k: usize) {
+        self.lost.fetch_add(1, Ordering::Relaxed);
+        self.lost_at.lock().expect("lost streams").push(LostStream {
+            index: k as u16,
+            after: self.started.elapsed(),
+        });
+    }
+
     /// Stream `k` joined; indices from `cap` on are replacements.
     fn joined(&self, k: usize, cap: u16) {
         self.joined.fetch_add(1, Ordering::Relaxed);

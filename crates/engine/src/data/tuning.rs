@@ -104,6 +104,10 @@ pub struct Tuning {
     /// daemon), bits/s: on a long path the sending side's buffers start
     /// sized for it instead of growing from a guess while the streams ramp.
     pub known_rate_bps: Option<u64>,
+    /// Paths to the peer besides the control connection's: while there are
+    /// some, the stream-count controller adds streams (which go over them)
+    /// even when the streams it has fill the first path.
+    pub other_paths: u16,
 }
 
 impl Default for Tuning {
@@ -115,6 +119,7 @@ impl Default for Tuning {
             streams_from_rtt: false,
             script: Vec::new(),
             known_rate_bps: None,
+            other_paths: 0,
         }
     }
 }
@@ -214,7 +219,9 @@ impl Tuners {
         let rtt = tern_drs::TcpInfo::read(fd)
             .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
             .unwrap_or_default();
-        if rtt >= LONG_PATH_RTT {
+        // Streams over several paths are sized each by its own tuner: one
+        // session-wide share, from one RTT, would starve the longer paths.
+        if rtt >= LONG_PATH_RTT && self.tuning.other_paths == 0 {
             if self.sizer.bdp() == 0 {
                 // What one autotuned stream could have, until a rate shows;
                 // with a known rate, room for it from the first round trip.
@@ -242,7 +249,8 @@ impl Tuners {
     fn tick(&mut self, act: bool) {
         let at = self.started.elapsed();
         let mut bytes = 0u64;
-        let (mut at_cap, mut growing, mut worth_probing) = (false, false, false);
+        let other_paths = self.tuning.other_paths > 0;
+        let (mut at_cap, mut growing, mut worth_probing) = (false, false, other_paths);
         let loss_based = self
             .congestion_seen
             .as_deref()

@@ -756,6 +756,13 @@ async fn serve_one(
         }
         None => open.streams,
     };
+    if has(Features::PATHS) {
+        control
+            .send(&ControlMsg::Paths {
+                addresses: Vec::new(),
+            })
+            .await?;
+    }
     let private = open.protect == Protect::Private;
     let mut streams: Vec<Option<BoxStream>> = (0..max_streams).map(|_| None).collect();
     let mut joined = 0;
@@ -931,6 +938,12 @@ impl FakeClient {
         } else {
             accept.streams
         };
+        if negotiated.features.contains(Features::PATHS) {
+            match control.recv().await? {
+                ControlMsg::Paths { .. } => {}
+                other => return Err(refused(other)),
+            }
+        }
         let mut streams: Vec<Option<BoxStream>> = (0..max_streams).map(|_| None).collect();
         for k in 0..accept.streams {
             let tcp = connect().await?;

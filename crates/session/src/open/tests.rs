@@ -135,7 +135,7 @@ fn pump(client: &mut ClientOpen, server: &mut ServerOpen, judge: Judge) -> Pumpe
                     out.events.push(event.clone());
                     if let ServerEvent::Request(request) = event {
                         match judge {
-                            Judge::Accept => server.accept(&request, TOKEN),
+                            Judge::Accept => server.accept(&request, TOKEN, &[]),
                             Judge::Refuse(code, why) => server.refuse_with(code, why.into()),
                         }
                     }
@@ -240,6 +240,9 @@ fn with_every_feature_both_ends_agree_on_everything() {
                 max_streams: 12,
                 congestion: "bbr".into(),
             },
+            ControlMsg::Paths {
+                addresses: Vec::new()
+            },
         ]
     );
     assert_eq!(
@@ -252,6 +255,7 @@ fn with_every_feature_both_ends_agree_on_everything() {
             max_streams: 12,
             block_size: MIB,
             options: agreed_options,
+            paths: Vec::new(),
         }
     );
     let o = agreed(&p).options;
@@ -383,11 +387,16 @@ fn a_peer_without_tuning_gets_no_tuning_and_no_room_to_grow() {
     // No TuningAccept: the client did not ask.
     assert_eq!(
         p.to_client,
-        vec![ControlMsg::SessionAccept(SessionAccept {
-            token: TOKEN,
-            streams: 4,
-            block_size: MIB,
-        })]
+        vec![
+            ControlMsg::SessionAccept(SessionAccept {
+                token: TOKEN,
+                streams: 4,
+                block_size: MIB,
+            }),
+            ControlMsg::Paths {
+                addresses: Vec::new()
+            },
+        ]
     );
     let a = agreed(&p);
     assert_eq!((a.streams, a.max_streams), (4, 4));
@@ -616,6 +625,7 @@ fn wire_index(msg: &ControlMsg) -> usize {
         ControlMsg::FileCheck { .. } => 15,
         ControlMsg::EntryAnnounce(_) => 16,
         ControlMsg::EntryFailed { .. } => 17,
+        ControlMsg::Paths { .. } => 18,
     }
 }
 
@@ -691,12 +701,15 @@ fn every_kind() -> Vec<ControlMsg> {
             code: ErrorCode::PermissionDenied,
             message: "no".into(),
         },
+        ControlMsg::Paths {
+            addresses: vec!["10.47.1.2:4747".parse().unwrap()],
+        },
     ];
     let mut seen: Vec<usize> = all.iter().map(wire_index).collect();
     seen.dedup();
     assert_eq!(
         seen,
-        (0..18).collect::<Vec<_>>(),
+        (0..19).collect::<Vec<_>>(),
         "one of each kind, in order"
     );
     all
@@ -723,6 +736,7 @@ fn kind_name(msg: &ControlMsg) -> &'static str {
         "FileCheck",
         "EntryAnnounce",
         "EntryFailed",
+        "Paths",
     ][wire_index(msg)]
 }
 
@@ -775,7 +789,7 @@ fn server_at(at: At) -> ServerOpen {
         }
     }
     match at {
-        At::Accepted => s.accept(&request.expect("judged"), TOKEN),
+        At::Accepted => s.accept(&request.expect("judged"), TOKEN, &[]),
         At::Refused => s.refuse_with(ErrorCode::Aborted, "busy".into()),
         _ => {}
     }
@@ -876,6 +890,7 @@ enum ClientAt {
     Accept,
     AcceptUntuned,
     TuningAccept,
+    Paths,
     Agreed,
     Failed,
 }
@@ -895,9 +910,15 @@ fn tuning_accept_msg() -> ControlMsg {
     }
 }
 
+fn paths_msg() -> ControlMsg {
+    ControlMsg::Paths {
+        addresses: vec!["10.47.1.2:4747".parse().unwrap()],
+    }
+}
+
 fn client_at(at: ClientAt) -> ClientOpen {
     let features = match at {
-        ClientAt::AcceptUntuned => all_but(Features::TUNING),
+        ClientAt::AcceptUntuned => all_but(Features(Features::TUNING.0 | Features::PATHS.0)),
         _ => Features::ALL,
     };
     let mut c = ClientOpen::new(request(), negotiated(features)).unwrap();
@@ -905,9 +926,15 @@ fn client_at(at: ClientAt) -> ClientOpen {
     match at {
         ClientAt::Accept | ClientAt::AcceptUntuned => {}
         ClientAt::TuningAccept => assert_eq!(c.handle(accept_msg()), Ok(None)),
+        ClientAt::Paths => {
+            assert_eq!(c.handle(accept_msg()), Ok(None));
+            assert_eq!(c.handle(tuning_accept_msg()), Ok(None));
+        }
         ClientAt::Agreed => {
             assert_eq!(c.handle(accept_msg()), Ok(None));
-            assert!(c.handle(tuning_accept_msg()).unwrap().is_some());
+            assert_eq!(c.handle(tuning_accept_msg()), Ok(None));
+            let agreed = c.handle(paths_msg()).unwrap().expect("agreed");
+            assert_eq!(agreed.paths, vec!["10.47.1.2:4747".parse().unwrap()]);
         }
         ClientAt::Failed => {
             let e = c.handle(ControlMsg::TuningAccept {
@@ -924,6 +951,7 @@ fn client_wants(at: ClientAt) -> Option<(&'static str, ControlMsg)> {
     match at {
         ClientAt::Accept | ClientAt::AcceptUntuned => Some(("SessionAccept", accept_msg())),
         ClientAt::TuningAccept => Some(("TuningAccept", tuning_accept_msg())),
+        ClientAt::Paths => Some(("Paths", paths_msg())),
         ClientAt::Agreed | ClientAt::Failed => None,
     }
 }
@@ -934,6 +962,7 @@ fn the_client_refuses_a_wrong_message_in_every_state_and_then_everything() {
         ClientAt::Accept,
         ClientAt::AcceptUntuned,
         ClientAt::TuningAccept,
+        ClientAt::Paths,
         ClientAt::Agreed,
         ClientAt::Failed,
     ];
@@ -979,6 +1008,7 @@ fn the_client_turns_a_server_error_into_a_peer_error_in_every_state() {
         ClientAt::Accept,
         ClientAt::AcceptUntuned,
         ClientAt::TuningAccept,
+        ClientAt::Paths,
         ClientAt::Agreed,
         ClientAt::Failed,
     ] {

@@ -316,6 +316,7 @@ async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Conso
         fingerprint: remote.then(|| outcome.fingerprint.clone()),
         advisor,
         started_from,
+        paths: outcome.paths.clone(),
     });
     console.report(&report);
     partial_result(&outcome.stats)
@@ -378,5 +379,6 @@ async fn copy_local(
         fingerprint: String::new(),
         recorded: None,
         setup: Duration::ZERO,
+        paths: Vec::new(),
     })
 }

@@ -113,6 +113,7 @@ pub async fn run(args: PerfArgs, started: Instant) -> Result<()> {
         fingerprint: Some(outcome.fingerprint.clone()),
         advisor,
         started_from: None,
+        paths: outcome.paths.clone(),
     });
     console.report(&report);
     Ok(())

@@ -60,6 +60,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     );
     let mut opts = options::server_options(&args, root);
     opts.site = site;
+    opts.advertise = options::advertise_of(&args, bound.port())?;
     let _udp_probe = if args.no_udp_probe {
         None
     } else {

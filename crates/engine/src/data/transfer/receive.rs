@@ -253,7 +253,7 @@ async fn watchdog(shared: Arc<RecvShared>, watch: Arc<Watch>) {
                 watch.timeout()
             );
             shared.streams.stalled.fetch_add(1, Ordering::Relaxed);
-            shared.streams.lost.fetch_add(1, Ordering::Relaxed);
+            shared.streams.lose(k);
             let lost = shared.session.lock().expect("session").stream_lost(k);
             shared.wake.notify_waiters();
             if let Err(e) = lost {
@@ -690,7 +690,7 @@ fn stream_ended(shared: &RecvShared, k: usize, e: std::io::Error) {
         return;
     }
     tracing::warn!("data stream {k} lost: {e}");
-    shared.streams.lost.fetch_add(1, Ordering::Relaxed);
+    shared.streams.lose(k);
     let lost = shared.session.lock().expect("session").stream_lost(k);
     shared.wake.notify_waiters();
     if let Err(e) = lost {

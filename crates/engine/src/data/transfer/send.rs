@@ -147,7 +147,7 @@ impl SendShared {
         if let Some(w) = &self.watch {
             w.forget(k);
         }
-        self.streams.lost.fetch_add(1, Ordering::Relaxed);
+        self.streams.lose(k);
         let lost = {
             let mut s = self.session.lock().expect("session");
             match &self.wanted {

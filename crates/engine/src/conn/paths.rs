@@ -1,0 +1,472 @@
+//! Every path between two hosts: which addresses a daemon tells its
+//! clients about, and which path each of a client's data streams takes.
+//!
+//! A daemon reachable at several addresses (two providers, a routed path
+//! and a circuit) names them at the end of the opening (`Paths`,
+//! PROTOCOL.md §5). With `--streams auto` the client keeps every stream it
+//! opens at the start on the path it reached the daemon by (path 0), which
+//! the control connection proves alive; streams it adds while the transfer
+//! runs go to the other paths first, so the stream-count controller keeps them where
+//! they raise the aggregate rate and retires them where they do not. A
+//! fixed stream count is spread over the paths from the start. The
+//! blocks follow each stream's speed, so the data splits by each path's
+//! rate without a plan. A path whose connection cannot be made is marked
+//! failed and its stream goes over path 0; replacements for streams given
+//! up go over path 0 too, since the path that lost them may be dead.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::data::transfer::LostStream;
+use crate::{Error, Result};
+
+/// Which addresses a daemon advertises to its clients.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Advertise {
+    /// Its interfaces' addresses, when it listens on every address (not to
+    /// a client that came over loopback: that one is on this host).
+    #[default]
+    Interfaces,
+    /// These (`tern serve --advertise`), e.g. behind NAT.
+    Addresses(Vec<SocketAddr>),
+    /// None.
+    Off,
+}
+
+impl Advertise {
+    /// The addresses to name to a client whose control connection arrived
+    /// at `local`, on a daemon bound to `bound`: of the client's address
+    /// family, without `local` itself.
+    pub(crate) fn for_client(
+        &self,
+        bound: Option<SocketAddr>,
+        local: SocketAddr,
+    ) -> Vec<SocketAddr> {
+        let local_ip = local.ip().to_canonical();
+        let candidates: Vec<SocketAddr> = match self {
+            Advertise::Off => Vec::new(),
+            Advertise::Addresses(list) => list.clone(),
+            Advertise::Interfaces => {
+                let everywhere = bound.is_some_and(|b| b.ip().is_unspecified());
+                if !everywhere || local_ip.is_loopback() {
+                    return Vec::new();
+                }
+                interface_addresses()
+                    .into_iter()
+                    .map(|ip| SocketAddr::new(ip, local.port()))
+                    .collect()
+            }
+        };
+        let mut out: Vec<SocketAddr> = Vec::new();
+        for a in candidates {
+            let ip = a.ip().to_canonical();
+            let same_family = ip.is_ipv4() == local_ip.is_ipv4();
+            if same_family && ip != local_ip && !out.contains(&a) {
+                out.push(a);
+            }
+        }
+        out.truncate(tern_proto::MAX_PATHS);
+        out
+    }
+}
+
+/// This host's addresses a peer elsewhere could reach: not loopback, not
+/// link-local, not unspecified.
+fn interface_addresses() -> Vec<IpAddr> {
+    let Ok(interfaces) = if_addrs::get_if_addrs() else {
+        return Vec::new();
+    };
+    interfaces
+        .into_iter()
+        .map(|i| i.ip())
+        .filter(|ip| {
+            !ip.is_loopback()
+                && !ip.is_unspecified()
+                && match ip {
+                    IpAddr::V4(v4) => !v4.is_link_local(),
+                    IpAddr::V6(v6) => !v6.is_unicast_link_local(),
+                }
+        })
+        .collect()
+}
+
+/// How a client uses the paths to a daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PathChoice {
+    /// The path it reached the daemon by, and those the daemon advertises.
+    #[default]
+    Auto,
+    /// Only the path it reached the daemon by.
+    Off,
+    /// The path it reached the daemon by, and these.
+    Given(Vec<PathSpec>),
+}
+
+/// One path named by hand: where data connections go, and from where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathSpec {
+    /// The daemon's address on this path (its port: the daemon's).
+    pub remote: IpAddr,
+    /// This host's address to connect from, for a multi-homed client.
+    pub local: Option<IpAddr>,
+}
+
+/// What became of a path, in a report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathState {
+    /// It carried streams to the end.
+    Active,
+    /// Its streams were retired: it did not add to the rate, or it was
+    /// not needed.
+    Dropped,
+    /// It could not be connected, or lost every stream it had.
+    Failed,
+}
+
+/// One path of a finished session, for the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PathReport {
+    pub index: usize,
+    /// The address data connections came from, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local: Option<String>,
+    /// The daemon's address on this path.
+    pub remote: String,
+    /// Streams that went over it.
+    pub streams: usize,
+    /// Payload bytes they carried.
+    pub bytes: u64,
+    /// Those bytes over the session's network time, bits/s.
+    pub rate_bps: f64,
+    pub state: PathState,
+    /// Seconds into the transfer the path was found dead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_after_s: Option<f64>,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+#[derive(Debug)]
+struct Path {
+    remote: SocketAddr,
+    local: Option<IpAddr>,
+    streams: Vec<u16>,
+    /// A connection could not be made: why, and when.
+    unreachable: Option<(String, Duration)>,
+}
+
+/// Which path each data stream of one session takes.
+#[derive(Debug)]
+pub(crate) struct PathPlan {
+    paths: Mutex<Vec<Path>>,
+    /// Streams below this index take the control path.
+    first_on_control: u16,
+    /// Indices from here on replace streams given up (path 0).
+    spares_from: u16,
+    started: std::time::Instant,
+}
+
+/// Where one data stream goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leg {
+    /// The way the control connection went.
+    Control,
+    /// Path `index` of the plan, at this address.
+    Path {
+        index: usize,
+        remote: SocketAddr,
+        local: Option<IpAddr>,
+    },
+}
+
+impl PathPlan {
+    /// A plan over the control path (`control`, the daemon's address the
+    /// client reached) and `others`; the streams below `first_on_control`
+    /// and the spares from `spares_from` on take the control path.
+    pub(crate) fn new(
+        control: SocketAddr,
+        others: Vec<(SocketAddr, Option<IpAddr>)>,
+        first_on_control: u16,
+        spares_from: u16,
+    ) -> PathPlan {
+        let mut paths = vec![Path {
+            remote: control,
+            local: None,
+            streams: Vec::new(),
+            unreachable: None,
+        }];
+        for (remote, local) in others {
+            if paths.iter().all(|p| p.remote.ip() != remote.ip()) {
+                paths.push(Path {
+                    remote,
+                    local,
+                    streams: Vec::new(),
+                    unreachable: None,
+                });
+            }
+        }
+        PathPlan {
+            paths: Mutex::new(paths),
+            first_on_control,
+            spares_from,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The paths besides the control path.
+    pub(crate) fn others(&self) -> usize {
+        self.paths.lock().expect("paths").len() - 1
+    }
+
+    /// The path for stream `k`: the control path for the first streams
+    /// and for replacements, else the reachable path with the fewest
+    /// streams (other paths first, on a tie).
+    pub(crate) fn leg(&self, k: u16) -> Leg {
+        let mut paths = self.paths.lock().expect("paths");
+        let index = if k < self.first_on_control || k >= self.spares_from {
+            0
+        } else {
+            (0..paths.len())
+                .filter(|&i| paths[i].unreachable.is_none())
+                .min_by_key(|&i| (paths[i].streams.len(), i == 0, i))
+                .unwrap_or(0)
+        };
+        paths[index].streams.push(k);
+        if index == 0 {
+            Leg::Control
+        } else {
+            Leg::Path {
+                index,
+                remote: paths[index].remote,
+                local: paths[index].local,
+            }
+        }
+    }
+
+    /// Path `index` could not take stream `k`: it goes over the control
+    /// path instead, and the path gets no more.
+    pub(crate) fn unreachable(&self, index: usize, k: u16, why: String) {
+        let mut paths = self.paths.lock().expect("paths");
+        paths[index].streams.retain(|&s| s != k);
+        paths[index]
+            .unreachable
+            .get_or_insert((why, self.started.elapsed()));
+        paths[0].streams.push(k);
+    }
+
+    /// Each path's share of a finished session: `per_stream` bytes,
+    /// streams `lost`, streams in use at the end (`in_use`, lower indices
+    /// first), over `network` time.
+    pub(crate) fn report(
+        &self,
+        per_stream: &[u64],
+        lost: &[LostStream],
+        in_use: u16,
+        network: Duration,
+    ) -> Vec<PathReport> {
+        let paths = self.paths.lock().expect("paths");
+        let secs = network.as_secs_f64();
+        paths
+            .iter()
+            .enumerate()
+            .map(|(index, p)| {
+                let bytes: u64 = p
+                    .streams
+                    .iter()
+                    .map(|&k| per_stream.get(usize::from(k)).copied().unwrap_or(0))
+                    .sum();
+                let lost_here: Vec<&LostStream> = lost
+                    .iter()
+                    .filter(|l| p.streams.contains(&l.index))
+                    .collect();
+                let all_lost = !p.streams.is_empty() && lost_here.len() == p.streams.len();
+                let live = p
+                    .streams
+                    .iter()
+                    .filter(|&&k| k < in_use || k >= self.spares_from)
+                    .filter(|&&k| lost.iter().all(|l| l.index != k))
+                    .count();
+                let (state, failed_after, failure) = match (&p.unreachable, all_lost) {
+                    (Some((why, at)), _) if p.streams.is_empty() => {
+                        (PathState::Failed, Some(*at), Some(why.clone()))
+                    }
+                    (_, true) => (
+                        PathState::Failed,
+                        lost_here.iter().map(|l| l.after).max(),
+                        Some("every stream on it stalled or was lost".to_string()),
+                    ),
+                    _ if live > 0 => (PathState::Active, None, None),
+                    _ => (PathState::Dropped, None, None),
+                };
+                PathReport {
+                    index,
+                    local: p.local.map(|ip| ip.to_string()),
+                    remote: p.remote.to_string(),
+                    streams: p.streams.len(),
+                    bytes,
+                    rate_bps: if secs > 0.0 {
+                        bytes as f64 * 8.0 / secs
+                    } else {
+                        0.0
+                    },
+                    state,
+                    failed_after_s: failed_after.map(|d| d.as_secs_f64()),
+                    failure,
+                }
+            })
+            .collect()
+    }
+}
+
+/// One TCP connection over a path: from `local` when given, to `remote`.
+pub(crate) async fn connect(
+    remote: SocketAddr,
+    local: Option<IpAddr>,
+    timeout: Duration,
+    io_timeout: Duration,
+) -> Result<TcpStream> {
+    let fail = |source: std::io::Error| Error::Connect {
+        addr: remote.to_string(),
+        source,
+    };
+    let socket = if remote.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(fail)?;
+    if let Some(ip) = local {
+        socket.bind(SocketAddr::new(ip, 0)).map_err(fail)?;
+    }
+    let stream = tokio::time::timeout(timeout, socket.connect(remote))
+        .await
+        .map_err(|_| {
+            fail(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "timed out",
+            ))
+        })?
+        .map_err(fail)?;
+    crate::conn::net::prepare(&stream, io_timeout);
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_daemon_names_other_addresses_of_the_clients_family_but_not_to_loopback() {
+        let given = Advertise::Addresses(vec![
+            addr("10.47.0.2:4747"),
+            addr("10.47.1.2:4747"),
+            addr("[2001:db8::2]:4747"),
+            addr("10.47.1.2:4747"),
+        ]);
+        let bound = Some(addr("0.0.0.0:4747"));
+        assert_eq!(
+            given.for_client(bound, addr("10.47.0.2:4747")),
+            vec![addr("10.47.1.2:4747")]
+        );
+        assert_eq!(
+            Advertise::Interfaces.for_client(bound, addr("127.0.0.1:4747")),
+            Vec::<SocketAddr>::new()
+        );
+        assert_eq!(
+            Advertise::Interfaces.for_client(Some(addr("10.47.0.2:4747")), addr("10.47.0.2:4747")),
+            Vec::<SocketAddr>::new(),
+            "a daemon bound to one address is reachable at that one only"
+        );
+        assert!(
+            Advertise::Off
+                .for_client(bound, addr("10.47.0.2:4747"))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn added_streams_try_the_other_paths_first_and_replacements_take_the_control_path() {
+        let plan = PathPlan::new(
+            addr("10.47.0.2:4747"),
+            vec![
+                (addr("10.47.1.2:4747"), None),
+                (addr("10.47.2.2:4747"), None),
+            ],
+            2,
+            8,
+        );
+        assert_eq!(plan.others(), 2);
+        assert_eq!(plan.leg(0), Leg::Control);
+        assert_eq!(plan.leg(1), Leg::Control);
+        let Leg::Path { index: first, .. } = plan.leg(2) else {
+            panic!("growth goes to another path")
+        };
+        let Leg::Path { index: second, .. } = plan.leg(3) else {
+            panic!("and to the next")
+        };
+        assert_eq!((first, second), (1, 2));
+        plan.unreachable(2, 3, "timed out".into());
+        // Path 1 has one stream, path 0 three: path 1; path 2 is out.
+        assert_eq!(
+            plan.leg(4),
+            Leg::Path {
+                index: 1,
+                remote: addr("10.47.1.2:4747"),
+                local: None
+            }
+        );
+        assert_eq!(plan.leg(8), Leg::Control, "a replacement");
+        let reports = plan.report(
+            &[10, 10, 5, 7, 5, 0, 0, 0, 3],
+            &[LostStream {
+                index: 2,
+                after: Duration::from_secs(3),
+            }],
+            8,
+            Duration::from_secs(1),
+        );
+        assert_eq!(reports[0].streams, 4, "0, 1, 3 (moved) and 8");
+        assert_eq!(reports[0].bytes, 10 + 10 + 7 + 3);
+        assert_eq!(reports[0].state, PathState::Active);
+        assert_eq!(reports[1].bytes, 10);
+        assert_eq!(reports[1].state, PathState::Active, "stream 4 still runs");
+        assert_eq!(reports[2].state, PathState::Failed);
+        assert_eq!(reports[2].failure.as_deref(), Some("timed out"));
+        assert_eq!(reports[1].rate_bps, 80.0);
+    }
+
+    #[test]
+    fn a_path_that_lost_every_stream_failed_and_one_whose_streams_were_retired_was_dropped() {
+        let plan = PathPlan::new(
+            addr("10.47.0.2:4747"),
+            vec![
+                (addr("10.47.1.2:4747"), None),
+                (addr("10.47.2.2:4747"), None),
+            ],
+            1,
+            8,
+        );
+        for k in 0..3 {
+            plan.leg(k);
+        }
+        let lost = [LostStream {
+            index: 1,
+            after: Duration::from_secs(7),
+        }];
+        // Streams 0..2 in use at the end: stream 2 (path 2) was retired.
+        let reports = plan.report(&[1, 1, 1], &lost, 2, Duration::from_secs(1));
+        assert_eq!(reports[1].state, PathState::Failed);
+        assert_eq!(reports[1].failed_after_s, Some(7.0));
+        assert_eq!(reports[2].state, PathState::Dropped);
+    }
+}
