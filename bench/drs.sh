@@ -74,19 +74,7 @@ C_SCENARIOS=${C_SCENARIOS:-g50 m180}                # the libdrs C example
 
 # The plot: with --write, docs/drs-experiment.svg, linked from BENCHMARKS.md (repository
 # root); otherwise beside the report, so a quick run never replaces the committed plot.
-if [ -n "${DRS_SVG:-}" ]; then
-    SVG=$DRS_SVG
-elif [ "$WRITE" = 1 ]; then
-    SVG=$REPO/docs/drs-experiment.svg
-else
-    SVG=${OUT%.md}.svg
-fi
-case "$SVG" in /*) ;; *) SVG=$PWD/$SVG ;; esac
-if [ "$WRITE" = 1 ]; then
-    SVG_LINK=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$SVG" "$REPO")
-else
-    SVG_LINK=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], os.path.dirname(os.path.abspath(sys.argv[2]))))' "$SVG" "$OUT")
-fi
+bench_svg_path drs-experiment.svg "${DRS_SVG:-}"
 
 # ---------------------------------------------------------------- prerequisites
 [ "$(id -u)" = 0 ] || die "needs root (netlab creates network namespaces)"

@@ -7,7 +7,8 @@
 # Installs, one package at a time so that one failure does not stop the rest:
 # iperf3, rsync, openssh-server, openssh-client, globus-gass-copy-progs
 # (globus-url-copy), globus-gridftp-server-progs (globus-gridftp-server),
-# xrootd-client (xrdcp), xrootd-server (xrootd). Needs root and apt-get.
+# xrootd-client (xrdcp), xrootd-server (xrootd), mptcpize (iperf3 over MPTCP in
+# bench/multipath.sh). Needs root and apt-get.
 # Writes a summary to stdout and to bench/peers-status.txt (ignored by git),
 # which bench/wan.sh copies into its report. Exit status is 0 even when some
 # packages fail; the summary says which and why.
@@ -15,19 +16,19 @@ set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATUS_FILE=$REPO/bench/peers-status.txt
-PACKAGES="iperf3 rsync openssh-server openssh-client globus-gass-copy-progs globus-gridftp-server-progs xrootd-client xrootd-server"
+PACKAGES="iperf3 rsync openssh-server openssh-client globus-gass-copy-progs globus-gridftp-server-progs xrootd-client xrootd-server mptcpize"
 # The command each package is installed for (what wan.sh runs).
 declare -A PROVIDES=(
     [iperf3]=iperf3 [rsync]=rsync [openssh-server]=/usr/sbin/sshd [openssh-client]=scp
     [globus-gass-copy-progs]=globus-url-copy [globus-gridftp-server-progs]=globus-gridftp-server
-    [xrootd-client]=xrdcp [xrootd-server]=xrootd
+    [xrootd-client]=xrdcp [xrootd-server]=xrootd [mptcpize]=mptcpize
 )
 
 STATUS_ONLY=0
 case "${1:-}" in
     --status) STATUS_ONLY=1 ;;
     "") ;;
-    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-peers.sh: unknown argument: $1" >&2; exit 2 ;;
 esac
 

@@ -9,6 +9,7 @@
 #   WORK LOGS DST WORK_PARENT TERN_ORIG   bench_workdir (TERN, NETLAB become the copies)
 #   META RESULTS                          bench_tables
 #   LAB B0 TPORT                          the caller: lab name, B's address, tern's port
+#   TERN_LISTEN                           the caller, optional: tern serve's --listen (B0:TPORT)
 #   SERVER_TIMEOUT                        the caller: how long a server may live
 #   SSHDIR SPORT SSH_OPTS SSH_E           bench_sshd_setup
 #   PIDS SPID CHILD LAB_UP FP             kept here
@@ -21,6 +22,8 @@ CHILD=""               # the measured command running now
 LAB_UP=0
 MADE_RUN_SSHD=0
 FP=""                  # tern serve's certificate fingerprint
+NETNS_HOSTS_DIR=""     # /etc/netns/LAB-b, once bench_netns_hosts wrote it
+MADE_ETC_NETNS=0
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '%s: %s\n' "${BENCH_NAME:-bench}" "$*" >&2; exit 1; }
@@ -127,6 +130,8 @@ bench_cleanup() {
     if declare -F bench_cleanup_extra >/dev/null; then bench_cleanup_extra; fi
     stop_servers
     lab_down
+    if [ -n "$NETNS_HOSTS_DIR" ]; then rm -rf "$NETNS_HOSTS_DIR"; fi
+    if [ "$MADE_ETC_NETNS" = 1 ]; then rmdir /etc/netns 2>/dev/null || true; fi
     if [ "$MADE_RUN_SSHD" = 1 ]; then rmdir /run/sshd 2>/dev/null || true; fi
     rm -rf "$WORK"
     exit "$rc"
@@ -155,6 +160,37 @@ bench_workdir() {
     export XDG_CONFIG_HOME=$WORK/xdg   # tern's known_hosts
     if [ "${SPLICE_ONLY:-0}" = 1 ]; then OUT=$WORK/report.md; fi
 }
+# bench_svg_path DOC OVERRIDE: where a script's plot goes, in SVG, and SVG_LINK, how its
+# report links to it: OVERRIDE if set; with --write docs/DOC, linked from BENCHMARKS.md
+# (repository root); otherwise beside the report (OUT with .svg), so a quick run never
+# replaces the committed plot.
+bench_svg_path() {
+    if [ -n "$2" ]; then
+        SVG=$2
+    elif [ "$WRITE" = 1 ]; then
+        SVG=$REPO/docs/$1
+    else
+        SVG=${OUT%.md}.svg
+    fi
+    case "$SVG" in /*) ;; *) SVG=$PWD/$SVG ;; esac
+    if [ "$WRITE" = 1 ]; then
+        SVG_LINK=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$SVG" "$REPO")
+    else
+        SVG_LINK=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], os.path.dirname(os.path.abspath(sys.argv[2]))))' "$SVG" "$OUT")
+    fi
+}
+# bench_netns_hosts LINE...: /etc/netns/LAB-b/hosts with these lines. GridFTP resolves its
+# own host name, which inside B needs an /etc/hosts naming this machine with B's address
+# (ip netns exec bind-mounts /etc/netns/NS/hosts over /etc/hosts). The cleanup trap
+# removes it (and /etc/netns if this made it).
+bench_netns_hosts() {
+    local d=/etc/netns/$LAB-b
+    if [ -e "$d" ]; then die "$d exists already (another run?)"; fi
+    if [ ! -d /etc/netns ]; then MADE_ETC_NETNS=1; fi
+    mkdir -p "$d"
+    NETNS_HOSTS_DIR=$d
+    printf '%s\n' "$@" >"$d/hosts"
+}
 bench_need_space() {  # KIB: die unless that much is free under WORK
     local avail
     avail=$(df -Pk "$WORK" | awk 'NR == 2 { print $4 }')
@@ -173,7 +209,7 @@ bench_tables() {  # empty meta.tsv, results.tsv, events.txt and server-commands.
 meta() { printf '%s\t%s\n' "$1" "${2//$'\n'/ }" >>"$META"; }
 result() {  # one tab-separated row of results.tsv (tabs and newlines in fields become spaces)
     local a=("$@") i
-    for i in "${!a[@]}"; do a[$i]=${a[$i]//$'\t'/ }; a[$i]=${a[$i]//$'\n'/ }; done
+    for i in "${!a[@]}"; do a[i]=${a[i]//$'\t'/ }; a[i]=${a[i]//$'\n'/ }; done
     (IFS=$'\t'; printf '%s\n' "${a[*]}") >>"$RESULTS"
 }
 bench_meta_machine() {  # MODE: the run's mode, date, machine, load and tern's version
@@ -266,7 +302,7 @@ stop_server_named() {  # stop one server (by its timeout pid) and forget it
 }
 server_alive() { [ -n "${SPID[$1]:-}" ] && kill -0 "${SPID[$1]}" 2>/dev/null; }
 start_tern() {  # tern serve in B on B0:TPORT, root DST; sets FP (its certificate fingerprint)
-    start_server tern "$TPORT" "$TERN" serve --listen "$B0:$TPORT" --root "$DST" --state-dir "$WORK/state" || return 1
+    start_server tern "$TPORT" "$TERN" serve --listen "${TERN_LISTEN:-$B0:$TPORT}" --root "$DST" --state-dir "$WORK/state" || return 1
     local _
     FP=""
     for _ in $(seq 50); do

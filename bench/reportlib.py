@@ -82,6 +82,21 @@ def read_meta(path):
     return meta
 
 
+def tick(start, k, interval, stop=()):
+    """Sleep until sample K+1 of a sampler on an absolute schedule (START + K x INTERVAL,
+    time.time() seconds), unless STOP is non-empty; returns K+1, or more when the sampler
+    fell behind (a busy machine): the missed ticks are skipped."""
+    import time
+    k += 1
+    delay = start + k * interval - time.time()
+    if delay < 0:
+        k += int(-delay / interval) + 1
+        delay = start + k * interval - time.time()
+    if delay > 0 and not stop:
+        time.sleep(delay)
+    return k
+
+
 def num(s):
     try:
         return float(s)

@@ -33,7 +33,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reportlib import command_cleaner, num, read_lines, read_meta, read_tsv  # noqa: E402
+from reportlib import command_cleaner, num, read_lines, read_meta, read_tsv, tick  # noqa: E402
 
 INTERVAL = 0.1       # sampling period, s
 WINDOW = 0.5         # the windowed rate for t90, s
@@ -109,13 +109,7 @@ def sample(sock, netlab, lab, bpids, out, maxsecs):
                     ab.get("delivered", -1), ab.get("queue_drops", 0), ab.get("random_drops", 0),
                     ba.get("queue_drops", 0), ba.get("random_drops", 0), b_rx(pids)))
                 f.flush()
-            k += 1
-            delay = start + k * INTERVAL - time.time()
-            if delay < 0:  # fell behind (a busy machine): skip the missed ticks
-                k += int(-delay / INTERVAL) + 1
-                delay = start + k * INTERVAL - time.time()
-            if delay > 0 and not stop:
-                time.sleep(delay)
+            k = tick(start, k, INTERVAL, stop)
 
 
 # ------------------------------------------------------------------------ CPU snapshot

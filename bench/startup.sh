@@ -113,13 +113,8 @@ bench_workdir startup  # WORK, LOGS, DST; private copies of tern and netlab; the
 chmod 1777 "$DST"      # GridFTP writes as nobody
 mkdir -p "$WORK/samples"
 SAMPLER=""
-NETNS_ETC=/etc/netns/$LAB-b
-MADE_ETC_NETNS=0
-MADE_NETNS_HOSTS=0
 bench_cleanup_extra() {
     if [ -n "$SAMPLER" ]; then stop_pid "$SAMPLER"; SAMPLER=""; fi
-    if [ "$MADE_NETNS_HOSTS" = 1 ]; then rm -rf "$NETNS_ETC"; fi
-    if [ "$MADE_ETC_NETNS" = 1 ]; then rmdir /etc/netns 2>/dev/null || true; fi
 }
 export GLOBUS_USAGE_OPTOUT=1
 
@@ -158,13 +153,8 @@ mkdir -p "$XDG_STATE_HOME"
 log "mode $MODE: scenarios $WANT, ${SIZE:-default} MiB, $REPS reps; work dir $WORK"
 log "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# GridFTP resolves its own host name: B needs an /etc/hosts naming this machine
-# (ip netns exec bind-mounts /etc/netns/NS/hosts over /etc/hosts).
-if [ -e "$NETNS_ETC" ]; then die "$NETNS_ETC exists already (another run?)"; fi
-if [ ! -d /etc/netns ]; then MADE_ETC_NETNS=1; fi
-mkdir -p "$NETNS_ETC"
-MADE_NETNS_HOSTS=1
-printf '127.0.0.1 localhost\n%s %s startup-b\n10.47.0.1 startup-a\n' "$B0" "$(hostname)" >"$NETNS_ETC/hosts"
+# GridFTP resolves its own host name: B needs an /etc/hosts naming this machine.
+bench_netns_hosts "127.0.0.1 localhost" "$B0 $(hostname) startup-b" "10.47.0.1 startup-a"
 
 # ---------------------------------------------------------------------- one copy
 # run_copy SC REP TOOL ID SERVER CMD...: one verified copy of $SRC to $DST/x.bin; one results row:

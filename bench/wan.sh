@@ -84,13 +84,6 @@ mkdir -p "$WORK/ssh" "$WORK/xrd"
 chmod 1777 "$DST"        # the GridFTP and xrootd servers run as nobody
 chown nobody "$WORK/xrd" 2>/dev/null || true
 
-NETNS_ETC=/etc/netns/$LAB-b
-MADE_ETC_NETNS=0
-bench_cleanup_extra() {
-    rm -rf "$NETNS_ETC"
-    if [ "$MADE_ETC_NETNS" = 1 ]; then rmdir /etc/netns 2>/dev/null || true; fi
-}
-
 bench_need_space $((DISK_MIB * 1024 * 2 + 512 * 1024))
 
 # results.tsv: scenario kind id command bps bytes wall cpu_a cpu_b cc note
@@ -142,12 +135,8 @@ all.adminpath $WORK/xrd
 all.pidpath $WORK/xrd
 EOF
 
-# GridFTP resolves its own host name; inside B that needs an /etc/hosts that
-# names this machine with B's address (ip netns exec bind-mounts
-# /etc/netns/NS/hosts over /etc/hosts).
-if [ ! -d /etc/netns ]; then MADE_ETC_NETNS=1; fi
-mkdir -p "$NETNS_ETC"
-printf '127.0.0.1 localhost\n%s %s wanbench-b\n10.47.0.1 wanbench-a\n' "$B0" "$(hostname)" >"$NETNS_ETC/hosts"
+# GridFTP resolves its own host name: B needs an /etc/hosts naming this machine.
+bench_netns_hosts "127.0.0.1 localhost" "$B0 $(hostname) wanbench-b" "10.47.0.1 wanbench-a"
 export GLOBUS_USAGE_OPTOUT=1
 
 # ------------------------------------------------------------------ measuring
