@@ -329,6 +329,12 @@ pub enum PathsArg {
 
 /// `[SRC=]DST`: IP addresses.
 fn parse_path_spec(text: &str) -> Result<tern_engine::paths::PathSpec, String> {
+    if let Some((_, option)) = text.split_once(',') {
+        return Err(format!(
+            "'{option}': reserved-rate paths (DST,rate=R) are not supported yet; name the path \
+             without it, and use --rate-limit to cap the whole transfer"
+        ));
+    }
     let (local, remote) = match text.split_once('=') {
         Some((src, dst)) => (Some(src), dst),
         None => (None, text),

@@ -1,0 +1,183 @@
+//! tern over every path between two hosts: a daemon on two emulated paths
+//! names its second address, the client's streams go over both, and a copy
+//! survives one path going dead halfway (root; skips without it).
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Lab, tern_or_skip};
+use serde_json::Value;
+use tern_testkit::files::{content_difference, random_file};
+
+/// Starts `tern serve` in B on every address (so that it names both).
+fn serve_everywhere(lab: &Lab, tern: &str, work: &Path) -> tern_testkit::daemon::Daemon {
+    let root = work.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    tern_testkit::daemon::Serve::new(tern, root, work.join("state"))
+        .listen("0.0.0.0:4747")
+        .via(lab.prefix("B"))
+        .start()
+}
+
+fn client(lab: &Lab, tern: &str, work: &Path, args: &[&str]) -> std::process::Command {
+    let cfg = format!("XDG_CONFIG_HOME={}", work.join("cfg").display());
+    let state = format!("XDG_STATE_HOME={}", work.join("xdg-state").display());
+    let mut cmd = vec!["env", cfg.as_str(), state.as_str(), tern];
+    cmd.extend_from_slice(args);
+    lab.command("A", &cmd)
+}
+
+fn report(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "tern failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The partial file being received in `root`, and its size.
+fn partial_size(root: &Path) -> u64 {
+    std::fs::read_dir(root)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(".tern."))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn streams_go_over_both_paths_and_a_copy_survives_one_going_dead() {
+    let test = "streams_go_over_both_paths_and_a_copy_survives_one_going_dead";
+    let Some(tern) = tern_or_skip(test) else {
+        return;
+    };
+    let work = std::env::temp_dir().join(format!("nlmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let lab = Lab::up(
+        "nltestmp",
+        &[
+            "--path",
+            "rtt=10,rate=50",
+            "--path",
+            "rtt=20,rate=50",
+            "--mtu",
+            "9000",
+        ],
+    );
+    let _server = serve_everywhere(&lab, &tern, &work);
+
+    // Given one address, a fixed count of streams spreads over both paths.
+    let out = client(
+        &lab,
+        &tern,
+        &work,
+        &[
+            "perf",
+            "tern://10.47.0.2",
+            "-P",
+            "2",
+            "--time",
+            "2",
+            "--json",
+        ],
+    )
+    .output()
+    .unwrap();
+    let perf = report(&out);
+    let paths = perf["paths"].as_array().expect("a paths array");
+    assert_eq!(paths.len(), 2, "{perf}");
+    assert_eq!(paths[1]["remote"], "10.47.1.2:4747", "{perf}");
+    for p in paths {
+        assert!(
+            p["bytes"].as_u64().unwrap() > 0,
+            "a path carried nothing: {perf}"
+        );
+        assert_eq!(p["state"], "active", "{perf}");
+    }
+    // --paths off keeps to the address given.
+    let out = client(
+        &lab,
+        &tern,
+        &work,
+        &[
+            "perf",
+            "tern://10.47.0.2",
+            "-P",
+            "2",
+            "--time",
+            "1",
+            "--json",
+            "--paths",
+            "off",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(report(&out).get("paths").is_none());
+
+    // A copy over both paths; path 1 goes dead a third of the way in.
+    let size = 48 << 20;
+    let data = random_file(&work.join("big.bin"), size);
+    let mut copy = client(
+        &lab,
+        &tern,
+        &work,
+        &[
+            "cp",
+            "-P",
+            "4",
+            "--stall-timeout",
+            "2",
+            "--json",
+            work.join("big.bin").to_str().unwrap(),
+            "tern://10.47.0.2/big.bin",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let root = work.join("root");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while partial_size(&root) < size as u64 / 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the copy never got a third of the way"
+        );
+        assert!(
+            copy.try_wait().unwrap().is_none(),
+            "the copy ended before the cut"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cut = lab.netlab(&["set", "--path", "1", "--loss", "100%"]);
+    assert!(
+        cut.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cut.stderr)
+    );
+    let out = copy.wait_with_output().unwrap();
+    let copied = report(&out);
+    assert_eq!(content_difference(root.join("big.bin"), &data), None);
+    let paths = copied["paths"].as_array().expect("a paths array");
+    assert_eq!(paths.len(), 2, "{copied}");
+    assert_eq!(paths[0]["state"], "active", "{copied}");
+    assert_eq!(paths[1]["state"], "failed", "{copied}");
+    assert!(
+        paths[1]["failed_after_s"].as_f64().unwrap() > 0.0,
+        "{copied}"
+    );
+    assert!(paths[1]["bytes"].as_u64().unwrap() > 0, "{copied}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("panicked"), "{said}");
+    let _ = std::fs::remove_dir_all(&work);
+}
