@@ -38,6 +38,13 @@ fn report(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// `tern perf -P 2 --json` to the daemon's first address, with `extra`.
+fn perf_json(lab: &Lab, tern: &str, work: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["perf", "tern://10.47.0.2", "-P", "2", "--json"];
+    args.extend_from_slice(extra);
+    report(&client(lab, tern, work, &args).output().unwrap())
+}
+
 /// The partial file being received in `root`, and its size.
 fn partial_size(root: &Path) -> u64 {
     std::fs::read_dir(root)
@@ -76,23 +83,7 @@ fn streams_go_over_both_paths_and_a_copy_survives_one_going_dead() {
     let _server = serve_everywhere(&lab, &tern, &work);
 
     // Given one address, a fixed count of streams spreads over both paths.
-    let out = client(
-        &lab,
-        &tern,
-        &work,
-        &[
-            "perf",
-            "tern://10.47.0.2",
-            "-P",
-            "2",
-            "--time",
-            "2",
-            "--json",
-        ],
-    )
-    .output()
-    .unwrap();
-    let perf = report(&out);
+    let perf = perf_json(&lab, &tern, &work, &["--time", "2"]);
     let paths = perf["paths"].as_array().expect("a paths array");
     assert_eq!(paths.len(), 2, "{perf}");
     assert_eq!(paths[1]["remote"], "10.47.1.2:4747", "{perf}");
@@ -104,25 +95,8 @@ fn streams_go_over_both_paths_and_a_copy_survives_one_going_dead() {
         assert_eq!(p["state"], "active", "{perf}");
     }
     // --paths off keeps to the address given.
-    let out = client(
-        &lab,
-        &tern,
-        &work,
-        &[
-            "perf",
-            "tern://10.47.0.2",
-            "-P",
-            "2",
-            "--time",
-            "1",
-            "--json",
-            "--paths",
-            "off",
-        ],
-    )
-    .output()
-    .unwrap();
-    assert!(report(&out).get("paths").is_none());
+    let one = perf_json(&lab, &tern, &work, &["--time", "1", "--paths", "off"]);
+    assert!(one.get("paths").is_none(), "{one}");
 
     // A copy over both paths; path 1 goes dead a third of the way in.
     let size = 48 << 20;
