@@ -88,6 +88,9 @@ fi
 bench_workdir multipath   # WORK, LOGS, DST; private copies of tern and netlab; the EXIT trap
 chmod 1777 "$DST"         # GridFTP writes as nobody
 mkdir -p "$WORK/samples" "$WORK/parts"
+# Each run starts fresh: no path memory from an earlier copy to the same
+# daemon address (it would start every stream where that copy ended).
+export XDG_STATE_HOME=$WORK/xdg-state
 bench_svg_path multipath-failure.svg "${MP_SVG:-}"
 BG=()                     # clients running side by side (stopped by the trap)
 SAMPLER=""

@@ -326,9 +326,10 @@ fn path_plan(
     };
     let spares_from = agreed.max_streams - agreed.options.spare_streams();
     // Streams the controller adds try the other paths; a fixed count is
-    // spread over them from the start.
+    // spread over them from the start, and so is a start that leaves the
+    // controller no room to add (a copy starting where the last ended).
     let first_on_control = if opts.tuning.auto_streams {
-        agreed.streams
+        agreed.streams.min((spares_from / 2).max(1))
     } else {
         1
     };
