@@ -130,7 +130,8 @@ def paths_summary(text):
         return ""
     out = []
     for p in ps:
-        bits = [f"path {p.get('index', '?')} {p.get('local', '?')}->{p.get('remote', '?')}",
+        local = f"{p['local']}->" if p.get("local") else ""
+        bits = [f"path {p.get('index', '?')} {local}{p.get('remote', '?')}",
                 str(p.get("state", "?"))]
         if p.get("streams") is not None:
             bits.append(f"{p['streams']} streams")
