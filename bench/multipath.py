@@ -142,6 +142,10 @@ def paths_summary(text):
         if p.get("reserved_bps"):
             bits.append(f"reserved {p['reserved_bps'] / 1e6:.0f} Mbit/s")
         out.append(" ".join(bits))
+    tuning = d.get("tuning") or {}
+    peak = tuning.get("send_buffer_peak_bytes")
+    if isinstance(peak, (int, float)) and peak > 0:
+        out.append(f"send buffers at most {peak / 1e6:.1f} MB in total")
     return "; ".join(out)
 
 

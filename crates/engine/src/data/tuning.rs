@@ -10,6 +10,7 @@
 //! the `tuning` diagnosis of the report.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -140,6 +141,17 @@ struct Slot {
     tuner: SocketTuner,
     _probe: OwnedFd,
     retired: bool,
+    /// The path group whose budget sizes its send buffer (multi-path).
+    group: Option<usize>,
+}
+
+/// The streams of one path of a multi-path session (the same pair of
+/// addresses), whose send buffers share that path's budget: twice its own
+/// bandwidth-delay product, as one path's streams do.
+struct PathGroup {
+    ends: (IpAddr, IpAddr),
+    sizer: SessionSizer,
+    share: u64,
 }
 
 struct Tuners {
@@ -154,6 +166,8 @@ struct Tuners {
     share: u64,
     /// Streams the session has (or is about to have), for first shares.
     streams: u16,
+    /// With other paths: one budget per path instead of `sizer`.
+    groups: Vec<PathGroup>,
     changes: Option<mpsc::UnboundedSender<StreamChange>>,
     congestion_seen: Option<String>,
     started: Instant,
@@ -175,6 +189,17 @@ pub struct TraceLine {
     pub sndbuf: u64,
     /// Receive buffer when sampled, before the policy acted.
     pub rcvbuf: u64,
+}
+
+/// The addresses at both ends of a data socket: which path it takes.
+fn path_ends(probe: &OwnedFd) -> (IpAddr, IpAddr) {
+    let unknown = IpAddr::from([0, 0, 0, 0]);
+    let Ok(socket) = probe.try_clone().map(std::net::TcpStream::from) else {
+        return (unknown, unknown);
+    };
+    let ip =
+        |a: std::io::Result<std::net::SocketAddr>| a.map_or(unknown, |a| a.ip().to_canonical());
+    (ip(socket.local_addr()), ip(socket.peer_addr()))
 }
 
 /// The send-buffer budget a long-path session starts with: what one
@@ -219,9 +244,18 @@ impl Tuners {
         let rtt = tern_drs::TcpInfo::read(fd)
             .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
             .unwrap_or_default();
-        // Streams over several paths are sized each by its own tuner: one
-        // session-wide share, from one RTT, would starve the longer paths.
-        if rtt >= LONG_PATH_RTT && self.tuning.other_paths == 0 {
+        let mut group = None;
+        if rtt >= LONG_PATH_RTT && self.tuning.other_paths > 0 {
+            // One session-wide share, from one RTT, would starve the longer
+            // paths: each path's streams share a budget of their own.
+            let g = self.group_for(path_ends(&probe), wmem_max);
+            let members = self.members(g) + 1;
+            let first = self.groups[g].sizer.share(members);
+            if let Err(e) = tuner.share_with_session(first) {
+                tracing::debug!("stream {k}: cannot size the send buffer: {e}");
+            }
+            group = Some(g);
+        } else if rtt >= LONG_PATH_RTT {
             if self.sizer.bdp() == 0 {
                 // What one autotuned stream could have, until a rate shows;
                 // with a known rate, room for it from the first round trip.
@@ -242,13 +276,88 @@ impl Tuners {
                 tuner,
                 _probe: probe,
                 retired: false,
+                group,
             });
+        }
+    }
+
+    /// The group of the streams between these addresses, made when there
+    /// is none.
+    fn group_for(&mut self, ends: (IpAddr, IpAddr), wmem_max: u64) -> usize {
+        if let Some(g) = self.groups.iter().position(|g| g.ends == ends) {
+            return g;
+        }
+        let mut sizer = SessionSizer::default();
+        sizer.start_at(wmem_max);
+        self.groups.push(PathGroup {
+            ends,
+            sizer,
+            share: 0,
+        });
+        self.groups.len() - 1
+    }
+
+    /// Streams of group `g` still in use.
+    fn members(&self, g: usize) -> u16 {
+        let n = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|s| !s.retired && s.group == Some(g))
+            .count();
+        u16::try_from(n).unwrap_or(u16::MAX)
+    }
+
+    /// Feeds each path group its streams' aggregate and gives them their
+    /// new share.
+    fn size_groups(&mut self, at: Duration, bytes_acked: &[u64]) {
+        for g in 0..self.groups.len() {
+            let members = || {
+                self.slots
+                    .iter()
+                    .flatten()
+                    .filter(move |s| !s.retired && s.group == Some(g))
+            };
+            let intervals: Vec<_> = members().filter_map(|s| s.tuner.interval()).collect();
+            let sample = SessionSample {
+                at,
+                bytes_acked: bytes_acked.get(g).copied().unwrap_or(0),
+                min_rtt_us: intervals
+                    .iter()
+                    .map(|iv| iv.min_rtt_us)
+                    .filter(|&r| r > 0)
+                    .min()
+                    .unwrap_or(0),
+                streams: self.members(g).max(1),
+                buffer_limited: intervals.iter().any(tern_drs::policy::is_sndbuf_limited),
+                queueing: intervals.iter().any(tern_drs::policy::is_queueing),
+            };
+            if let Some(share) = self.groups[g].sizer.observe(sample) {
+                self.groups[g].share = share;
+                self.apply_group_share(g);
+            }
+        }
+    }
+
+    fn apply_group_share(&mut self, g: usize) {
+        let share = self.groups[g].share;
+        if share == 0 {
+            return;
+        }
+        for (k, slot) in self.slots.iter_mut().enumerate() {
+            let Some(slot) = slot.as_mut().filter(|s| !s.retired && s.group == Some(g)) else {
+                continue;
+            };
+            if let Err(e) = slot.tuner.apply_share(share) {
+                tracing::debug!("stream {k}: cannot size the send buffer: {e}");
+            }
         }
     }
 
     fn tick(&mut self, act: bool) {
         let at = self.started.elapsed();
         let mut bytes = 0u64;
+        let mut group_bytes = vec![0u64; self.groups.len()];
         let other_paths = self.tuning.other_paths > 0;
         let (mut at_cap, mut growing, mut worth_probing) = (false, false, other_paths);
         let loss_based = self
@@ -276,6 +385,9 @@ impl Tuners {
                         }
                     }
                     bytes += info.bytes_acked;
+                    if let Some(g) = slot.group {
+                        group_bytes[g] += info.bytes_acked;
+                    }
                     srtt = srtt.max(Duration::from_micros(u64::from(info.rtt_us)));
                     at_cap |= slot.tuner.at_cap();
                     growing |= slot.tuner.growing();
@@ -289,6 +401,7 @@ impl Tuners {
         }
         if act {
             self.size_shared(at, bytes);
+            self.size_groups(at, &group_bytes);
         }
         if !act || self.changes.is_none() {
             return;
@@ -317,7 +430,12 @@ impl Tuners {
     /// Feeds the session's aggregate to the sizer and gives every shared
     /// send buffer its new share.
     fn size_shared(&mut self, at: Duration, bytes_acked: u64) {
-        let active = || self.slots.iter().flatten().filter(|s| !s.retired);
+        let active = || {
+            self.slots
+                .iter()
+                .flatten()
+                .filter(|s| !s.retired && s.group.is_none())
+        };
         let shared = active().filter(|s| s.tuner.shared()).count();
         if shared == 0 {
             return;
@@ -347,7 +465,7 @@ impl Tuners {
 
     fn apply_shares(&mut self) {
         for (k, slot) in self.slots.iter_mut().enumerate() {
-            let Some(slot) = slot.as_mut().filter(|s| !s.retired) else {
+            let Some(slot) = slot.as_mut().filter(|s| !s.retired && s.group.is_none()) else {
                 continue;
             };
             if let Err(e) = slot.tuner.apply_share(self.share) {
@@ -372,6 +490,12 @@ impl Tuners {
         if self.share > 0 {
             self.share = self.sizer.share(self.streams);
             self.apply_shares();
+        }
+        for g in 0..self.groups.len() {
+            if self.groups[g].share > 0 {
+                self.groups[g].share = self.groups[g].sizer.share(self.members(g).max(1));
+                self.apply_group_share(g);
+            }
         }
         if let Some(tx) = &self.changes {
             let _ = tx.send(change);
@@ -422,6 +546,55 @@ impl Tuners {
             .clone()
             .unwrap_or_else(|| d.host.congestion_control.clone());
         d.window = self.tuning.window_name();
+        let groups: Vec<String> = (0..self.groups.len())
+            .filter(|&g| self.groups[g].share > 0 && self.members(g) > 0)
+            .map(|g| {
+                let p = &self.groups[g];
+                format!(
+                    "{} streams at {:.1} ms: {:.1} MiB each",
+                    self.members(g),
+                    f64::from(p.sizer.min_rtt_us()) / 1e3,
+                    p.share as f64 / f64::from(1 << 20)
+                )
+            })
+            .collect();
+        if !groups.is_empty() {
+            let sized = format!(
+                "sized the send buffers of each path's streams together, to twice that path's \
+                 bandwidth-delay product: {}",
+                groups.join("; ")
+            );
+            // Buffers full at the size tern chose are the path's pace, as
+            // for one path (`Diagnosis::shared_sizing`), unless one stream
+            // of a path could not hold its path alone.
+            let cap = d.host.tcp_wmem[2];
+            let beyond_one = self.groups.iter().any(|p| 2 * p.sizer.bdp() > cap);
+            if d.limit == tern_drs::Limit::SendBuffer && !beyond_one {
+                d.limit = tern_drs::Limit::Network;
+                d.sysctls.retain(|l| !l.contains("tcp_wmem"));
+                d.summary = format!(
+                    "The network paths set the pace: tern {sized}, within the host's caps, and \
+                     the streams kept them full."
+                );
+            } else if d.limit == tern_drs::Limit::SendBuffer {
+                let widest = self.groups.iter().map(|p| p.sizer.bdp()).max().unwrap_or(0);
+                d.summary = format!(
+                    "The send buffer was the limit: one stream's send buffer stops at the \
+                     sender's tcp_wmem maximum of {:.1} MiB, while a path's bandwidth-delay \
+                     product is up to {:.1} MiB and a stream needs about twice that. tern worked \
+                     around it with several streams per path: it {sized}; raising tcp_wmem on the \
+                     sending host removes the cap for every program.",
+                    cap as f64 / f64::from(1 << 20),
+                    widest as f64 / f64::from(1 << 20),
+                );
+            }
+            d.actions.push(sized);
+            d.send_buffers_sized_bytes = Some(
+                (0..self.groups.len())
+                    .map(|g| self.groups[g].share * u64::from(self.members(g)))
+                    .sum(),
+            );
+        }
         if shared > 0 && self.sizer.bdp() > 0 {
             d.shared_sizing(tern_drs::SharedSizing {
                 streams: shared,
@@ -471,6 +644,7 @@ impl Sampler {
             slots: (0..indices.max(max)).map(|_| None).collect(),
             controller,
             sizer: SessionSizer::default(),
+            groups: Vec::new(),
             share: 0,
             streams: initial.max(1),
             changes,
