@@ -191,6 +191,29 @@ pub struct TraceLine {
     pub rcvbuf: u64,
 }
 
+/// What a sizer is fed about `streams` streams: their bytes acknowledged
+/// and their last intervals.
+fn session_sample(
+    at: Duration,
+    bytes_acked: u64,
+    streams: u16,
+    intervals: &[tern_drs::Interval],
+) -> SessionSample {
+    SessionSample {
+        at,
+        bytes_acked,
+        min_rtt_us: intervals
+            .iter()
+            .map(|iv| iv.min_rtt_us)
+            .filter(|&r| r > 0)
+            .min()
+            .unwrap_or(0),
+        streams,
+        buffer_limited: intervals.iter().any(tern_drs::policy::is_sndbuf_limited),
+        queueing: intervals.iter().any(tern_drs::policy::is_queueing),
+    }
+}
+
 /// The addresses at both ends of a data socket: which path it takes.
 fn path_ends(probe: &OwnedFd) -> (IpAddr, IpAddr) {
     let unknown = IpAddr::from([0, 0, 0, 0]);
@@ -319,19 +342,8 @@ impl Tuners {
                     .filter(move |s| !s.retired && s.group == Some(g))
             };
             let intervals: Vec<_> = members().filter_map(|s| s.tuner.interval()).collect();
-            let sample = SessionSample {
-                at,
-                bytes_acked: bytes_acked.get(g).copied().unwrap_or(0),
-                min_rtt_us: intervals
-                    .iter()
-                    .map(|iv| iv.min_rtt_us)
-                    .filter(|&r| r > 0)
-                    .min()
-                    .unwrap_or(0),
-                streams: self.members(g).max(1),
-                buffer_limited: intervals.iter().any(tern_drs::policy::is_sndbuf_limited),
-                queueing: intervals.iter().any(tern_drs::policy::is_queueing),
-            };
+            let bytes = bytes_acked.get(g).copied().unwrap_or(0);
+            let sample = session_sample(at, bytes, self.members(g).max(1), &intervals);
             if let Some(share) = self.groups[g].sizer.observe(sample) {
                 self.groups[g].share = share;
                 self.apply_group_share(g);
@@ -441,21 +453,10 @@ impl Tuners {
             return;
         }
         let intervals: Vec<_> = active().filter_map(|s| s.tuner.interval()).collect();
-        let sample = SessionSample {
-            at,
-            bytes_acked,
-            min_rtt_us: intervals
-                .iter()
-                .map(|iv| iv.min_rtt_us)
-                .filter(|&r| r > 0)
-                .min()
-                .unwrap_or(0),
-            // Streams announced but not joined yet count: they will take
-            // their shares as they join.
-            streams: u16::try_from(shared).unwrap_or(u16::MAX).max(self.streams),
-            buffer_limited: intervals.iter().any(tern_drs::policy::is_sndbuf_limited),
-            queueing: intervals.iter().any(tern_drs::policy::is_queueing),
-        };
+        // Streams announced but not joined yet count: they will take
+        // their shares as they join.
+        let streams = u16::try_from(shared).unwrap_or(u16::MAX).max(self.streams);
+        let sample = session_sample(at, bytes_acked, streams, &intervals);
         let Some(share) = self.sizer.observe(sample) else {
             return;
         };
