@@ -28,9 +28,18 @@ const LAB: &str = "probe1";
 const RTT_MS: f64 = 180.0;
 const RATE_MBIT: f64 = 500.0;
 
+/// The probe's report. Exit 6 (a measurement failed, everything measured
+/// printed) is accepted when only the capacity estimate is missing: the
+/// retries below deal with spoiled trains.
 fn probe_json(out: &Output) -> Value {
+    let capacity_only = out.status.code() == Some(6)
+        && serde_json::from_slice::<Value>(&out.stdout).is_ok_and(|v| {
+            v["errors"]
+                .as_object()
+                .is_some_and(|e| e.keys().all(|k| k == "capacity"))
+        });
     assert!(
-        out.status.success(),
+        out.status.success() || capacity_only,
         "tern probe failed ({}): {}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
@@ -95,6 +104,12 @@ fn probe_measures_rtt_within_5_and_capacity_within_10_percent_on_500mbit_180ms()
         v = probe_json(&probe(&[]));
     }
     let after = lab.status();
+    for d in ["forward", "reverse"] {
+        assert!(
+            v["capacity"][d]["estimate_bps"].is_f64(),
+            "three probes in a row gave no {d} capacity estimate: {v}"
+        );
+    }
 
     let rtt_ms = v["rtt"]["median_ms"].as_f64().unwrap();
     let fwd = v["capacity"]["forward"]["estimate_bps"].as_f64().unwrap() / 1e6;

@@ -767,9 +767,10 @@ pub struct ProbeArgs {
     /// with decimal suffixes (8M = 8 Mbit/s).
     #[arg(long, default_value = "8M", value_name = "RATE", value_parser = crate::size::parse_rate)]
     pub probe_load: u64,
-    /// Discard a train when an arrival strays from the line through its
-    /// arrivals by more than this share of the train's duration (a stall
-    /// or cross traffic); raise it where timestamps are coarse.
+    /// How far an arrival may stray from its train's line, as a share of
+    /// the train's duration, and still be on it; a train with less than
+    /// 60 % of its arrivals on one line (a stall, a bunch, cross traffic)
+    /// is discarded. Raise it where timestamps are coarse.
     #[arg(long, default_value_t = tern_probe::estimate::DISTURBED_SHARE, value_name = "SHARE", value_parser = positive_share)]
     pub max_stray: f64,
     /// Print one JSON object (`rtt`, `capacity`, `throughput`, `errors`)
