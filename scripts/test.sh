@@ -44,7 +44,8 @@ pg_env=$(bash scripts/pg-test.sh start)
 eval "$pg_env"
 echo "TERN_TEST_PG=$TERN_TEST_PG"
 echo "== cargo test"
-cargo test --release --workspace --features tern/fault-injection 2>&1 | tee "$log"
+# --no-fail-fast: one run shows every failing test binary, not the first.
+cargo test --release --workspace --features tern/fault-injection --no-fail-fast 2>&1 | tee "$log"
 echo "== the release binary carries no test hooks"
 cargo build --release -p tern
 if grep -q TERN_FAULT target/release/tern; then
