@@ -78,6 +78,49 @@ pub fn set_rcvbuf(fd: RawFd, bytes: u64, privileged: bool) -> io::Result<()> {
     set_int(fd, libc::SOL_SOCKET, opt, half)
 }
 
+/// Paces what this socket sends at `bytes_per_sec` at most
+/// (`SO_MAX_PACING_RATE`): the fq qdisc paces it where it is installed,
+/// TCP's own pacing elsewhere.
+pub fn set_max_pacing_rate(fd: RawFd, bytes_per_sec: u64) -> io::Result<()> {
+    // SAFETY: a valid pointer to a u64 of the size passed (the kernel
+    // takes a 64-bit rate when given eight bytes).
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&bytes_per_sec as *const u64).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The pacing cap of this socket, bytes/s (`u64::MAX`: none).
+pub fn max_pacing_rate(fd: RawFd) -> io::Result<u64> {
+    let mut value: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: a valid pointer to a u64 and its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&mut value as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Bounds the window this socket advertises (`TCP_WINDOW_CLAMP`) while
 /// leaving receive autotuning on below it.
 pub fn set_window_clamp(fd: RawFd, bytes: u64) -> io::Result<()> {
@@ -167,5 +210,16 @@ mod tests {
         assert_eq!(congestion(fd).unwrap(), "reno");
         assert!(set_congestion(fd, "no-such-cc").is_err());
         assert!(congestion(-1).is_err());
+    }
+
+    #[test]
+    fn a_pacing_cap_is_set_and_read_back() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let fd = s.as_raw_fd();
+        assert_eq!(max_pacing_rate(fd).unwrap(), u64::MAX, "none at first");
+        set_max_pacing_rate(fd, 37_500_000).unwrap();
+        assert_eq!(max_pacing_rate(fd).unwrap(), 37_500_000);
+        assert!(set_max_pacing_rate(-1, 1).is_err());
     }
 }

@@ -60,26 +60,22 @@ fn partial_size(root: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// A lab `name` of two paths (jumbo frames) and an empty work directory.
+fn two_paths(name: &str, path0: &str, path1: &str) -> (Lab, std::path::PathBuf) {
+    let work = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let lab = Lab::up(name, &["--path", path0, "--path", path1, "--mtu", "9000"]);
+    (lab, work)
+}
+
 #[test]
 fn streams_go_over_both_paths_and_a_copy_survives_one_going_dead() {
     let test = "streams_go_over_both_paths_and_a_copy_survives_one_going_dead";
     let Some(tern) = tern_or_skip(test) else {
         return;
     };
-    let work = std::env::temp_dir().join(format!("nlmp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).unwrap();
-    let lab = Lab::up(
-        "nltestmp",
-        &[
-            "--path",
-            "rtt=10,rate=50",
-            "--path",
-            "rtt=20,rate=50",
-            "--mtu",
-            "9000",
-        ],
-    );
+    let (lab, work) = two_paths("nltestmp", "rtt=10,rate=50", "rtt=20,rate=50");
     let _server = serve_everywhere(&lab, &tern, &work);
 
     // Given one address, a fixed count of streams spreads over both paths.
@@ -153,5 +149,39 @@ fn streams_go_over_both_paths_and_a_copy_survives_one_going_dead() {
     assert!(paths[1]["bytes"].as_u64().unwrap() > 0, "{copied}");
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!said.contains("panicked"), "{said}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_reserved_path_carries_one_stream_at_its_rate_beside_a_best_effort_one() {
+    let test = "a_reserved_path_carries_one_stream_at_its_rate_beside_a_best_effort_one";
+    let Some(tern) = tern_or_skip(test) else {
+        return;
+    };
+    // Path 1 could carry 200 Mbit/s; 40 are reserved on it.
+    let (lab, work) = two_paths("nltestrs", "rtt=10,rate=100", "rtt=20,rate=200");
+    let _server = serve_everywhere(&lab, &tern, &work);
+    let perf = perf_json(
+        &lab,
+        &tern,
+        &work,
+        &["--time", "4", "--path", "10.47.1.2,rate=40M"],
+    );
+    let paths = perf["paths"].as_array().expect("a paths array");
+    assert_eq!(paths.len(), 2, "{perf}");
+    let reserved = &paths[1];
+    assert_eq!(reserved["state"], "reserved", "{perf}");
+    assert_eq!(reserved["reserved_bps"], 40_000_000, "{perf}");
+    assert_eq!(
+        reserved["streams"], 1,
+        "one stream carries a reservation: {perf}"
+    );
+    let rate = reserved["rate_bps"].as_f64().unwrap();
+    assert!(
+        rate > 0.5 * 40e6 && rate < 1.25 * 40e6,
+        "the reserved path ran at {rate} bit/s, not about 40 Mbit/s: {perf}"
+    );
+    assert_eq!(paths[0]["state"], "active", "{perf}");
+    assert!(paths[0]["bytes"].as_u64().unwrap() > 0, "{perf}");
     let _ = std::fs::remove_dir_all(&work);
 }

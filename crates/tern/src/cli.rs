@@ -314,9 +314,12 @@ pub struct EngineArgs {
     #[arg(long = "paths", id = "paths_mode", value_enum, default_value_t = PathsArg::Auto)]
     pub paths_mode: PathsArg,
     /// A path named by hand, besides the address given: the daemon's
-    /// address on it, and this host's address to leave from (for a
-    /// multi-homed host). Repeatable; replaces the daemon's own list.
-    #[arg(long = "path", value_name = "[SRC=]DST", value_parser = parse_path_spec)]
+    /// address on it, this host's address to leave from (for a
+    /// multi-homed host), and a rate reserved on it (a circuit): one
+    /// stream goes there, paced at R, its window locked at R × RTT, and no
+    /// more are added; the other paths take what is left. Repeatable;
+    /// replaces the daemon's own list.
+    #[arg(long = "path", value_name = "[SRC=]DST[,rate=R]", value_parser = crate::location::parse_path_spec)]
     pub path: Vec<tern_engine::paths::PathSpec>,
 }
 
@@ -325,29 +328,6 @@ pub struct EngineArgs {
 pub enum PathsArg {
     Auto,
     Off,
-}
-
-/// `[SRC=]DST`: IP addresses.
-fn parse_path_spec(text: &str) -> Result<tern_engine::paths::PathSpec, String> {
-    if let Some((_, option)) = text.split_once(',') {
-        return Err(format!(
-            "'{option}': reserved-rate paths (DST,rate=R) are not supported yet; name the path \
-             without it, and use --rate-limit to cap the whole transfer"
-        ));
-    }
-    let (local, remote) = match text.split_once('=') {
-        Some((src, dst)) => (Some(src), dst),
-        None => (None, text),
-    };
-    let ip = |what: &str, s: &str| -> Result<std::net::IpAddr, String> {
-        s.trim_matches(|c| c == '[' || c == ']')
-            .parse()
-            .map_err(|_| format!("{what} '{s}' is not an IP address"))
-    };
-    Ok(tern_engine::paths::PathSpec {
-        remote: ip("the daemon's address", remote)?,
-        local: local.map(|s| ip("the local address", s)).transpose()?,
-    })
 }
 
 /// What `cp` and `perf` add to [`EngineArgs`]: the advisor, compression,

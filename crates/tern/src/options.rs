@@ -152,6 +152,7 @@ fn tuning_of(t: &EngineArgs) -> Result<Tuning> {
         known_rate_bps: None,
         // Set once the daemon has named its paths.
         other_paths: 0,
+        reserved: Vec::new(),
     })
 }
 

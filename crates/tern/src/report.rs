@@ -489,10 +489,31 @@ pub fn count(n: usize, thing: &str) -> String {
     }
 }
 
+/// Below this share of its reserved rate a reserved path is reported as
+/// under its reservation.
+const UNDER_RESERVATION: f64 = 0.8;
+
 /// One path of a multi-path session, in words.
 fn path_line(p: &PathReport) -> String {
     let state = match p.state {
         PathState::Active => String::new(),
+        PathState::Reserved => {
+            let reserved = p.reserved_bps.unwrap_or(0) as f64;
+            let share = if reserved > 0.0 {
+                p.rate_bps / reserved
+            } else {
+                1.0
+            };
+            if share < UNDER_RESERVATION {
+                format!(
+                    ", reserved {}: {:.0} % of it delivered, well under the reservation",
+                    human_rate(reserved),
+                    share * 100.0
+                )
+            } else {
+                format!(", reserved {}", human_rate(reserved))
+            }
+        }
         PathState::Dropped => ", dropped: it did not add to the rate".to_string(),
         PathState::Failed => format!(
             ", failed{}{}",

@@ -1,7 +1,7 @@
 //! The client side: connect to a daemon, check its identity, open a session
 //! and its data streams, then run the engine as sender or receiver.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::conn::open::{self, Linger, Step};
-use crate::conn::paths::{self, Leg, PathChoice, PathPlan, PathReport};
+use crate::conn::paths::{self, Leg, OtherPath, PathChoice, PathPlan, PathReport};
 use crate::conn::route::Route;
 pub use crate::conn::route::{Callback, Endpoint, Reach};
 pub use crate::conn::tls::{BLOCK_MAC_LABEL, ClientCert, PinVerifier, bind_token, server_name};
@@ -238,6 +238,15 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     } else {
         opts.streams
     };
+    // A reserved path's stream is one of the first: the reservation holds
+    // from the start, not from when the controller would add it.
+    let reservations = match &opts.paths {
+        PathChoice::Given(specs) => specs.iter().filter(|s| s.reserved_bps.is_some()).count(),
+        _ => 0,
+    };
+    let streams = streams
+        .max(1 + u16::try_from(reservations).unwrap_or(u16::MAX))
+        .min(opts.max_streams.max(opts.streams));
     let request = request_of(opts, mode, streams);
     let mut opening = ClientOpen::new(request, negotiated)?;
     // The server may hold a valid request until a session slot is free:
@@ -282,6 +291,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     params.max_streams = max_streams;
     params.tuning = opts.tuning.clone();
     params.tuning.other_paths = plan.as_ref().map_or(0, |p| p.others() as u16);
+    params.tuning.reserved = plan.as_ref().map_or_else(Vec::new, |p| p.reserved());
     params.apply_agreed(&agreed.options);
     params.block_check = block_check;
     params.resume = agreed.features.contains(Features::RESUME);
@@ -316,19 +326,32 @@ fn path_plan(
     let (Route::Dial(_), Some(peer)) = (route, peer) else {
         return None;
     };
-    let others: Vec<(SocketAddr, Option<IpAddr>)> = match &opts.paths {
+    let others: Vec<OtherPath> = match &opts.paths {
         PathChoice::Off => return None,
-        PathChoice::Auto => agreed.paths.iter().map(|&a| (a, None)).collect(),
+        PathChoice::Auto => agreed
+            .paths
+            .iter()
+            .map(|&remote| OtherPath {
+                remote,
+                local: None,
+                reserved_bps: None,
+            })
+            .collect(),
         PathChoice::Given(specs) => specs
             .iter()
-            .map(|s| (SocketAddr::new(s.remote, peer.port()), s.local))
+            .map(|s| OtherPath {
+                remote: SocketAddr::new(s.remote, peer.port()),
+                local: s.local,
+                reserved_bps: s.reserved_bps,
+            })
             .collect(),
     };
+    let reserving = others.iter().any(|o| o.reserved_bps.is_some());
     let spares_from = agreed.max_streams - agreed.options.spare_streams();
     // Streams the controller adds try the other paths; a fixed count is
     // spread over them from the start, and so is a start that leaves the
     // controller no room to add (a copy starting where the last ended).
-    let first_on_control = if opts.tuning.auto_streams {
+    let first_on_control = if opts.tuning.auto_streams && !reserving {
         agreed.streams.min((spares_from / 2).max(1))
     } else {
         1

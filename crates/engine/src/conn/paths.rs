@@ -113,6 +113,10 @@ pub struct PathSpec {
     pub remote: IpAddr,
     /// This host's address to connect from, for a multi-homed client.
     pub local: Option<IpAddr>,
+    /// The rate reserved for this path (a circuit), bits/s: its stream is
+    /// paced at it, its window locked at it × RTT, and the stream-count
+    /// controller adds nothing there.
+    pub reserved_bps: Option<u64>,
 }
 
 /// What became of a path, in a report.
@@ -126,6 +130,8 @@ pub enum PathState {
     Dropped,
     /// It could not be connected, or lost every stream it had.
     Failed,
+    /// A path with a reserved rate, which carried its stream to the end.
+    Reserved,
 }
 
 /// One path of a finished session, for the report.
@@ -144,6 +150,9 @@ pub struct PathReport {
     /// Those bytes over the session's network time, bits/s.
     pub rate_bps: f64,
     pub state: PathState,
+    /// The rate reserved for it, bits/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved_bps: Option<u64>,
     /// Seconds into the transfer the path was found dead.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_after_s: Option<f64>,
@@ -152,10 +161,19 @@ pub struct PathReport {
     pub failure: Option<String>,
 }
 
+/// A path besides the control connection's, as a plan takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OtherPath {
+    pub remote: SocketAddr,
+    pub local: Option<IpAddr>,
+    pub reserved_bps: Option<u64>,
+}
+
 #[derive(Debug)]
 struct Path {
     remote: SocketAddr,
     local: Option<IpAddr>,
+    reserved_bps: Option<u64>,
     streams: Vec<u16>,
     /// A connection could not be made: why, and when.
     unreachable: Option<(String, Duration)>,
@@ -191,21 +209,23 @@ impl PathPlan {
     /// and the spares from `spares_from` on take the control path.
     pub(crate) fn new(
         control: SocketAddr,
-        others: Vec<(SocketAddr, Option<IpAddr>)>,
+        others: Vec<OtherPath>,
         first_on_control: u16,
         spares_from: u16,
     ) -> PathPlan {
         let mut paths = vec![Path {
             remote: control,
             local: None,
+            reserved_bps: None,
             streams: Vec::new(),
             unreachable: None,
         }];
-        for (remote, local) in others {
-            if paths.iter().all(|p| p.remote.ip() != remote.ip()) {
+        for other in others {
+            if paths.iter().all(|p| p.remote.ip() != other.remote.ip()) {
                 paths.push(Path {
-                    remote,
-                    local,
+                    remote: other.remote,
+                    local: other.local,
+                    reserved_bps: other.reserved_bps,
                     streams: Vec::new(),
                     unreachable: None,
                 });
@@ -224,16 +244,35 @@ impl PathPlan {
         self.paths.lock().expect("paths").len() - 1
     }
 
-    /// The path for stream `k`: the control path for the first streams
-    /// and for replacements, else the reachable path with the fewest
-    /// streams (other paths first, on a tie).
+    /// The reserved paths: the daemon's address on each, and its rate.
+    pub(crate) fn reserved(&self) -> Vec<(IpAddr, u64)> {
+        let paths = self.paths.lock().expect("paths");
+        paths
+            .iter()
+            .filter_map(|p| Some((p.remote.ip(), p.reserved_bps?)))
+            .collect()
+    }
+
+    /// The path for stream `k`: the control path for the first stream and
+    /// for replacements; then a reserved path that has no stream yet (one
+    /// stream carries a reservation); then the control path up to
+    /// `first_on_control`; else the reachable best-effort path with the
+    /// fewest streams (other paths first, on a tie).
     pub(crate) fn leg(&self, k: u16) -> Leg {
         let mut paths = self.paths.lock().expect("paths");
-        let index = if k < self.first_on_control || k >= self.spares_from {
+        let usable = |p: &Path| p.unreachable.is_none();
+        let unserved_reservation = (1..paths.len()).find(|&i| {
+            paths[i].reserved_bps.is_some() && usable(&paths[i]) && paths[i].streams.is_empty()
+        });
+        let index = if k == 0 || k >= self.spares_from {
+            0
+        } else if let Some(i) = unserved_reservation {
+            i
+        } else if k < self.first_on_control {
             0
         } else {
             (0..paths.len())
-                .filter(|&i| paths[i].unreachable.is_none())
+                .filter(|&i| usable(&paths[i]) && paths[i].reserved_bps.is_none())
                 .min_by_key(|&i| (paths[i].streams.len(), i == 0, i))
                 .unwrap_or(0)
         };
@@ -301,6 +340,7 @@ impl PathPlan {
                         lost_here.iter().map(|l| l.after).max(),
                         Some("every stream on it stalled or was lost".to_string()),
                     ),
+                    _ if live > 0 && p.reserved_bps.is_some() => (PathState::Reserved, None, None),
                     _ if live > 0 => (PathState::Active, None, None),
                     _ => (PathState::Dropped, None, None),
                 };
@@ -316,6 +356,7 @@ impl PathPlan {
                         0.0
                     },
                     state,
+                    reserved_bps: p.reserved_bps,
                     failed_after_s: failed_after.map(|d| d.as_secs_f64()),
                     failure,
                 }
@@ -365,6 +406,14 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn other(remote: &str, reserved_bps: Option<u64>) -> OtherPath {
+        OtherPath {
+            remote: addr(remote),
+            local: None,
+            reserved_bps,
+        }
+    }
+
     #[test]
     fn a_daemon_names_other_addresses_of_the_clients_family_but_not_to_loopback() {
         let given = Advertise::Addresses(vec![
@@ -398,10 +447,7 @@ mod tests {
     fn added_streams_try_the_other_paths_first_and_replacements_take_the_control_path() {
         let plan = PathPlan::new(
             addr("10.47.0.2:4747"),
-            vec![
-                (addr("10.47.1.2:4747"), None),
-                (addr("10.47.2.2:4747"), None),
-            ],
+            vec![other("10.47.1.2:4747", None), other("10.47.2.2:4747", None)],
             2,
             8,
         );
@@ -446,13 +492,44 @@ mod tests {
     }
 
     #[test]
-    fn a_path_that_lost_every_stream_failed_and_one_whose_streams_were_retired_was_dropped() {
+    fn a_reserved_path_gets_one_stream_first_and_no_growth() {
         let plan = PathPlan::new(
             addr("10.47.0.2:4747"),
             vec![
-                (addr("10.47.1.2:4747"), None),
-                (addr("10.47.2.2:4747"), None),
+                other("10.47.1.2:4747", Some(300_000_000)),
+                other("10.47.2.2:4747", None),
             ],
+            1,
+            8,
+        );
+        assert_eq!(
+            plan.reserved(),
+            vec![("10.47.1.2".parse().unwrap(), 300_000_000)]
+        );
+        assert_eq!(plan.leg(0), Leg::Control);
+        assert!(
+            matches!(plan.leg(1), Leg::Path { index: 1, .. }),
+            "the reservation first"
+        );
+        for k in 2..6 {
+            assert!(
+                !matches!(plan.leg(k), Leg::Path { index: 1, .. }),
+                "stream {k} went to the reserved path"
+            );
+        }
+        let reports = plan.report(&[1; 6], &[], 6, Duration::from_secs(1));
+        assert_eq!(reports[1].state, PathState::Reserved);
+        assert_eq!(reports[1].reserved_bps, Some(300_000_000));
+        assert_eq!(reports[1].streams, 1);
+        assert_eq!(reports[2].state, PathState::Active);
+        assert_eq!(reports[2].reserved_bps, None);
+    }
+
+    #[test]
+    fn a_path_that_lost_every_stream_failed_and_one_whose_streams_were_retired_was_dropped() {
+        let plan = PathPlan::new(
+            addr("10.47.0.2:4747"),
+            vec![other("10.47.1.2:4747", None), other("10.47.2.2:4747", None)],
             1,
             8,
         );

@@ -759,5 +759,8 @@ fn tuning_of(request: &SessionRequest) -> Tuning {
         // ramps from the usual start.
         known_rate_bps: None,
         other_paths: 0,
+        // Reservations do not travel either: on a pull the client holds a
+        // reserved path to its rate with its locked receive window.
+        reserved: Vec::new(),
     }
 }

@@ -11,7 +11,7 @@
 
 use std::future::Future;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -109,6 +109,10 @@ pub struct Tuning {
     /// some, the stream-count controller adds streams (which go over them)
     /// even when the streams it has fill the first path.
     pub other_paths: u16,
+    /// Paths with a reserved rate: the peer's address on each, and the
+    /// rate in bits/s. A stream to one is paced at the rate and its
+    /// buffers locked at rate × RTT; no sizer or budget touches it.
+    pub reserved: Vec<(IpAddr, u64)>,
 }
 
 impl Default for Tuning {
@@ -121,6 +125,7 @@ impl Default for Tuning {
             script: Vec::new(),
             known_rate_bps: None,
             other_paths: 0,
+            reserved: Vec::new(),
         }
     }
 }
@@ -135,6 +140,10 @@ impl Tuning {
         }
     }
 }
+
+/// The smallest window a reserved path's stream gets, however short its
+/// round trip.
+const MIN_RESERVED_WINDOW: u64 = 64 << 10;
 
 struct Slot {
     // Declared before `probe`: the tuner holds the probe's raw fd.
@@ -258,20 +267,33 @@ impl Tuners {
         if self.congestion_seen.is_none() {
             self.congestion_seen = tern_drs::socket::congestion(fd).ok();
         }
-        let cfg = tern_drs::TunerConfig::new(self.tuning.window, self.direction, self.per_stream);
+        let rtt = tern_drs::TcpInfo::read(fd)
+            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
+            .unwrap_or_default();
+        let ends = path_ends(&probe);
+        let reserved = self
+            .tuning
+            .reserved
+            .iter()
+            .find(|(ip, _)| ip.to_canonical() == ends.1)
+            .map(|&(_, bps)| bps);
+        let mode = match reserved {
+            Some(bps) => WindowMode::Fixed(self.reserve(k, fd, bps, rtt, privileged)),
+            None => self.tuning.window,
+        };
+        let cfg = tern_drs::TunerConfig::new(mode, self.direction, self.per_stream);
         let wmem_max = cfg.caps.tcp_wmem[2];
         let mut tuner = SocketTuner::new(fd, cfg);
         // On a long path the session sizes the send buffers together, from
         // the first byte: kernel autotuning would take each stream to its
         // cap, which over several streams is far more than the path holds.
-        let rtt = tern_drs::TcpInfo::read(fd)
-            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
-            .unwrap_or_default();
         let mut group = None;
-        if rtt >= LONG_PATH_RTT && self.tuning.other_paths > 0 {
+        if reserved.is_some() {
+            // Locked and paced: no budget of a path or the session.
+        } else if rtt >= LONG_PATH_RTT && self.tuning.other_paths > 0 {
             // One session-wide share, from one RTT, would starve the longer
             // paths: each path's streams share a budget of their own.
-            let g = self.group_for(path_ends(&probe), wmem_max);
+            let g = self.group_for(ends, wmem_max);
             let members = self.members(g) + 1;
             let first = self.groups[g].sizer.share(members);
             if let Err(e) = tuner.share_with_session(first) {
@@ -302,6 +324,25 @@ impl Tuners {
                 group,
             });
         }
+    }
+
+    /// Sets up stream `k`'s socket on a path with `bps` reserved: its
+    /// buffers locked at twice the reservation's bandwidth-delay product
+    /// (room for `bps` × RTT of data beside the kernel's overhead), and,
+    /// where this end sends, its sending paced at `bps`. Returns the
+    /// buffer size.
+    fn reserve(&self, k: usize, fd: RawFd, bps: u64, rtt: Duration, privileged: bool) -> u64 {
+        let bdp = (bps as f64 / 8.0 * rtt.as_secs_f64()) as u64;
+        let window = (2 * bdp).max(MIN_RESERVED_WINDOW);
+        if let Err(e) = tern_drs::tuner::fix_buffers(fd, window, privileged) {
+            tracing::warn!("stream {k}: cannot lock the reserved path's window at {window}: {e}");
+        }
+        if self.direction == Direction::Send {
+            if let Err(e) = tern_drs::socket::set_max_pacing_rate(fd, bps / 8) {
+                tracing::warn!("stream {k}: cannot pace the reserved path at {bps} bit/s: {e}");
+            }
+        }
+        window
     }
 
     /// The group of the streams between these addresses, made when there
