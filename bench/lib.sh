@@ -302,7 +302,8 @@ stop_server_named() {  # stop one server (by its timeout pid) and forget it
 }
 server_alive() { [ -n "${SPID[$1]:-}" ] && kill -0 "${SPID[$1]}" 2>/dev/null; }
 start_tern() {  # tern serve in B on B0:TPORT, root DST; sets FP (its certificate fingerprint)
-    start_server tern "$TPORT" "$TERN" serve --listen "${TERN_LISTEN:-$B0:$TPORT}" --root "$DST" --state-dir "$WORK/state" || return 1
+    # shellcheck disable=SC2086  # TERN_SERVE_EXTRA: extra words, e.g. --mptcp
+    start_server tern "$TPORT" "$TERN" serve --listen "${TERN_LISTEN:-$B0:$TPORT}" --root "$DST" --state-dir "$WORK/state" ${TERN_SERVE_EXTRA:-} || return 1
     local _
     FP=""
     for _ in $(seq 50); do

@@ -81,6 +81,8 @@ HAVE_PATHS=0 HAVE_PATH=0 HAVE_MPTCP=0
 if grep -q -- '--paths' <<<"$CP_HELP" && grep -q -- '--paths' <<<"$PERF_HELP"; then HAVE_PATHS=1; fi
 if grep -qE -- '--path([^s]|$)' <<<"$PERF_HELP"; then HAVE_PATH=1; fi
 if grep -q -- '--mptcp' <<<"$PERF_HELP"; then HAVE_MPTCP=1; fi
+# A daemon that takes MPTCP too (plain TCP clients are served as before).
+if grep -q -- '--mptcp' <<<"$("$TERN" serve --help 2>&1 || true)"; then TERN_SERVE_EXTRA=--mptcp; fi
 if [ "$HAVE_PATHS" = 0 ]; then
     log "NOTE: this tern has no --paths (issue 16 not built in $TERN): tern runs use path 0 only; --paths off and --path runs are skipped"
 fi

@@ -121,6 +121,30 @@ pub fn max_pacing_rate(fd: RawFd) -> io::Result<u64> {
     }
 }
 
+/// `SOL_MPTCP` and `MPTCP_INFO` of `<linux/mptcp.h>` (not in libc).
+const SOL_MPTCP: libc::c_int = 284;
+const MPTCP_INFO: libc::c_int = 1;
+
+/// For an MPTCP socket (not fallen back to TCP), the subflows it has
+/// besides the first (`mptcpi_subflows`); `None` for a plain TCP socket or
+/// one that fell back.
+pub fn mptcp_subflows(fd: RawFd) -> Option<u8> {
+    // struct mptcp_info begins with `__u8 mptcpi_subflows`.
+    let mut info = [0u8; 64];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: a valid buffer and its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            SOL_MPTCP,
+            MPTCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && len > 0).then_some(info[0])
+}
+
 /// Bounds the window this socket advertises (`TCP_WINDOW_CLAMP`) while
 /// leaving receive autotuning on below it.
 pub fn set_window_clamp(fd: RawFd, bytes: u64) -> io::Result<()> {

@@ -321,6 +321,12 @@ pub struct EngineArgs {
     /// replaces the daemon's own list.
     #[arg(long = "path", value_name = "[SRC=]DST[,rate=R]", value_parser = crate::location::parse_path_spec)]
     pub path: Vec<tern_engine::paths::PathSpec>,
+    /// Dial every connection as MPTCP, so that the kernel spreads each over
+    /// the paths its path manager knows (`ip mptcp endpoint`) instead of
+    /// tern; implies --paths off unless --path is given. The daemon must
+    /// listen with `tern serve --mptcp`, or the connections are plain TCP.
+    #[arg(long)]
+    pub mptcp: bool,
 }
 
 /// Which paths to a daemon data streams take.
@@ -531,6 +537,10 @@ pub struct ServeArgs {
     /// listening on all of them, none to a client on loopback.
     #[arg(long, value_name = "ADDR[,ADDR…]|none", value_delimiter = ',')]
     pub advertise: Vec<String>,
+    /// Listen for MPTCP connections as well as TCP ones (clients that use
+    /// `--mptcp`); the kernel must offer MPTCP (net.mptcp.enabled = 1).
+    #[arg(long)]
+    pub mptcp: bool,
     #[command(flatten)]
     pub advisor: AdvisorArgs,
 }

@@ -205,9 +205,12 @@ fn client_options(
         choices,
         paths: match (t.paths_mode, t.path.is_empty()) {
             (PathsArg::Off, _) => PathChoice::Off,
+            // MPTCP spreads each connection itself.
+            (PathsArg::Auto, true) if t.mptcp => PathChoice::Off,
             (PathsArg::Auto, true) => PathChoice::Auto,
             (PathsArg::Auto, false) => PathChoice::Given(t.path.clone()),
         },
+        mptcp: t.mptcp,
     })
 }
 

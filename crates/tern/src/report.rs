@@ -138,6 +138,10 @@ pub struct Report {
     /// Each path's share, when the daemon was reached by more than one.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<PathReport>,
+    /// With `--mptcp`: whether the connections were MPTCP (false: the
+    /// daemon took plain TCP only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mptcp: Option<bool>,
 }
 
 /// What the last copy to a daemon left for the next one to start from.
@@ -225,6 +229,7 @@ pub struct ReportInput<'a> {
     pub advisor: Option<AdvisorUse>,
     pub started_from: Option<LastCopy>,
     pub paths: Vec<PathReport>,
+    pub mptcp: Option<bool>,
 }
 
 impl Report {
@@ -306,6 +311,7 @@ impl Report {
             advisor: i.advisor,
             started_from_last_copy: i.started_from,
             paths: i.paths,
+            mptcp: i.mptcp,
         };
         report.stream_count = report.stream_story();
         report
@@ -436,6 +442,15 @@ impl Report {
                 "  streams: {} lost ({} stalled), {} replaced",
                 self.streams_lost, self.streams_stalled, self.streams_replaced
             ));
+        }
+        match self.mptcp {
+            Some(true) => {
+                out.push("  connections: MPTCP (the kernel spread them over its paths)".into())
+            }
+            Some(false) => out.push(
+                "  connections: plain TCP: the daemon takes no MPTCP (tern serve --mptcp)".into(),
+            ),
+            None => {}
         }
         out.extend(self.paths.iter().map(path_line));
         if self.streams > 1 {
@@ -648,6 +663,7 @@ mod tests {
             advisor: None,
             started_from_last_copy: None,
             paths: Vec::new(),
+            mptcp: None,
         }
     }
 

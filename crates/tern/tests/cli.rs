@@ -57,6 +57,11 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Everything a run printed, stdout then stderr.
+fn said(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(out))
+}
+
 #[test]
 fn push_and_pull_report_what_they_did() {
     let env = Env::new();
@@ -253,6 +258,45 @@ fn perf_reports_throughput_both_ways() {
         std::fs::read_dir(env.p("root")).unwrap().next().is_none(),
         "perf leaves nothing"
     );
+}
+
+#[test]
+fn mptcp_is_used_when_both_ends_take_it_and_said_when_the_daemon_does_not() {
+    let mptcp_here =
+        std::fs::read_to_string("/proc/sys/net/mptcp/enabled").is_ok_and(|v| v.trim() == "1");
+    if !mptcp_here {
+        skip(
+            "mptcp_is_used_when_both_ends_take_it_and_said_when_the_daemon_does_not",
+            "this kernel offers no MPTCP (net.mptcp.enabled)",
+        );
+        return;
+    }
+    let env = Env::new();
+    let server = Serve::new(TERN, env.p("root"), env.p("state"))
+        .grace(2)
+        .args(["--mptcp"])
+        .start();
+    let url = format!("tern://127.0.0.1:{}", server.port());
+    let both = json(&env.run(&["perf", &url, "--size", "8M", "--mptcp", "--json"]));
+    assert_eq!(both["mptcp"], true, "{both}");
+    assert_eq!(both["bytes"], 8 << 20);
+    let words = env.run(&["perf", &url, "--size", "8M", "--mptcp", "--no-progress"]);
+    let text = said(&words);
+    assert!(text.contains("connections: MPTCP"), "{text}");
+    // Without --mptcp the client speaks plain TCP to the same daemon.
+    let plain = json(&env.run(&["perf", &url, "--size", "8M", "--json"]));
+    assert!(plain.get("mptcp").is_none(), "{plain}");
+
+    // A daemon without --mptcp: the client falls back to TCP and says why.
+    let tcp_only = env.server();
+    let url = format!("tern://127.0.0.1:{}", tcp_only.port());
+    let out = env.run(&["perf", &url, "--size", "8M", "--mptcp", "--json"]);
+    let fell_back = json(&out);
+    assert_eq!(fell_back["mptcp"], false, "{fell_back}");
+    let words = env.run(&["perf", &url, "--size", "8M", "--mptcp", "--no-progress"]);
+    let text = said(&words);
+    assert!(text.contains("plain TCP"), "{text}");
+    assert!(!text.contains("connections: MPTCP"), "{text}");
 }
 
 #[test]

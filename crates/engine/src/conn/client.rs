@@ -68,6 +68,9 @@ pub struct ClientOptions {
     pub choices: Choices,
     /// Which paths to the daemon data streams may take.
     pub paths: PathChoice,
+    /// Dial every connection as MPTCP (the kernel's path manager then
+    /// spreads each over the paths it knows).
+    pub mptcp: bool,
 }
 
 impl ClientOptions {
@@ -93,6 +96,7 @@ impl ClientOptions {
             reach: Reach::Dial,
             choices: Choices::default(),
             paths: PathChoice::default(),
+            mptcp: false,
         }
     }
 }
@@ -128,6 +132,9 @@ pub struct Outcome {
     pub streams: u16,
     /// Each path's share, when the session had more than one.
     pub paths: Vec<PathReport>,
+    /// With `--mptcp`: whether the connections were MPTCP (the daemon took
+    /// it) or fell back to plain TCP.
+    pub mptcp: Option<bool>,
 }
 
 struct Opened {
@@ -139,6 +146,8 @@ struct Opened {
     fingerprint: String,
     recorded: Option<PathBuf>,
     setup: Duration,
+    mptcp: bool,
+    mptcp_asked: bool,
 }
 
 /// The control connection, verified and past the hello exchange.
@@ -155,6 +164,8 @@ struct Connected {
     recorded: Option<PathBuf>,
     /// Keying material for `safe` block MACs, when TLS could export it.
     material: Option<[u8; 32]>,
+    /// The control connection is MPTCP.
+    mptcp: bool,
 }
 
 /// Connects to the daemon, checks that it is the one `opts.trust` names,
@@ -165,7 +176,15 @@ async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
     let verifier = PinVerifier::for_trust(&expected.verify)?;
     let connector = TlsConnector::from(verifier.client_config(opts.client_cert.as_ref())?);
     let route = Route::new(ep, &opts.reach);
-    let tcp = route.connect(opts.connect_timeout, opts.io_timeout).await?;
+    let tcp = route
+        .connect(opts.connect_timeout, opts.io_timeout, opts.mptcp)
+        .await?;
+    let mptcp = opts.mptcp && crate::conn::net::mptcp_subflows(&tcp).is_some();
+    if opts.mptcp && !mptcp {
+        tracing::warn!(
+            "{host_port} answered in plain TCP, not MPTCP: start the daemon with `tern serve --mptcp`"
+        );
+    }
     let control_fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     let peer = tcp.peer_addr().ok();
     let route = route.for_data(&tcp);
@@ -213,6 +232,7 @@ async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
         fingerprint,
         recorded,
         material: exported.then_some(material),
+        mptcp,
     })
 }
 
@@ -227,6 +247,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         fingerprint,
         recorded,
         material,
+        mptcp,
     } = connect(ep, opts).await?;
     let mut control = Control::new(stream);
     // The TLS and hello round trips have given the kernel an RTT sample.
@@ -271,6 +292,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         version: agreed.version,
         max_streams,
         wrap: opts.wrap.clone(),
+        mptcp: opts.mptcp,
     });
     let streams = join_all(&joiner, accept_streams).await?;
     let supply = if max_streams > accept_streams {
@@ -311,6 +333,8 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         fingerprint,
         recorded,
         setup: started.elapsed(),
+        mptcp,
+        mptcp_asked: opts.mptcp,
     })
 }
 
@@ -415,6 +439,7 @@ struct Joiner {
     version: u16,
     max_streams: u16,
     wrap: Option<StreamWrap>,
+    mptcp: bool,
 }
 
 impl Joiner {
@@ -478,7 +503,7 @@ impl Joiner {
             } = plan.leg(k)
             {
                 let timeout = self.connect_timeout.min(OTHER_PATH_CONNECT_TIMEOUT);
-                match paths::connect(remote, local, timeout, self.io_timeout).await {
+                match paths::connect(remote, local, timeout, self.io_timeout, self.mptcp).await {
                     Ok(tcp) => return Ok(tcp),
                     Err(e) => {
                         tracing::info!(
@@ -490,7 +515,7 @@ impl Joiner {
             }
         }
         self.route
-            .connect(self.connect_timeout, self.io_timeout)
+            .connect(self.connect_timeout, self.io_timeout, self.mptcp)
             .await
     }
 }
@@ -510,6 +535,8 @@ struct Identity {
     fingerprint: String,
     recorded: Option<PathBuf>,
     setup: Duration,
+    mptcp: bool,
+    mptcp_asked: bool,
 }
 
 /// An opened session, taken apart for the driver.
@@ -522,6 +549,8 @@ impl Opened {
             fingerprint: self.fingerprint,
             recorded: self.recorded,
             setup: self.setup,
+            mptcp: self.mptcp,
+            mptcp_asked: self.mptcp_asked,
         };
         (self.control, self.streams, self.supply, self.params, id)
     }
@@ -549,6 +578,7 @@ fn outcome(id: Identity, stats: TransferStats) -> Outcome {
         fingerprint: id.fingerprint,
         recorded: id.recorded,
         setup: id.setup,
+        mptcp: id.mptcp_asked.then_some(id.mptcp),
     }
 }
 

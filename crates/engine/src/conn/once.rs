@@ -251,7 +251,7 @@ impl Dialler {
         let (target, timeout, io_timeout) =
             (self.target.clone(), self.connect_timeout, self.io_timeout);
         self.spares.spawn(async move {
-            let conn = tcp_connect(&target, timeout, io_timeout).await?;
+            let conn = tcp_connect(&target, timeout, io_timeout, false).await?;
             let peer = conn.peer_addr().map_err(|e| Error::Connect {
                 addr: target.host_port(),
                 source: e,

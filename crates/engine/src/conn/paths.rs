@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
 use crate::data::transfer::LostStream;
 use crate::{Error, Result};
@@ -365,23 +365,20 @@ impl PathPlan {
     }
 }
 
-/// One TCP connection over a path: from `local` when given, to `remote`.
+/// One TCP connection over a path (MPTCP when `mptcp`): from `local` when
+/// given, to `remote`.
 pub(crate) async fn connect(
     remote: SocketAddr,
     local: Option<IpAddr>,
     timeout: Duration,
     io_timeout: Duration,
+    mptcp: bool,
 ) -> Result<TcpStream> {
     let fail = |source: std::io::Error| Error::Connect {
         addr: remote.to_string(),
         source,
     };
-    let socket = if remote.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }
-    .map_err(fail)?;
+    let socket = crate::conn::net::tcp_socket(remote, mptcp).map_err(fail)?;
     if let Some(ip) = local {
         socket.bind(SocketAddr::new(ip, 0)).map_err(fail)?;
     }

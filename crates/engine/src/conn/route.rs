@@ -34,11 +34,13 @@ impl Endpoint {
     }
 }
 
-/// One TCP connection to `ep`, trying each of its addresses in turn.
+/// One TCP connection to `ep` (MPTCP when `mptcp`), trying each of its
+/// addresses in turn.
 pub(crate) async fn tcp_connect(
     ep: &Endpoint,
     timeout: Duration,
     io_timeout: Duration,
+    mptcp: bool,
 ) -> Result<TcpStream> {
     let addr = ep.host_port();
     let fail = |source: std::io::Error| Error::Connect {
@@ -51,7 +53,8 @@ pub(crate) async fn tcp_connect(
         .collect();
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
     for a in addrs {
-        match tokio::time::timeout(timeout, TcpStream::connect(a)).await {
+        let socket = crate::conn::net::tcp_socket(a, mptcp).map_err(fail)?;
+        match tokio::time::timeout(timeout, socket.connect(a)).await {
             Ok(Ok(s)) => {
                 crate::conn::net::prepare(&s, io_timeout);
                 return Ok(s);
@@ -180,14 +183,15 @@ impl Route {
         }
     }
 
-    /// One TCP connection to the server.
+    /// One TCP connection to the server; dialled as MPTCP when `mptcp`.
     pub(crate) async fn connect(
         &self,
         timeout: Duration,
         io_timeout: Duration,
+        mptcp: bool,
     ) -> Result<TcpStream> {
         match self {
-            Route::Dial(ep) => tcp_connect(ep, timeout, io_timeout).await,
+            Route::Dial(ep) => tcp_connect(ep, timeout, io_timeout, mptcp).await,
             Route::Callback { callback, from } => callback.accept(*from, timeout, io_timeout).await,
         }
     }

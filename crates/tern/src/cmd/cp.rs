@@ -317,6 +317,7 @@ async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Conso
         advisor,
         started_from,
         paths: outcome.paths.clone(),
+        mptcp: outcome.mptcp,
     });
     console.report(&report);
     partial_result(&outcome.stats)
@@ -380,5 +381,6 @@ async fn copy_local(
         recorded: None,
         setup: Duration::ZERO,
         paths: Vec::new(),
+        mptcp: None,
     })
 }

@@ -114,6 +114,7 @@ pub async fn run(args: PerfArgs, started: Instant) -> Result<()> {
         advisor,
         started_from: None,
         paths: outcome.paths.clone(),
+        mptcp: outcome.mptcp,
     });
     console.report(&report);
     Ok(())

@@ -38,7 +38,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let root = root_of(&args)?;
     let identity = identity_of(&args)?;
     let site = site_of(&args)?;
-    let listener = tokio::net::TcpListener::bind(addr)
+    let listener = tern_engine::net::listen(addr, args.mptcp)
         .await
         .map_err(|e| tern_engine::Error::io("listen", listen, e))?;
     let bound = listener.local_addr()?;
