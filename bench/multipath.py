@@ -144,7 +144,12 @@ def paths_summary(text):
         out.append(" ".join(bits))
     tuning = d.get("tuning") or {}
     peak = tuning.get("send_buffer_peak_bytes")
-    if isinstance(peak, (int, float)) and peak > 0:
+    together = tuning.get("send_buffers_peak_together_bytes")
+    if isinstance(together, (int, float)) and together > 0:
+        out.append(f"send buffers at most {together / 1e6:.1f} MB at once"
+                   + (f" ({peak / 1e6:.1f} MB adding each stream's own peak)"
+                      if isinstance(peak, (int, float)) and peak > together else ""))
+    elif isinstance(peak, (int, float)) and peak > 0:
         out.append(f"send buffers at most {peak / 1e6:.1f} MB in total")
     return "; ".join(out)
 
@@ -250,6 +255,16 @@ def report(work, out_path, svg_path, svg_link):
                     v = float(m.group(1))
             goals.append(f"| {s['title']} | {what} >= {k} x {cap:.0f} = {k * cap:.0f} Mbit/s | "
                          f"{v:.0f} Mbit/s: {'pass' if v >= k * cap else 'FAIL'} |")
+        # Memory: the most the send buffers held at once, against the paths' BDPs.
+        rtts = [float(x) for x in re.findall(r"rtt=([0-9.]+)", s["up"])]
+        if perf is not None and len(rtts) == n:
+            bdp_mb = sum(rate * 1e6 / 8 * rtt / 1e3 for rate, rtt in zip(s["rates"], rtts)) / 1e6
+            m = re.search(r"send buffers at most ([0-9.]+) MB at once", perf.get("extra") or "")
+            if m:
+                peak = float(m.group(1))
+                goals.append(f"| {s['title']} | tern perf: send buffers at once <= 2.5 x the paths' BDPs "
+                             f"({bdp_mb:.1f} MB) = {2.5 * bdp_mb:.1f} MB | {peak:.1f} MB "
+                             f"({peak / bdp_mb:.1f} x): {'pass' if peak <= 2.5 * bdp_mb else 'FAIL'} |")
 
     fail = next((s for s in runs if s["id"] == "fail"), None)
     if fail:

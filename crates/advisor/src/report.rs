@@ -8,6 +8,7 @@
 //! anyway.
 
 use serde::{Deserialize, Serialize};
+use tern_engine::paths::PathReport;
 use tern_engine::transfer::TransferStats;
 
 use crate::Error;
@@ -111,6 +112,28 @@ impl TransferReport {
             direction: Some(direction.to_string()),
             command: Some(command.to_string()),
         }
+    }
+
+    /// The same transfer as seen through one of its paths (a multi-path
+    /// session): that path's address, bytes, rate, streams, RTT and limit,
+    /// so that the archive keeps each path under its own address. `None`
+    /// for a path that carried nothing.
+    pub fn for_path(&self, path: &PathReport) -> Option<TransferReport> {
+        let remote: std::net::SocketAddr = path.remote.parse().ok()?;
+        (path.bytes > 0).then(|| TransferReport {
+            host: remote.ip().to_string(),
+            port: Some(remote.port()),
+            throughput_bps: Some(path.rate_bps).filter(|r| *r > 0.0),
+            rtt_ms: path.rtt_ms,
+            bytes: Some(path.bytes),
+            streams: Some(u16::try_from(path.streams).unwrap_or(u16::MAX)),
+            limit: path.limit.and_then(|l| {
+                serde_json::to_value(l)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+            }),
+            ..self.clone()
+        })
     }
 
     /// Checks the report and turns it into samples.
@@ -219,6 +242,36 @@ mod tests {
         assert_eq!(tp.details["limit"], "network");
         assert_eq!(tp.details["streams"], 3);
         assert_eq!(report().producer(), "tern cp");
+    }
+
+    #[test]
+    fn each_path_of_a_transfer_is_reported_under_its_own_address() {
+        let path = |remote: &str, bytes: u64| PathReport {
+            index: 1,
+            local: None,
+            remote: remote.into(),
+            streams: 2,
+            bytes,
+            rate_bps: 2.2e8,
+            state: tern_engine::paths::PathState::Active,
+            rtt_ms: Some(75.2),
+            limit: Some(tern_drs::Limit::SendBuffer),
+            reserved_bps: None,
+            failed_after_s: None,
+            failure: None,
+        };
+        let whole = report();
+        let one = whole.for_path(&path("10.47.1.2:4747", 600 << 20)).unwrap();
+        assert_eq!((one.host.as_str(), one.port), ("10.47.1.2", Some(4747)));
+        assert_eq!(one.throughput_bps, Some(2.2e8));
+        assert_eq!(one.rtt_ms, Some(75.2));
+        assert_eq!(one.streams, Some(2));
+        assert_eq!(one.limit.as_deref(), Some("send_buffer"));
+        assert_eq!(one.duration_s, whole.duration_s, "the transfer's own time");
+        let samples = one.extract().unwrap().samples;
+        assert_eq!(samples.len(), 2, "an RTT and a rate for the path");
+        assert!(whole.for_path(&path("10.47.2.2:4747", 0)).is_none());
+        assert!(whole.for_path(&path("not an address", 1 << 30)).is_none());
     }
 
     #[test]

@@ -6,6 +6,36 @@ use crate::estimate::{Limit, StreamEstimate};
 use crate::host::HostCaps;
 use crate::streams::StreamStep;
 
+/// The limit most of `streams` hit (on a tie, the one a person can act on
+/// first: buffers before the application before the network); `Unknown`
+/// when none could tell.
+pub fn most_streams_limit(streams: &[StreamEstimate]) -> Limit {
+    let count = |l: Limit| streams.iter().filter(|s| s.limit == l).count();
+    [
+        Limit::SendBuffer,
+        Limit::ReceiveWindow,
+        Limit::Receiver,
+        Limit::Application,
+        Limit::Network,
+    ]
+    .into_iter()
+    .max_by_key(|&l| (count(l), std::cmp::Reverse(l as u8)))
+    .filter(|&l| count(l) > 0)
+    .unwrap_or(Limit::Unknown)
+}
+
+/// One path of a multi-path session, as its streams' `TCP_INFO` saw it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PathTuning {
+    /// The peer's address on the path.
+    pub remote: std::net::IpAddr,
+    /// The smallest minimum RTT among its streams, ms (none before a
+    /// sample).
+    pub min_rtt_ms: Option<f64>,
+    /// The limit most of its streams hit.
+    pub limit: Limit,
+}
+
 /// What limited a transfer, in words and in sysctl lines.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Diagnosis {
@@ -31,10 +61,20 @@ pub struct Diagnosis {
     pub send_buffer_peak_bytes: u64,
     /// Sum over streams of the largest receive buffer each had, bytes.
     pub receive_buffer_peak_bytes: u64,
+    /// The most the send buffers of the streams open at one time held
+    /// together, bytes (sampled as the streams are tuned): the memory the
+    /// transfer's send buffers needed. At most `send_buffer_peak_bytes`,
+    /// which adds peaks reached at different times.
+    pub send_buffers_peak_together_bytes: u64,
+    /// As `send_buffers_peak_together_bytes`, for the receive buffers.
+    pub receive_buffers_peak_together_bytes: u64,
     /// What tern sized the send buffers of the session's streams to
     /// together, bytes, when it sized them ([`Diagnosis::shared_sizing`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub send_buffers_sized_bytes: Option<u64>,
+    /// Each path's RTT and limit, when the session had several.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<PathTuning>,
     /// How the summary counts the streams a limit held back.
     #[serde(skip)]
     stream_phrase: String,
@@ -103,18 +143,7 @@ fn raise_max(name: &str, now: [u64; 3], want: u64) -> Option<String> {
 /// it is this one.
 pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u64>]) -> Diagnosis {
     let count = |l: Limit| streams.iter().filter(|s| s.limit == l).count();
-    let candidates = [
-        Limit::SendBuffer,
-        Limit::ReceiveWindow,
-        Limit::Receiver,
-        Limit::Application,
-        Limit::Network,
-    ];
-    let limit = candidates
-        .into_iter()
-        .max_by_key(|&l| (count(l), std::cmp::Reverse(l as u8)))
-        .filter(|&l| count(l) > 0)
-        .unwrap_or(Limit::Unknown);
+    let limit = most_streams_limit(&streams);
     let n = streams.len();
     let on = on_streams(count(limit), n);
     let stream_phrase = on.clone();
@@ -229,6 +258,9 @@ pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u
         stream_steps: Vec::new(),
         send_buffer_peak_bytes: 0,
         receive_buffer_peak_bytes: 0,
+        send_buffers_peak_together_bytes: 0,
+        receive_buffers_peak_together_bytes: 0,
+        paths: Vec::new(),
         send_buffers_sized_bytes: None,
         stream_phrase,
     }
@@ -303,8 +335,8 @@ impl Diagnosis {
                 )
             };
             self.summary = format!(
-                "The send buffer was the limit: one stream's send buffer stops at the sender's \
-                 tcp_wmem maximum of {}, while this path's bandwidth-delay product is {} at \
+                "The send buffer was the limit: the kernel's autotuning stops a stream's send \
+                 buffer at the sender's tcp_wmem maximum of {}, while this path's bandwidth-delay product is {} at \
                  {rtt_ms:.1} ms and a stream needs about twice that. tern worked around it by \
                  {how}; raising tcp_wmem on the sending host removes the cap for every program.",
                 mib(cap),

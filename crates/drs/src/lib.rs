@@ -21,7 +21,7 @@ pub mod streams;
 pub mod tcp_info;
 pub mod tuner;
 
-pub use diagnose::{Diagnosis, SharedSizing, diagnose};
+pub use diagnose::{Diagnosis, PathTuning, SharedSizing, diagnose, most_streams_limit};
 pub use estimate::{Interval, Limit, StreamEstimate, StreamEstimator};
 pub use host::HostCaps;
 pub use streams::{StepReason, StreamChange, StreamController, StreamStep};

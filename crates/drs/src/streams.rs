@@ -85,6 +85,8 @@ pub enum StepReason {
     Paid,
     /// The last addition did not pay off; those streams were retired.
     NoGain,
+    /// One stream on each other path to the peer, from the start.
+    OtherPaths,
 }
 
 impl StepReason {
@@ -96,6 +98,7 @@ impl StepReason {
             StepReason::Probe => "the rate had levelled off: trying more",
             StepReason::Paid => "the last streams added raised the rate",
             StepReason::NoGain => "the last streams added did not raise the rate",
+            StepReason::OtherPaths => "one on each other path",
         }
     }
 }
@@ -140,6 +143,25 @@ impl StreamController {
                 reason: StepReason::Start,
             }],
         }
+    }
+
+    /// Adds `paths` streams at once, one for each other path to the peer,
+    /// within the maximum; the rate is then watched as from the start.
+    pub fn open_other_paths(&mut self, at: Duration, paths: u16) -> Option<StreamChange> {
+        let before = self.current;
+        self.current = before.saturating_add(paths).min(self.max);
+        if self.current == before {
+            return None;
+        }
+        if self.current == self.max {
+            self.state = State::Done;
+        }
+        self.history.push(StreamStep {
+            at_ms: at.as_millis() as u64,
+            streams: self.current,
+            reason: StepReason::OtherPaths,
+        });
+        Some(StreamChange::Grow(self.current))
     }
 
     /// Streams wanted now.
@@ -283,6 +305,29 @@ mod tests {
             reasons[..3],
             [StepReason::Start, StepReason::Limited, StepReason::Paid]
         );
+    }
+
+    #[test]
+    fn other_paths_get_a_stream_at_once_and_keep_it_when_an_addition_is_retired() {
+        let mut c = StreamController::new(4, 24);
+        assert_eq!(
+            c.open_other_paths(Duration::ZERO, 2),
+            Some(StreamChange::Grow(6))
+        );
+        // The paths together are full at six streams: the probe to twelve
+        // does not pay and is undone, back to six, not four.
+        let c = drive(c, 20, |n| f64::from(n.min(6)) * 20e6, |_| false, true);
+        assert_eq!(c.current(), 6, "{:?}", c.history());
+        let reasons: Vec<_> = c.history().iter().map(|s| s.reason).collect();
+        assert_eq!(reasons[..2], [StepReason::Start, StepReason::OtherPaths]);
+        assert_eq!(reasons.last(), Some(&StepReason::NoGain));
+        let mut full = StreamController::new(7, 8);
+        assert_eq!(
+            full.open_other_paths(Duration::ZERO, 3),
+            Some(StreamChange::Grow(8)),
+            "within the maximum"
+        );
+        assert_eq!(full.open_other_paths(Duration::ZERO, 1), None);
     }
 
     #[test]

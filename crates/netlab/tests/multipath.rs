@@ -83,12 +83,19 @@ fn streams_go_over_both_paths_and_a_copy_survives_one_going_dead() {
     let paths = perf["paths"].as_array().expect("a paths array");
     assert_eq!(paths.len(), 2, "{perf}");
     assert_eq!(paths[1]["remote"], "10.47.1.2:4747", "{perf}");
-    for p in paths {
+    for (p, rtt) in paths.iter().zip([10.0, 20.0]) {
         assert!(
             p["bytes"].as_u64().unwrap() > 0,
             "a path carried nothing: {perf}"
         );
         assert_eq!(p["state"], "active", "{perf}");
+        // Each path's own RTT (netlab's, plus a little), and its limit.
+        let seen = p["rtt_ms"].as_f64().expect("an RTT per path");
+        assert!(
+            seen >= rtt && seen < rtt + 5.0,
+            "RTT {seen} on a {rtt} ms path: {perf}"
+        );
+        assert!(p["limit"].is_string(), "{perf}");
     }
     // --paths off keeps to the address given.
     let one = perf_json(&lab, &tern, &work, &["--time", "1", "--paths", "off"]);

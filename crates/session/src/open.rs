@@ -262,6 +262,7 @@ impl ClientOpen {
                 self.agreed(accept, max_streams)
             }
             (ClientState::AwaitPaths(mut agreed), ControlMsg::Paths { mut addresses }) => {
+                addresses.retain(is_path_address);
                 addresses.truncate(tern_proto::MAX_PATHS);
                 agreed.paths = addresses;
                 Ok(Some(*agreed))
@@ -653,6 +654,32 @@ fn agree_tuning(
         congestion: chosen,
         requested: true,
     })
+}
+
+/// Whether an address a server names could be another path to it: a
+/// unicast address and a port. A server that names this host's loopback,
+/// a multicast group or port 0 would send the client's data connections
+/// (and their join tokens) somewhere no path leads; such names are
+/// dropped.
+fn is_path_address(addr: &std::net::SocketAddr) -> bool {
+    use std::net::IpAddr;
+    let ip = addr.ip().to_canonical();
+    let unicast = match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_unspecified()
+                || v4.is_loopback()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || v4.is_link_local())
+        }
+        IpAddr::V6(v6) => {
+            !(v6.is_unspecified()
+                || v6.is_loopback()
+                || v6.is_multicast()
+                || v6.is_unicast_link_local())
+        }
+    };
+    unicast && addr.port() != 0
 }
 
 #[cfg(test)]

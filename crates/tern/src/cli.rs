@@ -263,7 +263,8 @@ pub struct EngineArgs {
     /// addition that did not pay (up to --max-streams).
     #[arg(short = 'P', long, default_value = "auto", value_name = "N|auto", value_parser = parse_streams)]
     pub streams: Streams,
-    /// With --streams auto: never use more streams than this.
+    /// With --streams auto: never use more streams than this on one path
+    /// (over several paths, this many on each).
     #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=128))]
     pub max_streams: u16,
     /// TCP buffer sizing: `auto` (kernel autotuning, and tern sizes buffers
@@ -319,12 +320,15 @@ pub struct EngineArgs {
     /// stream goes there, paced at R, its window locked at R × RTT, and no
     /// more are added; the other paths take what is left. Repeatable;
     /// replaces the daemon's own list.
-    #[arg(long = "path", value_name = "[SRC=]DST[,rate=R]", value_parser = crate::location::parse_path_spec)]
+    #[arg(long = "path", value_name = "[SRC=]DST[,rate=R]", value_parser = crate::addr::parse_path_spec)]
     pub path: Vec<tern_engine::paths::PathSpec>,
     /// Dial every connection as MPTCP, so that the kernel spreads each over
     /// the paths its path manager knows (`ip mptcp endpoint`) instead of
     /// tern; implies --paths off unless --path is given. The daemon must
     /// listen with `tern serve --mptcp`, or the connections are plain TCP.
+    /// TCP_INFO sees one subflow of an MPTCP connection, so the kernel
+    /// sizes the buffers (--window kernel unless a size is given) and the
+    /// stream count stays where --streams auto starts it.
     #[arg(long)]
     pub mptcp: bool,
 }

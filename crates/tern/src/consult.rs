@@ -164,16 +164,34 @@ impl Consulted {
     pub async fn report(
         mut self,
         ep: &Endpoint,
-        stats: &TransferStats,
+        outcome: &tern_engine::client::Outcome,
         command: &str,
         direction: &str,
         console: &Console,
     ) -> AdvisorUse {
+        let stats = &outcome.stats;
         let Some(client) = &self.client else {
             return self.used;
         };
         let mut report = TransferReport::from_stats(&ep.host, stats, command, direction);
         report.port = Some(ep.port);
+        // Each path of a multi-path session is a measurement of its own,
+        // under the daemon's address on it.
+        let mut paths_stored = 0;
+        for path in outcome.paths.iter().filter_map(|p| report.for_path(p)) {
+            match client.report(&path).await {
+                Ok(o) => paths_stored += o.stored,
+                Err(e) => {
+                    console.note(format!("advisor: could not report path {}: {e}", path.host))
+                }
+            }
+        }
+        if paths_stored > 0 {
+            console.note(format!(
+                "advisor: {paths_stored} measurement(s) of the {} paths stored under their own addresses",
+                outcome.paths.len()
+            ));
+        }
         match client.report(&report).await {
             Ok(outcome) => {
                 self.used.reported = true;

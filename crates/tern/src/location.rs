@@ -5,8 +5,6 @@
 //! The scp rule decides between a path and a host: a colon before the first
 //! slash means a host (`host:x`, `user@host:`, `[::1]:x`, `user@[::1]:x`);
 //! `./a:b`, `/x:y` and `:x` stay local paths.
-//!
-//! Also the paths to a daemon named by hand (`--path [SRC=]DST[,rate=R]`).
 
 use std::path::PathBuf;
 
@@ -182,39 +180,6 @@ pub fn parse_endpoint(authority: &str) -> Result<Endpoint, String> {
     Ok(Endpoint { host, port })
 }
 
-/// `[SRC=]DST[,rate=R]`: IP addresses, and a reserved rate.
-pub fn parse_path_spec(text: &str) -> Result<tern_engine::paths::PathSpec, String> {
-    let (addresses, options) = match text.split_once(',') {
-        Some((a, o)) => (a, Some(o)),
-        None => (text, None),
-    };
-    let reserved_bps = match options {
-        None => None,
-        Some(o) => match o.split_once('=') {
-            Some(("rate", r)) => Some(crate::size::parse_rate(r)?),
-            _ => {
-                return Err(format!(
-                    "'{o}': the one thing a path takes after its address is rate=R, its reserved rate (e.g. 10.0.1.2,rate=300M)"
-                ));
-            }
-        },
-    };
-    let (local, remote) = match addresses.split_once('=') {
-        Some((src, dst)) => (Some(src), dst),
-        None => (None, addresses),
-    };
-    let ip = |what: &str, s: &str| -> Result<std::net::IpAddr, String> {
-        s.trim_matches(|c| c == '[' || c == ']')
-            .parse()
-            .map_err(|_| format!("{what} '{s}' is not an IP address"))
-    };
-    Ok(tern_engine::paths::PathSpec {
-        remote: ip("the daemon's address", remote)?,
-        local: local.map(|s| ip("the local address", s)).transpose()?,
-        reserved_bps,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,25 +285,6 @@ mod tests {
             "ada@[]:x",
         ] {
             assert!(parse(bad).is_err(), "{bad} accepted");
-        }
-    }
-
-    #[test]
-    fn a_path_names_its_addresses_and_may_reserve_a_rate() {
-        let p = parse_path_spec("10.0.0.1=10.47.1.2,rate=300M").unwrap();
-        assert_eq!(p.local, Some("10.0.0.1".parse().unwrap()));
-        assert_eq!(p.remote, "10.47.1.2".parse::<std::net::IpAddr>().unwrap());
-        assert_eq!(p.reserved_bps, Some(300_000_000));
-        let plain = parse_path_spec("[2001:db8::2]").unwrap();
-        assert_eq!((plain.local, plain.reserved_bps), (None, None));
-        for (bad, says) in [
-            ("10.47.1.2,rate=0", "a rate from"),
-            ("10.47.1.2,rate=fast", "not a rate"),
-            ("10.47.1.2,mtu=9000", "rate=R"),
-            ("dtn1", "not an IP address"),
-        ] {
-            let e = parse_path_spec(bad).unwrap_err();
-            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 }

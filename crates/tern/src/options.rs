@@ -123,7 +123,14 @@ fn window_mode(w: WindowArg) -> WindowMode {
 /// The tuning asked for on the command line; a congestion control this
 /// process cannot use is a usage error, caught before connecting.
 fn tuning_of(t: &EngineArgs) -> Result<Tuning> {
-    let window = window_mode(t.window.unwrap_or(WindowArg::Auto));
+    // TCP_INFO of an MPTCP socket describes one subflow, so neither
+    // tern's buffer sizing nor its stream-count controller can read the
+    // connection's rate: the kernel sizes MPTCP's buffers, and the count
+    // stays where it starts.
+    let window = match t.window.unwrap_or(WindowArg::Auto) {
+        WindowArg::Auto if t.mptcp => WindowMode::Kernel,
+        w => window_mode(w),
+    };
     let congestion = if t.congestion == "auto" {
         String::new()
     } else {
@@ -146,13 +153,14 @@ fn tuning_of(t: &EngineArgs) -> Result<Tuning> {
     Ok(Tuning {
         window,
         congestion,
-        auto_streams: t.streams == Streams::Auto,
+        auto_streams: t.streams == Streams::Auto && !t.mptcp,
         streams_from_rtt: t.streams == Streams::Auto,
         script: Vec::new(),
         known_rate_bps: None,
         // Set once the daemon has named its paths.
         other_paths: 0,
         reserved: Vec::new(),
+        stream_limit: None,
     })
 }
 

@@ -463,9 +463,17 @@ impl Report {
         }
         if let Some(t) = &self.tuning {
             out.push(format!("  {}", tuning_line(t, self.direction)));
-            out.push(format!("  {}", t.summary));
-            for line in &t.sysctls {
-                out.push(format!("  to lift the cap: {line}"));
+            if self.mptcp == Some(true) {
+                // TCP_INFO of an MPTCP socket describes one subflow.
+                out.push(
+                    "  TCP_INFO sees one subflow of each MPTCP connection: no diagnosis of what limited the transfer."
+                        .into(),
+                );
+            } else {
+                out.push(format!("  {}", t.summary));
+                for line in &t.sysctls {
+                    out.push(format!("  to lift the cap: {line}"));
+                }
             }
         }
         out
@@ -546,8 +554,20 @@ fn path_line(p: &PathReport) -> String {
         .as_ref()
         .map(|l| format!("{l} → "))
         .unwrap_or_default();
+    let rtt = p
+        .rtt_ms
+        .map(|ms| format!(", RTT {ms:.1} ms"))
+        .unwrap_or_default();
+    let limit = match p.limit {
+        Some(tern_drs::Limit::Network) => ", paced by the network",
+        Some(tern_drs::Limit::SendBuffer) => ", held back by send buffers",
+        Some(tern_drs::Limit::ReceiveWindow) => ", held back by the receive window",
+        Some(tern_drs::Limit::Receiver) => ", held back by the receiving application",
+        Some(tern_drs::Limit::Application) => ", held back by this end (disk or CPU)",
+        Some(tern_drs::Limit::Unknown) | None => "",
+    };
     format!(
-        "  path {}: {from}{}, {}, {} ({}){state}",
+        "  path {}: {from}{}, {}, {} ({}){rtt}{limit}{state}",
         p.index,
         p.remote,
         count(p.streams, "stream"),
@@ -587,8 +607,8 @@ pub fn failed_lines(failed: &[FailedEntry]) -> Vec<String> {
 fn tuning_line(t: &tern_drs::Diagnosis, direction: &str) -> String {
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
     let (send, receive) = (
-        mib(t.send_buffer_peak_bytes),
-        mib(t.receive_buffer_peak_bytes),
+        mib(t.send_buffers_peak_together_bytes),
+        mib(t.receive_buffers_peak_together_bytes),
     );
     let buffers = match (direction, t.send_buffers_sized_bytes) {
         ("push" | "send", Some(sized)) => {
@@ -745,8 +765,12 @@ mod tests {
     #[test]
     fn the_tuning_line_names_the_buffers_of_the_way_data_went() {
         let mut t = tern_drs::diagnose(Vec::new(), tern_drs::HostCaps::default(), &[]);
-        t.send_buffer_peak_bytes = 12 << 20;
-        t.receive_buffer_peak_bytes = 1 << 20;
+        t.send_buffer_peak_bytes = 16 << 20;
+        t.receive_buffer_peak_bytes = 2 << 20;
+        // The line names what the buffers held at once, not the sum of
+        // each stream's own peak.
+        t.send_buffers_peak_together_bytes = 12 << 20;
+        t.receive_buffers_peak_together_bytes = 1 << 20;
         for (direction, says, not) in [
             ("push", "send buffers up to 12.0 MiB in total", "receive"),
             ("send", "send buffers up to 12.0 MiB in total", "receive"),

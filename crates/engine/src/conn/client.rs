@@ -314,6 +314,8 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     params.tuning = opts.tuning.clone();
     params.tuning.other_paths = plan.as_ref().map_or(0, |p| p.others() as u16);
     params.tuning.reserved = plan.as_ref().map_or_else(Vec::new, |p| p.reserved());
+    let paths = 1 + plan.as_ref().map_or(0, |p| p.others() as u16);
+    params.tuning.stream_limit = Some(opts.max_streams.saturating_mul(paths));
     params.apply_agreed(&agreed.options);
     params.block_check = block_check;
     params.resume = agreed.features.contains(Features::RESUME);
@@ -384,12 +386,29 @@ fn path_plan(
     (plan.others() > 0).then(|| Arc::new(plan))
 }
 
+/// Paths a client asks stream room for, before it knows how many it has.
+const PATHS_ROOM: u16 = 4;
+
 /// What the client asks of a session, from its options.
 fn request_of(opts: &ClientOptions, mode: SessionMode, streams: u16) -> ClientRequest {
+    // Room for `max_streams` on each of a few paths: which paths there are
+    // is known only once the session is open (the controller is held to
+    // `max_streams` per path found).
+    let may_find_paths = opts.tuning.auto_streams
+        && opts.paths != PathChoice::Off
+        && matches!(opts.reach, Reach::Dial);
+    let max_streams = if may_find_paths {
+        opts.max_streams
+            .saturating_mul(PATHS_ROOM)
+            .min(tern_session::open::MAX_STREAMS / 2)
+            .max(opts.max_streams)
+    } else {
+        opts.max_streams
+    };
     ClientRequest {
         mode,
         streams,
-        max_streams: opts.max_streams,
+        max_streams,
         block_size: opts.block_size,
         checksum: opts.checksum,
         protect: opts.protect,
@@ -564,12 +583,16 @@ fn outcome(id: Identity, stats: TransferStats) -> Outcome {
             .as_ref()
             .and_then(|t| t.stream_steps.last())
             .map_or(u16::MAX, |s| s.streams);
-        plan.report(
+        let mut reports = plan.report(
             &stats.per_stream_bytes,
             &stats.lost_streams,
             in_use,
             stats.network_elapsed,
-        )
+        );
+        if let Some(t) = &stats.tuning {
+            paths::add_tuning(&mut reports, &t.paths);
+        }
+        reports
     });
     Outcome {
         streams: stats.streams_used,

@@ -150,6 +150,12 @@ pub struct PathReport {
     /// Those bytes over the session's network time, bits/s.
     pub rate_bps: f64,
     pub state: PathState,
+    /// The smallest RTT its streams saw, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtt_ms: Option<f64>,
+    /// What held most of its streams back, as `TCP_INFO` told this end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<tern_drs::Limit>,
     /// The rate reserved for it, bits/s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reserved_bps: Option<u64>,
@@ -356,12 +362,29 @@ impl PathPlan {
                         0.0
                     },
                     state,
+                    rtt_ms: None,
+                    limit: None,
                     reserved_bps: p.reserved_bps,
                     failed_after_s: failed_after.map(|d| d.as_secs_f64()),
                     failure,
                 }
             })
             .collect()
+    }
+}
+
+/// Puts what the tuning saw of each path (`tuning`, by the peer's
+/// address) into the reports of those paths.
+pub(crate) fn add_tuning(reports: &mut [PathReport], tuning: &[tern_drs::PathTuning]) {
+    for report in reports {
+        let Ok(remote) = report.remote.parse::<SocketAddr>() else {
+            continue;
+        };
+        let ip = remote.ip().to_canonical();
+        if let Some(t) = tuning.iter().find(|t| t.remote.to_canonical() == ip) {
+            report.rtt_ms = t.min_rtt_ms;
+            report.limit = Some(t.limit);
+        }
     }
 }
 
@@ -520,6 +543,42 @@ mod tests {
         assert_eq!(reports[1].streams, 1);
         assert_eq!(reports[2].state, PathState::Active);
         assert_eq!(reports[2].reserved_bps, None);
+    }
+
+    #[test]
+    fn each_path_report_gets_its_own_rtt_and_limit() {
+        let plan = PathPlan::new(
+            addr("10.47.0.2:4747"),
+            vec![other("10.47.1.2:4747", None), other("10.47.2.2:4747", None)],
+            1,
+            8,
+        );
+        for k in 0..3 {
+            plan.leg(k);
+        }
+        let mut reports = plan.report(&[1, 1, 1], &[], 3, Duration::from_secs(1));
+        let tuning = [
+            tern_drs::PathTuning {
+                remote: "10.47.1.2".parse().unwrap(),
+                min_rtt_ms: Some(75.2),
+                limit: tern_drs::Limit::SendBuffer,
+            },
+            tern_drs::PathTuning {
+                remote: "::ffff:10.47.0.2".parse().unwrap(),
+                min_rtt_ms: Some(50.1),
+                limit: tern_drs::Limit::Network,
+            },
+        ];
+        add_tuning(&mut reports, &tuning);
+        assert_eq!(reports[0].rtt_ms, Some(50.1), "a mapped address matches");
+        assert_eq!(reports[0].limit, Some(tern_drs::Limit::Network));
+        assert_eq!(reports[1].rtt_ms, Some(75.2));
+        assert_eq!(reports[1].limit, Some(tern_drs::Limit::SendBuffer));
+        assert_eq!(
+            (reports[2].rtt_ms, reports[2].limit),
+            (None, None),
+            "no streams seen"
+        );
     }
 
     #[test]

@@ -762,5 +762,6 @@ fn tuning_of(request: &SessionRequest) -> Tuning {
         // Reservations do not travel either: on a pull the client holds a
         // reserved path to its rate with its locked receive window.
         reserved: Vec::new(),
+        stream_limit: None,
     }
 }

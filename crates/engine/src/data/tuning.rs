@@ -11,7 +11,7 @@
 
 use std::future::Future;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,6 +23,10 @@ use tokio::sync::mpsc;
 
 use crate::Result;
 use crate::data::channel::{BoxStream, Tasks};
+
+mod groups;
+
+use groups::{PathGroup, path_ends};
 
 /// How often data sockets are sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(200);
@@ -113,6 +117,10 @@ pub struct Tuning {
     /// rate in bits/s. A stream to one is paced at the rate and its
     /// buffers locked at rate × RTT; no sizer or budget touches it.
     pub reserved: Vec<(IpAddr, u64)>,
+    /// The most streams the controller grows to, when lower than the
+    /// session's cap: a client asks for room for several paths before it
+    /// knows how many there are, then allows its `--max-streams` on each.
+    pub stream_limit: Option<u16>,
 }
 
 impl Default for Tuning {
@@ -126,6 +134,7 @@ impl Default for Tuning {
             known_rate_bps: None,
             other_paths: 0,
             reserved: Vec::new(),
+            stream_limit: None,
         }
     }
 }
@@ -141,10 +150,6 @@ impl Tuning {
     }
 }
 
-/// The smallest window a reserved path's stream gets, however short its
-/// round trip.
-const MIN_RESERVED_WINDOW: u64 = 64 << 10;
-
 struct Slot {
     // Declared before `probe`: the tuner holds the probe's raw fd.
     tuner: SocketTuner,
@@ -152,15 +157,8 @@ struct Slot {
     retired: bool,
     /// The path group whose budget sizes its send buffer (multi-path).
     group: Option<usize>,
-}
-
-/// The streams of one path of a multi-path session (the same pair of
-/// addresses), whose send buffers share that path's budget: twice its own
-/// bandwidth-delay product, as one path's streams do.
-struct PathGroup {
-    ends: (IpAddr, IpAddr),
-    sizer: SessionSizer,
-    share: u64,
+    /// The peer's address at the other end of the socket: its path.
+    peer: IpAddr,
 }
 
 struct Tuners {
@@ -181,6 +179,8 @@ struct Tuners {
     congestion_seen: Option<String>,
     started: Instant,
     trace: Option<std::io::BufWriter<std::fs::File>>,
+    /// The most the open streams' (send, receive) buffers held at one tick.
+    peak_together: (u64, u64),
 }
 
 #[derive(Debug)]
@@ -221,17 +221,6 @@ fn session_sample(
         buffer_limited: intervals.iter().any(tern_drs::policy::is_sndbuf_limited),
         queueing: intervals.iter().any(tern_drs::policy::is_queueing),
     }
-}
-
-/// The addresses at both ends of a data socket: which path it takes.
-fn path_ends(probe: &OwnedFd) -> (IpAddr, IpAddr) {
-    let unknown = IpAddr::from([0, 0, 0, 0]);
-    let Ok(socket) = probe.try_clone().map(std::net::TcpStream::from) else {
-        return (unknown, unknown);
-    };
-    let ip =
-        |a: std::io::Result<std::net::SocketAddr>| a.map_or(unknown, |a| a.ip().to_canonical());
-    (ip(socket.local_addr()), ip(socket.peer_addr()))
 }
 
 /// The send-buffer budget a long-path session starts with: what one
@@ -322,88 +311,8 @@ impl Tuners {
                 _probe: probe,
                 retired: false,
                 group,
+                peer: ends.1,
             });
-        }
-    }
-
-    /// Sets up stream `k`'s socket on a path with `bps` reserved: its
-    /// buffers locked at twice the reservation's bandwidth-delay product
-    /// (room for `bps` × RTT of data beside the kernel's overhead), and,
-    /// where this end sends, its sending paced at `bps`. Returns the
-    /// buffer size.
-    fn reserve(&self, k: usize, fd: RawFd, bps: u64, rtt: Duration, privileged: bool) -> u64 {
-        let bdp = (bps as f64 / 8.0 * rtt.as_secs_f64()) as u64;
-        let window = (2 * bdp).max(MIN_RESERVED_WINDOW);
-        if let Err(e) = tern_drs::tuner::fix_buffers(fd, window, privileged) {
-            tracing::warn!("stream {k}: cannot lock the reserved path's window at {window}: {e}");
-        }
-        if self.direction == Direction::Send {
-            if let Err(e) = tern_drs::socket::set_max_pacing_rate(fd, bps / 8) {
-                tracing::warn!("stream {k}: cannot pace the reserved path at {bps} bit/s: {e}");
-            }
-        }
-        window
-    }
-
-    /// The group of the streams between these addresses, made when there
-    /// is none.
-    fn group_for(&mut self, ends: (IpAddr, IpAddr), wmem_max: u64) -> usize {
-        if let Some(g) = self.groups.iter().position(|g| g.ends == ends) {
-            return g;
-        }
-        let mut sizer = SessionSizer::default();
-        sizer.start_at(wmem_max);
-        self.groups.push(PathGroup {
-            ends,
-            sizer,
-            share: 0,
-        });
-        self.groups.len() - 1
-    }
-
-    /// Streams of group `g` still in use.
-    fn members(&self, g: usize) -> u16 {
-        let n = self
-            .slots
-            .iter()
-            .flatten()
-            .filter(|s| !s.retired && s.group == Some(g))
-            .count();
-        u16::try_from(n).unwrap_or(u16::MAX)
-    }
-
-    /// Feeds each path group its streams' aggregate and gives them their
-    /// new share.
-    fn size_groups(&mut self, at: Duration, bytes_acked: &[u64]) {
-        for g in 0..self.groups.len() {
-            let members = || {
-                self.slots
-                    .iter()
-                    .flatten()
-                    .filter(move |s| !s.retired && s.group == Some(g))
-            };
-            let intervals: Vec<_> = members().filter_map(|s| s.tuner.interval()).collect();
-            let bytes = bytes_acked.get(g).copied().unwrap_or(0);
-            let sample = session_sample(at, bytes, self.members(g).max(1), &intervals);
-            if let Some(share) = self.groups[g].sizer.observe(sample) {
-                self.groups[g].share = share;
-                self.apply_group_share(g);
-            }
-        }
-    }
-
-    fn apply_group_share(&mut self, g: usize) {
-        let share = self.groups[g].share;
-        if share == 0 {
-            return;
-        }
-        for (k, slot) in self.slots.iter_mut().enumerate() {
-            let Some(slot) = slot.as_mut().filter(|s| !s.retired && s.group == Some(g)) else {
-                continue;
-            };
-            if let Err(e) = slot.tuner.apply_share(share) {
-                tracing::debug!("stream {k}: cannot size the send buffer: {e}");
-            }
         }
     }
 
@@ -452,6 +361,15 @@ impl Tuners {
                 Err(e) => tracing::debug!("stream {k}: cannot tune: {e}"),
             }
         }
+        let open = || self.slots.iter().flatten().filter(|s| !s.retired);
+        let together = (
+            open().map(|s| s.tuner.seen_sndbuf).sum::<u64>(),
+            open().map(|s| s.tuner.seen_rcvbuf).sum::<u64>(),
+        );
+        self.peak_together = (
+            self.peak_together.0.max(together.0),
+            self.peak_together.1.max(together.1),
+        );
         if act {
             self.size_shared(at, bytes);
             self.size_groups(at, &group_bytes);
@@ -551,7 +469,9 @@ impl Tuners {
         }
         // Retired streams count for memory, not for what limited the transfer.
         let active = slots.iter().filter(|s| !s.retired);
-        let estimates = active.clone().map(|s| s.tuner.estimate()).collect();
+        let estimates: Vec<tern_drs::StreamEstimate> =
+            active.clone().map(|s| s.tuner.estimate()).collect();
+        let paths = self.path_tunings(&slots, &estimates);
         let raised: Vec<Option<u64>> = active
             .clone()
             .filter(|s| !s.tuner.shared())
@@ -559,6 +479,7 @@ impl Tuners {
             .collect();
         let shared = active.filter(|s| s.tuner.shared()).count();
         let mut d = tern_drs::diagnose(estimates, tern_drs::HostCaps::read(), &raised);
+        d.paths = paths;
         if d.limit == tern_drs::Limit::Unknown && self.direction == Direction::Receive {
             // The kernel keeps what limited a stream on its sending end.
             d.summary.push_str(
@@ -621,8 +542,8 @@ impl Tuners {
             } else if d.limit == tern_drs::Limit::SendBuffer {
                 let widest = self.groups.iter().map(|p| p.sizer.bdp()).max().unwrap_or(0);
                 d.summary = format!(
-                    "The send buffer was the limit: one stream's send buffer stops at the \
-                     sender's tcp_wmem maximum of {:.1} MiB, while a path's bandwidth-delay \
+                    "The send buffer was the limit: the kernel's autotuning stops a stream's send \
+                     buffer at the sender's tcp_wmem maximum of {:.1} MiB, while a path's bandwidth-delay \
                      product is up to {:.1} MiB and a stream needs about twice that. tern worked \
                      around it with several streams per path: it {sized}; raising tcp_wmem on the \
                      sending host removes the cap for every program.",
@@ -653,6 +574,15 @@ impl Tuners {
         );
         d.send_buffer_peak_bytes = slots.iter().map(|s| s.tuner.peak_sndbuf).sum();
         d.receive_buffer_peak_bytes = slots.iter().map(|s| s.tuner.peak_rcvbuf).sum();
+        // A session too short for a tick has only each stream's own peak.
+        let together = |sampled: u64, summed: u64| match sampled {
+            0 => summed,
+            n => n.min(summed),
+        };
+        d.send_buffers_peak_together_bytes =
+            together(self.peak_together.0, d.send_buffer_peak_bytes);
+        d.receive_buffers_peak_together_bytes =
+            together(self.peak_together.1, d.receive_buffer_peak_bytes);
         Some(d)
     }
 }
@@ -676,7 +606,10 @@ impl Sampler {
         indices: u16,
         changes: Option<mpsc::UnboundedSender<StreamChange>>,
     ) -> Sampler {
-        let max = cap.max(initial).max(1);
+        let max = cap
+            .min(tuning.stream_limit.unwrap_or(cap))
+            .max(initial)
+            .max(1);
         let controller = (tuning.auto_streams && changes.is_some() && max > initial)
             .then(|| StreamController::new(initial, max));
         let state = Arc::new(Mutex::new(Tuners {
@@ -692,10 +625,25 @@ impl Sampler {
             changes,
             congestion_seen: None,
             started: Instant::now(),
+            peak_together: (0, 0),
             trace: std::env::var_os("TERN_TCP_TRACE")
                 .and_then(|p| std::fs::File::create(p).ok())
                 .map(std::io::BufWriter::new),
         }));
+        {
+            // Each other path gets a stream from the start, rather than
+            // when the rate of the first has levelled off.
+            let mut tuners = state.lock().expect("tuners");
+            let others = tuners.tuning.other_paths;
+            let opened = tuners
+                .controller
+                .as_mut()
+                .filter(|_| others > 0)
+                .and_then(|c| c.open_other_paths(Duration::ZERO, others));
+            if let Some(change) = opened {
+                tuners.announce(change);
+            }
+        }
         let ticking = state.clone();
         tasks.spawn(async move {
             loop {

@@ -1455,3 +1455,35 @@ fn a_refused_congestion_control_is_quoted_within_a_frame() {
         "a refusal of {body} bytes cannot be sent"
     );
 }
+
+#[test]
+fn a_server_naming_loopback_multicast_or_port_zero_is_not_followed() {
+    let mut c = client_at(ClientAt::Paths);
+    let named = [
+        "127.0.0.1:22",
+        "[::1]:4747",
+        "0.0.0.0:4747",
+        "224.0.0.1:4747",
+        "255.255.255.255:4747",
+        "169.254.1.1:4747",
+        "[fe80::1]:4747",
+        "[ff02::1]:4747",
+        "10.47.2.2:0",
+        "[::ffff:127.0.0.1]:4747",
+        "10.47.1.2:4747",
+        "[2001:db8::2]:4747",
+    ];
+    let agreed = c
+        .handle(ControlMsg::Paths {
+            addresses: named.iter().map(|a| a.parse().unwrap()).collect(),
+        })
+        .unwrap()
+        .expect("agreed");
+    assert_eq!(
+        agreed.paths,
+        vec![
+            "10.47.1.2:4747".parse().unwrap(),
+            "[2001:db8::2]:4747".parse().unwrap()
+        ]
+    );
+}

@@ -295,7 +295,7 @@ async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Conso
             } else {
                 "receive"
             };
-            Some(c.report(ep, &outcome.stats, "tern cp", way, console).await)
+            Some(c.report(ep, &outcome, "tern cp", way, console).await)
         }
         _ => None,
     };

@@ -91,7 +91,7 @@ pub async fn run(args: PerfArgs, started: Instant) -> Result<()> {
             console.first_contact(&outcome, &endpoint);
             let advisor = match consulted {
                 Some(c) => Some(
-                    c.report(&endpoint, &outcome.stats, "tern perf", direction, &console)
+                    c.report(&endpoint, &outcome, "tern perf", direction, &console)
                         .await,
                 ),
                 None => None,
