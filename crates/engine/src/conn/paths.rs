@@ -337,14 +337,26 @@ impl PathPlan {
                     .filter(|&&k| k < in_use || k >= self.spares_from)
                     .filter(|&&k| lost.iter().all(|l| l.index != k))
                     .count();
-                let (state, failed_after, failure) = match (&p.unreachable, all_lost) {
+                // A path that lost streams and has none left failed, even
+                // when the controller retired some of them first (they had
+                // stopped adding to the rate because the path was dying).
+                let died = !lost_here.is_empty() && live == 0;
+                let (state, failed_after, failure) = match (&p.unreachable, all_lost || died) {
                     (Some((why, at)), _) if p.streams.is_empty() => {
                         (PathState::Failed, Some(*at), Some(why.clone()))
                     }
                     (_, true) => (
                         PathState::Failed,
                         lost_here.iter().map(|l| l.after).max(),
-                        Some("every stream on it stalled or was lost".to_string()),
+                        Some(if all_lost {
+                            "every stream on it stalled or was lost".to_string()
+                        } else {
+                            format!(
+                                "{} of its {} stalled or were lost, the others were retired",
+                                lost_here.len(),
+                                count_streams(p.streams.len())
+                            )
+                        }),
                     ),
                     _ if live > 0 && p.reserved_bps.is_some() => (PathState::Reserved, None, None),
                     _ if live > 0 => (PathState::Active, None, None),
@@ -370,6 +382,14 @@ impl PathPlan {
                 }
             })
             .collect()
+    }
+}
+
+fn count_streams(n: usize) -> String {
+    if n == 1 {
+        "1 stream".into()
+    } else {
+        format!("{n} streams")
     }
 }
 
@@ -543,6 +563,40 @@ mod tests {
         assert_eq!(reports[1].streams, 1);
         assert_eq!(reports[2].state, PathState::Active);
         assert_eq!(reports[2].reserved_bps, None);
+    }
+
+    #[test]
+    fn a_path_whose_streams_were_lost_or_retired_failed() {
+        let plan = PathPlan::new(
+            addr("10.47.0.2:4747"),
+            vec![other("10.47.1.2:4747", None)],
+            1,
+            8,
+        );
+        for k in 0..5 {
+            plan.leg(k);
+        }
+        // Path 1 has streams 1, 2 and 4 (the other path first, then the
+        // fewest): 2 was lost, 1 and 4 retired (one stream, 0, in use at
+        // the end).
+        let lost = [LostStream {
+            index: 2,
+            after: Duration::from_secs(12),
+        }];
+        let reports = plan.report(&[5, 1, 1, 5, 1], &lost, 1, Duration::from_secs(1));
+        assert_eq!(reports[1].streams, 3, "{reports:?}");
+        assert_eq!(reports[1].state, PathState::Failed, "{reports:?}");
+        assert_eq!(reports[1].failed_after_s, Some(12.0));
+        assert!(
+            reports[1]
+                .failure
+                .as_deref()
+                .is_some_and(|f| f.contains("1 of its 3 streams")),
+            "{reports:?}"
+        );
+        // Without a lost stream, the same retirement is a drop.
+        let reports = plan.report(&[5, 1, 1, 5, 1], &[], 1, Duration::from_secs(1));
+        assert_eq!(reports[1].state, PathState::Dropped);
     }
 
     #[test]
