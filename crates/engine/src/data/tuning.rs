@@ -314,6 +314,17 @@ impl Tuners {
                 peer: ends.1,
             });
         }
+        if let Some(g) = group {
+            // The members before it make room: the path's budget is split
+            // anew, not added to (a probe's streams joining a path
+            // otherwise held a third more than its budget until the next
+            // sizing).
+            let share = self.groups[g].sizer.share(self.members(g));
+            if share < self.groups[g].share || self.groups[g].share == 0 {
+                self.groups[g].share = share;
+                self.apply_group_share(g);
+            }
+        }
     }
 
     fn tick(&mut self, act: bool) {
