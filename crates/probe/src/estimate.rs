@@ -94,6 +94,10 @@ pub fn examine_train(arrivals: &[Option<u64>], max_stray: f64) -> TrainOutcome {
     // close to, refitted through those; it must hold most of the train,
     // over most of its length.
     let on_line = best_line(&times, max_stray);
+    if on_line.len() < 2 {
+        // No two arrivals far enough apart to draw a line through.
+        return TrainOutcome::Unresolved;
+    }
     let (intercept, slope) = fit_line(&times, &on_line);
     let span = (slope * (times.len() - 1) as f64).max(1.0);
     let residual = |i: usize| (times[i] - times[0]) as f64 - (intercept + slope * i as f64);
@@ -158,7 +162,10 @@ fn best_line(times: &[u64], max_stray: f64) -> Vec<usize> {
             }
         }
     }
-    let (_, i, slope) = best;
+    let (score, i, slope) = best;
+    if score <= 0.0 {
+        return Vec::new();
+    }
     let tol = tolerance(slope);
     (0..n).filter(|&k| distance(i, slope, k) <= tol).collect()
 }

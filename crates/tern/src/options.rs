@@ -164,6 +164,37 @@ fn tuning_of(t: &EngineArgs) -> Result<Tuning> {
     })
 }
 
+/// Reserved paths need a stream each besides the first, and pacing that
+/// MPTCP sockets do not take.
+fn check_reservations(t: &EngineArgs) -> Result<()> {
+    let reserved = t.path.iter().filter(|p| p.reserved_bps.is_some()).count();
+    if reserved == 0 {
+        return Ok(());
+    }
+    if t.mptcp {
+        return Err(usage(
+            "--mptcp with a reserved path (rate=): MPTCP spreads each connection itself, so \
+             no stream could be held to the reserved path; use one or the other",
+        ));
+    }
+    let most = match t.streams {
+        Streams::Fixed(n) => n,
+        Streams::Auto => t.max_streams,
+    };
+    {
+        let n = most;
+        if usize::from(n) <= reserved {
+            return Err(usage(format!(
+                "{n} stream(s) at most with {reserved} reserved path(s): each reserved path \
+                 takes a stream of its own besides the first; allow {} or more (-P or \
+                 --max-streams)",
+                reserved + 1
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The options of a transfer with a daemon (and, adapted by
 /// [`vouched_by_ssh`], over ssh): the only construction of
 /// [`ClientOptions`].
@@ -172,6 +203,7 @@ fn client_options(
     checksum: ChecksumAlg,
     choices: Choices,
 ) -> Result<ClientOptions> {
+    check_reservations(t)?;
     let known_hosts = t
         .known_hosts
         .clone()

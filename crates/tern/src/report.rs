@@ -445,7 +445,7 @@ impl Report {
         }
         match self.mptcp {
             Some(true) => {
-                out.push("  connections: MPTCP (the kernel spread them over its paths)".into())
+                out.push("  connections: MPTCP (the kernel's path manager chose the paths of their subflows)".into())
             }
             Some(false) => out.push(
                 "  connections: plain TCP: the daemon takes no MPTCP (tern serve --mptcp)".into(),
@@ -558,7 +558,7 @@ fn path_line(p: &PathReport) -> String {
         .rtt_ms
         .map(|ms| format!(", RTT {ms:.1} ms"))
         .unwrap_or_default();
-    let limit = match p.limit {
+    let limit = match p.limit.filter(|_| p.state != PathState::Reserved) {
         Some(tern_drs::Limit::Network) => ", paced by the network",
         Some(tern_drs::Limit::SendBuffer) => ", held back by send buffers",
         Some(tern_drs::Limit::ReceiveWindow) => ", held back by the receive window",

@@ -300,6 +300,32 @@ fn mptcp_is_used_when_both_ends_take_it_and_said_when_the_daemon_does_not() {
 }
 
 #[test]
+fn a_reserved_path_without_a_stream_of_its_own_or_with_mptcp_is_refused() {
+    let env = Env::new();
+    let url = format!("tern://127.0.0.1:{}", free_port());
+    for (args, says) in [
+        (
+            vec!["-P", "1", "--path", "10.47.1.2,rate=10M"],
+            "allow 2 or more",
+        ),
+        (
+            vec!["--max-streams", "1", "--path", "10.47.1.2,rate=10M"],
+            "allow 2 or more",
+        ),
+        (
+            vec!["--mptcp", "--path", "10.47.1.2,rate=10M"],
+            "use one or the other",
+        ),
+    ] {
+        let mut all = vec!["perf", url.as_str(), "--time", "1"];
+        all.extend(args.iter().copied());
+        let out = env.run(&all);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
 fn exit_codes_mean_what_the_help_says() {
     let env = Env::new();
     let help = tern().args(["cp", "--help"]).output().unwrap();

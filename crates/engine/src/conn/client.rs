@@ -266,7 +266,11 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         _ => 0,
     };
     let streams = streams
-        .max(1 + u16::try_from(reservations).unwrap_or(u16::MAX))
+        .max(
+            u16::try_from(reservations)
+                .unwrap_or(u16::MAX)
+                .saturating_add(1),
+        )
         .min(opts.max_streams.max(opts.streams));
     let request = request_of(opts, mode, streams);
     let mut opening = ClientOpen::new(request, negotiated)?;
@@ -314,8 +318,16 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     params.tuning = opts.tuning.clone();
     params.tuning.other_paths = plan.as_ref().map_or(0, |p| p.others() as u16);
     params.tuning.reserved = plan.as_ref().map_or_else(Vec::new, |p| p.reserved());
-    let paths = 1 + plan.as_ref().map_or(0, |p| p.others() as u16);
-    params.tuning.stream_limit = Some(opts.max_streams.saturating_mul(paths));
+    // Reserved paths hold one stream each and take no more.
+    let best_effort_others = params
+        .tuning
+        .other_paths
+        .saturating_sub(params.tuning.reserved.len() as u16);
+    params.tuning.stream_limit = Some(
+        opts.max_streams
+            .saturating_mul(1 + best_effort_others)
+            .saturating_add(params.tuning.reserved.len() as u16),
+    );
     params.apply_agreed(&agreed.options);
     params.block_check = block_check;
     params.resume = agreed.features.contains(Features::RESUME);
@@ -394,7 +406,15 @@ fn request_of(opts: &ClientOptions, mode: SessionMode, streams: u16) -> ClientRe
     // Room for `max_streams` on each of a few paths: which paths there are
     // is known only once the session is open (the controller is held to
     // `max_streams` per path found).
+    // Only a client that sends runs the controller: on a pull the daemon
+    // would grow to the whole room, blind to the paths.
+    let client_sends = match &mode {
+        SessionMode::Push { .. } => true,
+        SessionMode::Pull { .. } => false,
+        SessionMode::Perf { server_sends, .. } => !server_sends,
+    };
     let may_find_paths = opts.tuning.auto_streams
+        && client_sends
         && opts.paths != PathChoice::Off
         && matches!(opts.reach, Reach::Dial);
     let max_streams = if may_find_paths {

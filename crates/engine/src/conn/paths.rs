@@ -227,6 +227,16 @@ impl PathPlan {
             unreachable: None,
         }];
         for other in others {
+            if let Some(bps) = other
+                .reserved_bps
+                .filter(|_| other.remote.ip() == control.ip())
+            {
+                tracing::warn!(
+                    "{}: the session started on this address, so its {bps} bit/s reservation \
+                     is not applied (name another address of the daemon)",
+                    other.remote.ip()
+                );
+            }
             if paths.iter().all(|p| p.remote.ip() != other.remote.ip()) {
                 paths.push(Path {
                     remote: other.remote,

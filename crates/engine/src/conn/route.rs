@@ -53,7 +53,14 @@ pub(crate) async fn tcp_connect(
         .collect();
     let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
     for a in addrs {
-        let socket = crate::conn::net::tcp_socket(a, mptcp).map_err(fail)?;
+        let socket = match crate::conn::net::tcp_socket(a, mptcp) {
+            Ok(s) => s,
+            Err(e) => {
+                // This family may be off on this host: try the next address.
+                last = e;
+                continue;
+            }
+        };
         match tokio::time::timeout(timeout, socket.connect(a)).await {
             Ok(Ok(s)) => {
                 crate::conn::net::prepare(&s, io_timeout);

@@ -645,7 +645,11 @@ impl Sampler {
             // Each other path gets a stream from the start, rather than
             // when the rate of the first has levelled off.
             let mut tuners = state.lock().expect("tuners");
-            let others = tuners.tuning.other_paths;
+            // Reserved paths have theirs already (one of the first).
+            let others = tuners
+                .tuning
+                .other_paths
+                .saturating_sub(tuners.tuning.reserved.len() as u16);
             let opened = tuners
                 .controller
                 .as_mut()
