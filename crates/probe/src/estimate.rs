@@ -93,10 +93,11 @@ pub fn examine_train(arrivals: &[Option<u64>], max_stray: f64) -> TrainOutcome {
     // rest alone. So the train's line is the one most of its arrivals lie
     // close to, refitted through those; it must hold most of the train,
     // over most of its length.
-    let on_line = best_line(&times, max_stray);
+    let mut on_line = best_line(&times, max_stray);
     if on_line.len() < 2 {
-        // No two arrivals far enough apart to draw a line through.
-        return TrainOutcome::Unresolved;
+        // No line is straight enough for so tight a limit: judge the line
+        // through all arrivals (which then strays too far).
+        on_line = (0..times.len()).collect();
     }
     let (intercept, slope) = fit_line(&times, &on_line);
     let span = (slope * (times.len() - 1) as f64).max(1.0);
