@@ -81,10 +81,8 @@ impl Tuners {
             .filter(|s| !s.retired)
             .zip(estimates)
             .collect();
-        let mut peers: Vec<IpAddr> = active.iter().map(|(s, _)| s.peer).collect();
-        peers.dedup();
-        peers.sort();
-        peers.dedup();
+        let peers: std::collections::BTreeSet<IpAddr> =
+            active.iter().map(|(s, _)| s.peer).collect();
         peers
             .into_iter()
             .map(|peer| {
