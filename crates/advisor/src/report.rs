@@ -259,6 +259,7 @@ mod tests {
             reserved_bps: None,
             failed_after_s: None,
             failure: None,
+            rejoined_after_s: None,
         };
         let whole = report();
         let one = whole.for_path(&path("10.47.1.2:4747", 600 << 20)).unwrap();

@@ -78,6 +78,9 @@ pub struct TcpInfo {
     pub snd_cwnd: u32,
     /// Sender MSS, bytes.
     pub snd_mss: u32,
+    /// Segments sent and not yet acknowledged.
+    #[serde(default)]
+    pub unacked: u32,
     /// Bytes acknowledged so far.
     pub bytes_acked: u64,
     /// Bytes received so far.
@@ -107,6 +110,13 @@ pub struct TcpInfo {
 }
 
 impl TcpInfo {
+    /// Bytes written to the socket and not yet delivered: not sent, or
+    /// sent and not acknowledged.
+    pub fn undelivered_bytes(&self) -> u64 {
+        u64::from(self.notsent_bytes.unwrap_or(0))
+            + u64::from(self.unacked) * u64::from(self.snd_mss)
+    }
+
     /// Reads `TCP_INFO` from a TCP socket.
     pub fn read(fd: RawFd) -> io::Result<TcpInfo> {
         let mut raw = RawTcpInfo::default();
@@ -138,6 +148,7 @@ impl TcpInfo {
             rtt_us: r.rtt,
             snd_cwnd: r.snd_cwnd,
             snd_mss: r.snd_mss,
+            unacked: r.unacked,
             bytes_acked: has!(bytes_acked).unwrap_or(0),
             bytes_received: has!(bytes_received).unwrap_or(0),
             notsent_bytes: has!(notsent_bytes),

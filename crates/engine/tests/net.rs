@@ -574,10 +574,13 @@ async fn streams_join_and_retire_while_a_session_runs_both_ways() {
             "late streams carried data: {per:?}"
         );
         assert_eq!(per[3], 0);
-        assert_eq!(
-            out.stats.bytes,
-            per.iter().sum::<u64>(),
-            "every block verified once"
+        // Every block was sent once, but for the endgame's copies of the
+        // last ones still on their way.
+        let copied = out.stats.blocks_copied.expect("the sender counts copies");
+        let extra = per.iter().sum::<u64>() - out.stats.bytes;
+        assert!(
+            extra <= copied * u64::from(o.block_size),
+            "{extra} bytes beyond the blocks, {copied} copies"
         );
 
         let back = client::perf(

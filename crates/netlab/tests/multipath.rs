@@ -45,6 +45,56 @@ fn perf_json(lab: &Lab, tern: &str, work: &Path, extra: &[&str]) -> Value {
     report(&client(lab, tern, work, &args).output().unwrap())
 }
 
+/// `tern cp --json` of `work/big.bin` to the daemon's first address, with
+/// `extra` options.
+fn copy_big(lab: &Lab, tern: &str, work: &Path, extra: &[&str]) -> std::process::Command {
+    let src = work.join("big.bin");
+    let mut args = vec!["cp"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--json", src.to_str().unwrap(), "tern://10.47.0.2/big.bin"]);
+    client(lab, tern, work, &args)
+}
+
+/// Starts [`copy_big`] with its output kept, and returns once `root` holds
+/// `share` of its `size` bytes.
+fn copy_under_way(
+    lab: &Lab,
+    tern: &str,
+    work: &Path,
+    extra: &[&str],
+    size: usize,
+    share: f64,
+) -> std::process::Child {
+    let mut copy = copy_big(lab, tern, work, extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (partial_size(&work.join("root")) as f64) < size as f64 * share {
+        assert!(
+            Instant::now() < deadline,
+            "the copy never got {share} of the way"
+        );
+        assert!(
+            copy.try_wait().unwrap().is_none(),
+            "the copy ended before {share} of it could be seen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    copy
+}
+
+/// `netlab set --path 1 --loss LOSS`.
+fn set_loss_on_path_1(lab: &Lab, loss: &str) {
+    let out = lab.netlab(&["set", "--path", "1", "--loss", loss]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The partial file being received in `root`, and its size.
 fn partial_size(root: &Path) -> u64 {
     std::fs::read_dir(root)
@@ -104,44 +154,16 @@ fn streams_go_over_both_paths_and_a_copy_survives_one_going_dead() {
     // A copy over both paths; path 1 goes dead a third of the way in.
     let size = 48 << 20;
     let data = random_file(&work.join("big.bin"), size);
-    let mut copy = client(
+    let copy = copy_under_way(
         &lab,
         &tern,
         &work,
-        &[
-            "cp",
-            "-P",
-            "4",
-            "--stall-timeout",
-            "2",
-            "--json",
-            work.join("big.bin").to_str().unwrap(),
-            "tern://10.47.0.2/big.bin",
-        ],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let root = work.join("root");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while partial_size(&root) < size as u64 / 3 {
-        assert!(
-            Instant::now() < deadline,
-            "the copy never got a third of the way"
-        );
-        assert!(
-            copy.try_wait().unwrap().is_none(),
-            "the copy ended before the cut"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let cut = lab.netlab(&["set", "--path", "1", "--loss", "100%"]);
-    assert!(
-        cut.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cut.stderr)
+        &["-P", "4", "--stall-timeout", "2"],
+        size,
+        1.0 / 3.0,
     );
+    set_loss_on_path_1(&lab, "100%");
+    let root = work.join("root");
     let out = copy.wait_with_output().unwrap();
     let copied = report(&out);
     assert_eq!(content_difference(root.join("big.bin"), &data), None);
@@ -190,5 +212,76 @@ fn a_reserved_path_carries_one_stream_at_its_rate_beside_a_best_effort_one() {
     );
     assert_eq!(paths[0]["state"], "active", "{perf}");
     assert!(paths[0]["bytes"].as_u64().unwrap() > 0, "{perf}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn blocks_left_on_a_slow_path_at_the_end_also_go_over_the_fast_one() {
+    let test = "blocks_left_on_a_slow_path_at_the_end_also_go_over_the_fast_one";
+    let Some(tern) = tern_or_skip(test) else {
+        return;
+    };
+    // A 1 MiB block takes 2 s on path 1 and 0.1 s on path 0: when the last
+    // block is handed out, path 1 is still writing one.
+    let (lab, work) = two_paths("nltesteg", "rtt=10,rate=100", "rtt=30,rate=4");
+    let _server = serve_everywhere(&lab, &tern, &work);
+    let size = 40 << 20;
+    let data = random_file(&work.join("big.bin"), size);
+    let out = copy_big(&lab, &tern, &work, &["-P", "2", "--block-size", "1M"])
+        .output()
+        .unwrap();
+    let copied = report(&out);
+    assert_eq!(
+        content_difference(work.join("root/big.bin"), &data),
+        None,
+        "{copied}"
+    );
+    let paths = copied["paths"].as_array().expect("a paths array");
+    assert_eq!(paths.len(), 2, "{copied}");
+    assert!(paths[1]["bytes"].as_u64().unwrap() > 0, "{copied}");
+    assert!(
+        copied["blocks_copied"].as_u64().unwrap() >= 1,
+        "the fast path took a copy of the slow one's last block: {copied}"
+    );
+    assert_eq!(copied["blocks_retransmitted"], 0, "{copied}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_path_that_comes_back_is_rejoined() {
+    let test = "a_path_that_comes_back_is_rejoined";
+    let Some(tern) = tern_or_skip(test) else {
+        return;
+    };
+    let (lab, work) = two_paths("nltestrj", "rtt=10,rate=20", "rtt=10,rate=20");
+    let _server = serve_everywhere(&lab, &tern, &work);
+    let size = 64 << 20;
+    let data = random_file(&work.join("big.bin"), size);
+    let copy = copy_under_way(
+        &lab,
+        &tern,
+        &work,
+        &["-P", "2", "--stall-timeout", "2"],
+        size,
+        0.2,
+    );
+    // Path 1 goes dead for 4 s: its stream stalls (2 s) and is given up,
+    // then the path answers again and a stream rejoins it.
+    set_loss_on_path_1(&lab, "100%");
+    std::thread::sleep(Duration::from_secs(4));
+    set_loss_on_path_1(&lab, "0");
+    let root = work.join("root");
+    let out = copy.wait_with_output().unwrap();
+    let copied = report(&out);
+    assert_eq!(content_difference(root.join("big.bin"), &data), None);
+    let paths = copied["paths"].as_array().expect("a paths array");
+    let path1 = &paths[1];
+    assert_eq!(path1["state"], "active", "{copied}");
+    let down = path1["failed_after_s"].as_f64().expect("it went down");
+    let back = path1["rejoined_after_s"].as_f64().expect("it came back");
+    assert!(back > down, "{copied}");
+    // The stream that rejoined carried data: more streams than the one it
+    // lost went over the path.
+    assert!(path1["streams"].as_u64().unwrap() >= 2, "{copied}");
     let _ = std::fs::remove_dir_all(&work);
 }

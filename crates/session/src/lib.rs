@@ -24,19 +24,19 @@
 //! then judges what is missing; whatever a dead stream took with it is then
 //! simply requested again.
 
+mod endgame;
 mod error;
 pub mod open;
 mod options;
 mod receiver;
 mod sender;
 
+pub use endgame::Flight;
 pub use error::{Error, Result};
 pub use open::{ClientAgreed, ClientOpen, ClientRequest, ServerOpen, ServerPolicy, SessionRequest};
 pub use options::{Agreed, Choices, DEFAULT_STALL_TIMEOUT, SPARE_STREAMS};
 pub use receiver::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};
-pub use sender::{
-    BYTES_IN_FLIGHT, BlockTask, DigestNeed, FEW_FILES, SendEntry, SenderConfig, SenderSession,
-};
+pub use sender::{BYTES_IN_FLIGHT, DigestNeed, FEW_FILES, SendEntry, SenderConfig, SenderSession};
 
 use tern_proto::{ErrorCode, RelPath};
 
@@ -118,6 +118,19 @@ impl EntryFailure {
             message: self.message.clone(),
         }
     }
+}
+
+/// One block a stream worker should read and send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockTask {
+    /// File the block belongs to.
+    pub file_id: u32,
+    /// Offset in the file.
+    pub offset: u64,
+    /// Payload length.
+    pub len: u32,
+    /// The block was asked for again.
+    pub repair: bool,
 }
 
 /// A growable set of block indices.

@@ -527,13 +527,16 @@ impl ReceiverSession {
             let Some(sent) = &file.sent else {
                 return Ok(());
             };
+            // With every block in, frames still on their way are copies
+            // (the sender's endgame): the file need not wait for them.
+            let all_in = file.prefix_blocks.saturating_mul(bs) >= sent.size;
             let waiting = sent
                 .marks
                 .iter()
                 .zip(&self.frames)
                 .zip(&self.alive)
                 .any(|((&mark, &got), &alive)| alive && got < mark);
-            if waiting {
+            if waiting && !all_in {
                 return Ok(());
             }
             let missing = missing_ranges(&file.received, sent.size, bs);

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use tern_proto::{ControlMsg, EntryKind, EntryMeta, ErrorCode, Existing, FileMeta, RelPath};
 
-use crate::{BlockSet, EntryFailure, FileOutcome, Problem};
+use crate::endgame::{Endgame, Flight};
+use crate::{BlockSet, BlockTask, EntryFailure, FileOutcome, Problem};
 use crate::{Error, Result};
 
 /// Files announced at once whatever their size.
@@ -67,19 +68,6 @@ pub enum SendEntry {
     File(FileMeta),
     /// Something the source could not read: reported, not sent.
     Failed(EntryFailure),
-}
-
-/// One block a stream worker should read and send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockTask {
-    /// File the block belongs to.
-    pub file_id: u32,
-    /// Offset in the file.
-    pub offset: u64,
-    /// Payload length.
-    pub len: u32,
-    /// The block was asked for again.
-    pub repair: bool,
 }
 
 #[derive(Debug)]
@@ -149,6 +137,8 @@ pub struct SenderSession {
     forgotten: BTreeSet<u32>,
     bytes_total: u64,
     bytes_resumed: u64,
+    /// Blocks still on their way per stream, for copies at the end.
+    endgame: Endgame,
 }
 
 impl SenderSession {
@@ -177,6 +167,7 @@ impl SenderSession {
             forgotten: BTreeSet::new(),
             bytes_total: 0,
             bytes_resumed: 0,
+            endgame: Endgame::default(),
         }
     }
 
@@ -348,12 +339,34 @@ impl SenderSession {
             let file = self.files.get_mut(&task.file_id)?;
             file.repairs_pending -= 1;
             task
+        } else if let Some(task) = self.next_fresh_block(now) {
+            task
         } else {
-            self.next_fresh_block(now)?
+            let files = &self.files;
+            let copy = self
+                .endgame
+                .copy_for(stream, now, &self.stream_alive, |t| {
+                    files.contains_key(&t.file_id)
+                })?;
+            self.stream_frames[stream] += 1;
+            return Some(copy);
         };
+        self.endgame.handed(stream, task);
         self.stream_frames[stream] += 1;
         self.maybe_file_sent(task.file_id);
         Some(task)
+    }
+
+    /// The driver measured what `stream`'s connection still holds: blocks
+    /// on slow streams are copied to faster ones once all are handed out.
+    pub fn stream_measured(&mut self, stream: usize, flight: Flight, now: Instant) {
+        self.endgame.measured(stream, flight, now);
+    }
+
+    /// Blocks sent a second time at the end, on a faster stream than the
+    /// one still carrying them.
+    pub fn blocks_copied(&self) -> u64 {
+        self.endgame.blocks()
     }
 
     fn next_fresh_block(&mut self, now: Instant) -> Option<BlockTask> {
@@ -390,6 +403,7 @@ impl SenderSession {
 
     /// Records payload bytes a stream finished writing.
     pub fn record_sent(&mut self, stream: usize, bytes: u64) {
+        self.endgame.written(stream, bytes);
         self.stream_bytes[stream] += bytes;
         self.bytes_total += bytes;
     }
@@ -531,6 +545,7 @@ impl SenderSession {
         if let Some(alive) = self.stream_alive.get_mut(stream) {
             *alive = false;
         }
+        self.endgame.forget(stream);
         if self.stream_alive.iter().all(|a| !a) && !self.is_complete() {
             return Err(Error::PeerGone("all data streams lost".into()));
         }
@@ -544,6 +559,7 @@ impl SenderSession {
         if let Some(alive) = self.stream_alive.get_mut(stream) {
             *alive = false;
         }
+        self.endgame.forget(stream);
     }
 
     /// Data streams that may take blocks now.

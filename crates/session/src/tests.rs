@@ -13,6 +13,7 @@ use tern_proto::{BlockFlags, BlockHeader, ControlMsg, ErrorCode, Existing, FileM
 
 use crate::*;
 
+mod endgame;
 mod random;
 
 const BS: u32 = 1000;
@@ -173,6 +174,9 @@ struct Sim {
     /// connection stays in order).
     to_r_last: u64,
     to_s_last: u64,
+    /// The sender is told what each link still holds (as the engine
+    /// measures `TCP_INFO`), which lets its endgame copy blocks.
+    measure: bool,
 }
 
 fn digest_for(file_id: u32) -> Vec<u8> {
@@ -246,6 +250,7 @@ impl Sim {
             written: BTreeMap::new(),
             to_r_last: 0,
             to_s_last: 0,
+            measure: false,
         }
     }
 
@@ -563,9 +568,33 @@ impl Sim {
         Ok(())
     }
 
+    /// Tells the sender what each live link still holds: its frames on
+    /// the way, delivered by the time the newest arrives.
+    fn measure_links(&mut self, now: Instant) {
+        for (k, link) in self.links.iter().enumerate() {
+            if link.dead || link.sender_knows {
+                continue;
+            }
+            let undelivered: u64 = link
+                .queue
+                .iter()
+                .map(|f| u64::from(f.header.length) + tern_proto::data::HEADER_LEN as u64)
+                .sum();
+            let left_ms = link.last_at.saturating_sub(self.now_ms).max(1);
+            let rate = match undelivered {
+                0 => f64::from(BS) * link.rate as f64 * 1000.0 / link.period_ms as f64,
+                n => n as f64 * 1000.0 / left_ms as f64,
+            };
+            self.s.stream_measured(k, Flight { undelivered, rate }, now);
+        }
+    }
+
     fn step(&mut self) -> Result<(), Error> {
         let now = self.now();
         self.kill_streams()?;
+        if self.measure {
+            self.measure_links(now);
+        }
         // Sender: every stream pulls as many blocks as its rate allows.
         for k in 0..self.links.len() {
             let link = &self.links[k];

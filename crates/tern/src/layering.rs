@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["ssh", "console"],
     &["cli"],
     &["exit", "addr", "advice", "report", "path_memory"],
+    &["report::paths"],
     &[
         "error",
         "size",

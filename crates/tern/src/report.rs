@@ -6,11 +6,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tern_advisor::Advice;
 use tern_engine::client::Endpoint;
-use tern_engine::paths::{PathReport, PathState};
+use tern_engine::paths::PathReport;
 use tern_engine::transfer::TransferStats;
 use tern_proto::{ChecksumAlg, Protect};
 
-use crate::size::{human_bytes, human_rate};
+use crate::size::{count, human_bytes, human_rate};
+
+mod paths;
+use paths::path_line;
 
 /// Per-stream numbers.
 #[derive(Debug, Serialize)]
@@ -104,6 +107,10 @@ pub struct Report {
     pub checksum: Option<Vec<ChecksumReport>>,
     pub blocks_retransmitted: u64,
     pub blocks_corrupt: u64,
+    /// Blocks this end sent twice at the end: still on their way on a
+    /// slower stream, also sent on a faster one (none when it received).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocks_copied: Option<u64>,
     /// Bytes already at the destination from an earlier, interrupted run.
     pub bytes_resumed: u64,
     /// Files not sent because the destination already had them complete.
@@ -282,6 +289,7 @@ impl Report {
             }),
             blocks_retransmitted: i.stats.blocks_retransmitted,
             blocks_corrupt: i.stats.blocks_corrupt,
+            blocks_copied: i.stats.blocks_copied,
             bytes_resumed: i.stats.bytes_resumed,
             files_skipped: i.stats.skipped.len(),
             bytes_skipped: i.stats.skipped.iter().map(|f| f.size).sum(),
@@ -369,6 +377,12 @@ impl Report {
         }
         if self.files_skipped > 0 {
             out.push(format!("  skipped: {}", self.skipped_words()));
+        }
+        if let Some(copied) = self.blocks_copied.filter(|&n| n > 0) {
+            out.push(format!(
+                "  endgame: {} still on their way on slower streams also sent on faster ones",
+                count(copied as usize, "block")
+            ));
         }
         out.extend(failed_lines(&self.failed));
         if self.via != "local" {
@@ -503,79 +517,6 @@ impl StreamStory {
     }
 }
 
-/// `n` things, in English: "1 file", "2 files".
-pub fn count(n: usize, thing: &str) -> String {
-    if n == 1 {
-        format!("1 {thing}")
-    } else {
-        format!("{n} {thing}s")
-    }
-}
-
-/// Below this share of its reserved rate a reserved path is reported as
-/// under its reservation.
-const UNDER_RESERVATION: f64 = 0.8;
-
-/// One path of a multi-path session, in words.
-fn path_line(p: &PathReport) -> String {
-    let state = match p.state {
-        PathState::Active => String::new(),
-        PathState::Reserved => {
-            let reserved = p.reserved_bps.unwrap_or(0) as f64;
-            let share = if reserved > 0.0 {
-                p.rate_bps / reserved
-            } else {
-                1.0
-            };
-            if share < UNDER_RESERVATION {
-                format!(
-                    ", reserved {}: {:.0} % of it delivered, well under the reservation",
-                    human_rate(reserved),
-                    share * 100.0
-                )
-            } else {
-                format!(", reserved {}", human_rate(reserved))
-            }
-        }
-        PathState::Dropped => ", dropped: it did not add to the rate".to_string(),
-        PathState::Failed => format!(
-            ", failed{}{}",
-            p.failed_after_s
-                .map(|s| format!(" after {s:.1} s"))
-                .unwrap_or_default(),
-            p.failure
-                .as_ref()
-                .map(|f| format!(" ({f})"))
-                .unwrap_or_default()
-        ),
-    };
-    let from = p
-        .local
-        .as_ref()
-        .map(|l| format!("{l} → "))
-        .unwrap_or_default();
-    let rtt = p
-        .rtt_ms
-        .map(|ms| format!(", RTT {ms:.1} ms"))
-        .unwrap_or_default();
-    let limit = match p.limit.filter(|_| p.state != PathState::Reserved) {
-        Some(tern_drs::Limit::Network) => ", paced by the network",
-        Some(tern_drs::Limit::SendBuffer) => ", held back by send buffers",
-        Some(tern_drs::Limit::ReceiveWindow) => ", held back by the receive window",
-        Some(tern_drs::Limit::Receiver) => ", held back by the receiving application",
-        Some(tern_drs::Limit::Application) => ", held back by this end (disk or CPU)",
-        Some(tern_drs::Limit::Unknown) | None => "",
-    };
-    format!(
-        "  path {}: {from}{}, {}, {} ({}){rtt}{limit}{state}",
-        p.index,
-        p.remote,
-        count(p.streams, "stream"),
-        human_bytes(p.bytes),
-        human_rate(p.rate_bps),
-    )
-}
-
 /// The entries that could not be copied, one line each after a count
 /// (nothing when there are none).
 pub fn failed_lines(failed: &[FailedEntry]) -> Vec<String> {
@@ -668,6 +609,7 @@ mod tests {
             checksum: None,
             blocks_retransmitted: 1,
             blocks_corrupt: 0,
+            blocks_copied: Some(0),
             bytes_resumed: 0,
             files_skipped: 0,
             bytes_skipped: 0,

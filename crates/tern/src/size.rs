@@ -87,6 +87,15 @@ pub fn human_rate(bps: f64) -> String {
     format!("{v:.2} {}", UNITS[u])
 }
 
+/// `n` things, in English: "1 file", "2 files".
+pub fn count(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,9 @@ pub use crate::conn::route::{Callback, Endpoint, Reach};
 pub use crate::conn::tls::{BLOCK_MAC_LABEL, ClientCert, PinVerifier, bind_token, server_name};
 pub use crate::conn::trust::Trust;
 use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams, TransferStats};
-use crate::data::tuning::{Connector, DEFAULT_MAX_STREAMS, Joined, StreamSupply, Tuning};
+use crate::data::tuning::{
+    Connector, DEFAULT_MAX_STREAMS, Joined, PathWatch, StreamSupply, Tuning,
+};
 use crate::integrity::BlockCheck;
 use crate::store::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root};
 use crate::{Error, Result, StreamWrap};
@@ -301,7 +303,8 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     let streams = join_all(&joiner, accept_streams).await?;
     let supply = if max_streams > accept_streams {
         let connector: Connector = Arc::new(move |k| Box::pin(joiner.clone().join(k)));
-        StreamSupply::Connect(connector)
+        let watch = plan.clone().map(|p| p as Arc<dyn PathWatch>);
+        StreamSupply::Connect(connector, watch)
     } else {
         StreamSupply::Fixed
     };
@@ -394,7 +397,7 @@ fn path_plan(
     } else {
         1
     };
-    let plan = PathPlan::new(peer, others, first_on_control, spares_from);
+    let plan = PathPlan::new(peer, others, first_on_control, spares_from).with_mptcp(opts.mptcp);
     (plan.others() > 0).then(|| Arc::new(plan))
 }
 

@@ -165,6 +165,10 @@ pub struct PathReport {
     /// Why it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// Seconds into the transfer it answered again after it failed, and a
+    /// stream rejoined it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejoined_after_s: Option<f64>,
 }
 
 /// A path besides the control connection's, as a plan takes it.
@@ -183,6 +187,61 @@ struct Path {
     streams: Vec<u16>,
     /// A connection could not be made: why, and when.
     unreachable: Option<(String, Duration)>,
+    /// Its streams that stalled or were lost.
+    lost: Vec<u16>,
+    /// Down (unreachable, or every stream on it lost) since then; tried
+    /// again from `retry_at` on.
+    down: Option<Down>,
+    /// It came back after it failed: when.
+    rejoined: Option<Duration>,
+    /// When it first went down, and why.
+    first_down: Option<(Duration, String)>,
+}
+
+/// A path that went down, and when to try it again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Down {
+    since: Duration,
+    retry_at: Duration,
+    tries: u32,
+}
+
+/// A path that went down is first tried again this long after, then
+/// twice as long after each try that fails, up to [`REJOIN_MAX_WAIT`].
+const REJOIN_FIRST_WAIT: Duration = Duration::from_secs(3);
+const REJOIN_MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a try of a path that went down may take to connect.
+const REJOIN_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Path {
+    fn new(remote: SocketAddr, local: Option<IpAddr>, reserved_bps: Option<u64>) -> Path {
+        Path {
+            remote,
+            local,
+            reserved_bps,
+            streams: Vec::new(),
+            unreachable: None,
+            lost: Vec::new(),
+            down: None,
+            rejoined: None,
+            first_down: None,
+        }
+    }
+
+    /// Takes new streams: not down.
+    fn usable(&self) -> bool {
+        self.down.is_none()
+    }
+
+    fn went_down(&mut self, at: Duration, why: &str) {
+        self.first_down.get_or_insert_with(|| (at, why.to_string()));
+        self.down.get_or_insert(Down {
+            since: at,
+            retry_at: at + REJOIN_FIRST_WAIT,
+            tries: 0,
+        });
+    }
 }
 
 /// Which path each data stream of one session takes.
@@ -194,6 +253,9 @@ pub(crate) struct PathPlan {
     /// Indices from here on replace streams given up (path 0).
     spares_from: u16,
     started: std::time::Instant,
+    /// A path that came back: the next spare stream goes over it.
+    rejoin: Mutex<Option<usize>>,
+    mptcp: bool,
 }
 
 /// Where one data stream goes.
@@ -219,13 +281,7 @@ impl PathPlan {
         first_on_control: u16,
         spares_from: u16,
     ) -> PathPlan {
-        let mut paths = vec![Path {
-            remote: control,
-            local: None,
-            reserved_bps: None,
-            streams: Vec::new(),
-            unreachable: None,
-        }];
+        let mut paths = vec![Path::new(control, None, None)];
         for other in others {
             if let Some(bps) = other
                 .reserved_bps
@@ -238,13 +294,7 @@ impl PathPlan {
                 );
             }
             if paths.iter().all(|p| p.remote.ip() != other.remote.ip()) {
-                paths.push(Path {
-                    remote: other.remote,
-                    local: other.local,
-                    reserved_bps: other.reserved_bps,
-                    streams: Vec::new(),
-                    unreachable: None,
-                });
+                paths.push(Path::new(other.remote, other.local, other.reserved_bps));
             }
         }
         PathPlan {
@@ -252,7 +302,15 @@ impl PathPlan {
             first_on_control,
             spares_from,
             started: std::time::Instant::now(),
+            rejoin: Mutex::new(None),
+            mptcp: false,
         }
+    }
+
+    /// Tries of paths that went down connect with MPTCP.
+    pub(crate) fn with_mptcp(mut self, mptcp: bool) -> PathPlan {
+        self.mptcp = mptcp;
+        self
     }
 
     /// The paths besides the control path.
@@ -276,11 +334,16 @@ impl PathPlan {
     /// fewest streams (other paths first, on a tie).
     pub(crate) fn leg(&self, k: u16) -> Leg {
         let mut paths = self.paths.lock().expect("paths");
-        let usable = |p: &Path| p.unreachable.is_none();
-        let unserved_reservation = (1..paths.len()).find(|&i| {
-            paths[i].reserved_bps.is_some() && usable(&paths[i]) && paths[i].streams.is_empty()
-        });
-        let index = if k == 0 || k >= self.spares_from {
+        let usable = |p: &Path| p.usable();
+        let live = |p: &Path| p.streams.iter().any(|k| !p.lost.contains(k));
+        let unserved_reservation = (1..paths.len())
+            .find(|&i| paths[i].reserved_bps.is_some() && usable(&paths[i]) && !live(&paths[i]));
+        let rejoining = (k >= self.spares_from)
+            .then(|| self.rejoin.lock().expect("rejoin").take())
+            .flatten();
+        let index = if let Some(i) = rejoining {
+            i
+        } else if k == 0 || k >= self.spares_from {
             0
         } else if let Some(i) = unserved_reservation {
             i
@@ -305,14 +368,67 @@ impl PathPlan {
     }
 
     /// Path `index` could not take stream `k`: it goes over the control
-    /// path instead, and the path gets no more.
+    /// path instead, and the path gets no more until a try finds it back.
     pub(crate) fn unreachable(&self, index: usize, k: u16, why: String) {
+        let at = self.started.elapsed();
         let mut paths = self.paths.lock().expect("paths");
-        paths[index].streams.retain(|&s| s != k);
-        paths[index]
-            .unreachable
-            .get_or_insert((why, self.started.elapsed()));
+        let path = &mut paths[index];
+        path.streams.retain(|&s| s != k);
+        path.went_down(at, &why);
+        path.unreachable.get_or_insert((why, at));
         paths[0].streams.push(k);
+    }
+
+    /// Stream `k` stalled or was lost; a path other than the control path
+    /// whose every stream was lost is down.
+    fn stream_lost_at(&self, k: u16, at: Duration) {
+        let mut paths = self.paths.lock().expect("paths");
+        let Some(index) = paths.iter().position(|p| p.streams.contains(&k)) else {
+            return;
+        };
+        let path = &mut paths[index];
+        if !path.lost.contains(&k) {
+            path.lost.push(k);
+        }
+        if index > 0 && path.streams.iter().all(|s| path.lost.contains(s)) {
+            path.went_down(at, "every stream on it stalled or was lost");
+        }
+    }
+
+    /// The paths down and due a try at `at`: index, address, source.
+    fn due_at(&self, at: Duration) -> Vec<(usize, SocketAddr, Option<IpAddr>)> {
+        let paths = self.paths.lock().expect("paths");
+        paths
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.down.is_some_and(|d| d.retry_at <= at))
+            .map(|(i, p)| (i, p.remote, p.local))
+            .collect()
+    }
+
+    /// A try of path `index` at `at` connected (`ok`) or did not: back, the
+    /// next spare stream goes over it; or tried again later.
+    fn tried_at(&self, index: usize, ok: bool, at: Duration) {
+        let mut paths = self.paths.lock().expect("paths");
+        let path = &mut paths[index];
+        let Some(down) = path.down.as_mut() else {
+            return;
+        };
+        if ok {
+            tracing::info!(
+                "path {index} ({}) answers again: a stream rejoins it",
+                path.remote
+            );
+            path.down = None;
+            path.rejoined = Some(at);
+            *self.rejoin.lock().expect("rejoin") = Some(index);
+        } else {
+            down.tries += 1;
+            let wait = REJOIN_FIRST_WAIT
+                .saturating_mul(1 << down.tries.min(8))
+                .min(REJOIN_MAX_WAIT);
+            down.retry_at = at + wait;
+        }
     }
 
     /// Each path's share of a finished session: `per_stream` bytes,
@@ -372,6 +488,14 @@ impl PathPlan {
                     _ if live > 0 => (PathState::Active, None, None),
                     _ => (PathState::Dropped, None, None),
                 };
+                // A path that came back is judged by how it ended; when and
+                // why it first failed are kept.
+                let (failed_after, failure) = match (&p.first_down, p.rejoined) {
+                    (Some((at, why)), Some(_)) if failure.is_none() => {
+                        (Some(*at), Some(why.clone()))
+                    }
+                    _ => (failed_after, failure),
+                };
                 PathReport {
                     index,
                     local: p.local.map(|ip| ip.to_string()),
@@ -389,6 +513,7 @@ impl PathPlan {
                     reserved_bps: p.reserved_bps,
                     failed_after_s: failed_after.map(|d| d.as_secs_f64()),
                     failure,
+                    rejoined_after_s: p.rejoined.map(|d| d.as_secs_f64()),
                 }
             })
             .collect()
@@ -415,6 +540,36 @@ pub(crate) fn add_tuning(reports: &mut [PathReport], tuning: &[tern_drs::PathTun
             report.rtt_ms = t.min_rtt_ms;
             report.limit = Some(t.limit);
         }
+    }
+}
+
+impl crate::data::tuning::PathWatch for PathPlan {
+    fn lost(&self, k: u16) {
+        self.stream_lost_at(k, self.started.elapsed());
+    }
+
+    fn retry(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
+        Box::pin(async move {
+            let mut back = false;
+            for (index, remote, local) in self.due_at(self.started.elapsed()) {
+                let tried = connect(
+                    remote,
+                    local,
+                    REJOIN_CONNECT_TIMEOUT,
+                    REJOIN_CONNECT_TIMEOUT,
+                    self.mptcp,
+                )
+                .await;
+                if let Err(e) = &tried {
+                    tracing::debug!("path {index} ({remote}) still down: {e}");
+                }
+                // One path rejoins per try: the next spare goes to it.
+                let ok = tried.is_ok() && !back;
+                self.tried_at(index, ok, self.started.elapsed());
+                back |= ok;
+            }
+            back
+        })
     }
 }
 
@@ -449,221 +604,4 @@ pub(crate) async fn connect(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn addr(s: &str) -> SocketAddr {
-        s.parse().unwrap()
-    }
-
-    fn other(remote: &str, reserved_bps: Option<u64>) -> OtherPath {
-        OtherPath {
-            remote: addr(remote),
-            local: None,
-            reserved_bps,
-        }
-    }
-
-    #[test]
-    fn a_daemon_names_other_addresses_of_the_clients_family_but_not_to_loopback() {
-        let given = Advertise::Addresses(vec![
-            addr("10.47.0.2:4747"),
-            addr("10.47.1.2:4747"),
-            addr("[2001:db8::2]:4747"),
-            addr("10.47.1.2:4747"),
-        ]);
-        let bound = Some(addr("0.0.0.0:4747"));
-        assert_eq!(
-            given.for_client(bound, addr("10.47.0.2:4747")),
-            vec![addr("10.47.1.2:4747")]
-        );
-        assert_eq!(
-            Advertise::Interfaces.for_client(bound, addr("127.0.0.1:4747")),
-            Vec::<SocketAddr>::new()
-        );
-        assert_eq!(
-            Advertise::Interfaces.for_client(Some(addr("10.47.0.2:4747")), addr("10.47.0.2:4747")),
-            Vec::<SocketAddr>::new(),
-            "a daemon bound to one address is reachable at that one only"
-        );
-        assert!(
-            Advertise::Off
-                .for_client(bound, addr("10.47.0.2:4747"))
-                .is_empty()
-        );
-    }
-
-    #[test]
-    fn added_streams_try_the_other_paths_first_and_replacements_take_the_control_path() {
-        let plan = PathPlan::new(
-            addr("10.47.0.2:4747"),
-            vec![other("10.47.1.2:4747", None), other("10.47.2.2:4747", None)],
-            2,
-            8,
-        );
-        assert_eq!(plan.others(), 2);
-        assert_eq!(plan.leg(0), Leg::Control);
-        assert_eq!(plan.leg(1), Leg::Control);
-        let Leg::Path { index: first, .. } = plan.leg(2) else {
-            panic!("growth goes to another path")
-        };
-        let Leg::Path { index: second, .. } = plan.leg(3) else {
-            panic!("and to the next")
-        };
-        assert_eq!((first, second), (1, 2));
-        plan.unreachable(2, 3, "timed out".into());
-        // Path 1 has one stream, path 0 three: path 1; path 2 is out.
-        assert_eq!(
-            plan.leg(4),
-            Leg::Path {
-                index: 1,
-                remote: addr("10.47.1.2:4747"),
-                local: None
-            }
-        );
-        assert_eq!(plan.leg(8), Leg::Control, "a replacement");
-        let reports = plan.report(
-            &[10, 10, 5, 7, 5, 0, 0, 0, 3],
-            &[LostStream {
-                index: 2,
-                after: Duration::from_secs(3),
-            }],
-            8,
-            Duration::from_secs(1),
-        );
-        assert_eq!(reports[0].streams, 4, "0, 1, 3 (moved) and 8");
-        assert_eq!(reports[0].bytes, 10 + 10 + 7 + 3);
-        assert_eq!(reports[0].state, PathState::Active);
-        assert_eq!(reports[1].bytes, 10);
-        assert_eq!(reports[1].state, PathState::Active, "stream 4 still runs");
-        assert_eq!(reports[2].state, PathState::Failed);
-        assert_eq!(reports[2].failure.as_deref(), Some("timed out"));
-        assert_eq!(reports[1].rate_bps, 80.0);
-    }
-
-    #[test]
-    fn a_reserved_path_gets_one_stream_first_and_no_growth() {
-        let plan = PathPlan::new(
-            addr("10.47.0.2:4747"),
-            vec![
-                other("10.47.1.2:4747", Some(300_000_000)),
-                other("10.47.2.2:4747", None),
-            ],
-            1,
-            8,
-        );
-        assert_eq!(
-            plan.reserved(),
-            vec![("10.47.1.2".parse().unwrap(), 300_000_000)]
-        );
-        assert_eq!(plan.leg(0), Leg::Control);
-        assert!(
-            matches!(plan.leg(1), Leg::Path { index: 1, .. }),
-            "the reservation first"
-        );
-        for k in 2..6 {
-            assert!(
-                !matches!(plan.leg(k), Leg::Path { index: 1, .. }),
-                "stream {k} went to the reserved path"
-            );
-        }
-        let reports = plan.report(&[1; 6], &[], 6, Duration::from_secs(1));
-        assert_eq!(reports[1].state, PathState::Reserved);
-        assert_eq!(reports[1].reserved_bps, Some(300_000_000));
-        assert_eq!(reports[1].streams, 1);
-        assert_eq!(reports[2].state, PathState::Active);
-        assert_eq!(reports[2].reserved_bps, None);
-    }
-
-    #[test]
-    fn a_path_whose_streams_were_lost_or_retired_failed() {
-        let plan = PathPlan::new(
-            addr("10.47.0.2:4747"),
-            vec![other("10.47.1.2:4747", None)],
-            1,
-            8,
-        );
-        for k in 0..5 {
-            plan.leg(k);
-        }
-        // Path 1 has streams 1, 2 and 4 (the other path first, then the
-        // fewest): 2 was lost, 1 and 4 retired (one stream, 0, in use at
-        // the end).
-        let lost = [LostStream {
-            index: 2,
-            after: Duration::from_secs(12),
-        }];
-        let reports = plan.report(&[5, 1, 1, 5, 1], &lost, 1, Duration::from_secs(1));
-        assert_eq!(reports[1].streams, 3, "{reports:?}");
-        assert_eq!(reports[1].state, PathState::Failed, "{reports:?}");
-        assert_eq!(reports[1].failed_after_s, Some(12.0));
-        assert!(
-            reports[1]
-                .failure
-                .as_deref()
-                .is_some_and(|f| f.contains("1 of its 3 streams")),
-            "{reports:?}"
-        );
-        // Without a lost stream, the same retirement is a drop.
-        let reports = plan.report(&[5, 1, 1, 5, 1], &[], 1, Duration::from_secs(1));
-        assert_eq!(reports[1].state, PathState::Dropped);
-    }
-
-    #[test]
-    fn each_path_report_gets_its_own_rtt_and_limit() {
-        let plan = PathPlan::new(
-            addr("10.47.0.2:4747"),
-            vec![other("10.47.1.2:4747", None), other("10.47.2.2:4747", None)],
-            1,
-            8,
-        );
-        for k in 0..3 {
-            plan.leg(k);
-        }
-        let mut reports = plan.report(&[1, 1, 1], &[], 3, Duration::from_secs(1));
-        let tuning = [
-            tern_drs::PathTuning {
-                remote: "10.47.1.2".parse().unwrap(),
-                min_rtt_ms: Some(75.2),
-                limit: tern_drs::Limit::SendBuffer,
-            },
-            tern_drs::PathTuning {
-                remote: "::ffff:10.47.0.2".parse().unwrap(),
-                min_rtt_ms: Some(50.1),
-                limit: tern_drs::Limit::Network,
-            },
-        ];
-        add_tuning(&mut reports, &tuning);
-        assert_eq!(reports[0].rtt_ms, Some(50.1), "a mapped address matches");
-        assert_eq!(reports[0].limit, Some(tern_drs::Limit::Network));
-        assert_eq!(reports[1].rtt_ms, Some(75.2));
-        assert_eq!(reports[1].limit, Some(tern_drs::Limit::SendBuffer));
-        assert_eq!(
-            (reports[2].rtt_ms, reports[2].limit),
-            (None, None),
-            "no streams seen"
-        );
-    }
-
-    #[test]
-    fn a_path_that_lost_every_stream_failed_and_one_whose_streams_were_retired_was_dropped() {
-        let plan = PathPlan::new(
-            addr("10.47.0.2:4747"),
-            vec![other("10.47.1.2:4747", None), other("10.47.2.2:4747", None)],
-            1,
-            8,
-        );
-        for k in 0..3 {
-            plan.leg(k);
-        }
-        let lost = [LostStream {
-            index: 1,
-            after: Duration::from_secs(7),
-        }];
-        // Streams 0..2 in use at the end: stream 2 (path 2) was retired.
-        let reports = plan.report(&[1, 1, 1], &lost, 2, Duration::from_secs(1));
-        assert_eq!(reports[1].state, PathState::Failed);
-        assert_eq!(reports[1].failed_after_s, Some(7.0));
-        assert_eq!(reports[2].state, PathState::Dropped);
-    }
-}
+mod tests;

@@ -9,11 +9,17 @@
 //! `cap`) from a spare (above `cap`).
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use std::time::Duration;
+
 use crate::data::channel::Tasks;
-use crate::data::tuning::{Connector, Joined, StreamSupply};
+use crate::data::tuning::{Connector, Joined, PathWatch, StreamSupply};
+
+/// How often a client looks for paths that are down and due a try.
+const REJOIN_CHECK: Duration = Duration::from_secs(1);
 
 /// What a session asks its supply for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,13 +95,25 @@ pub(crate) async fn supply_streams(
     start: impl Fn(Joined) + Send,
 ) {
     let (connected_tx, mut connected) = mpsc::channel::<Joined>(8);
+    let (rejoin_tx, mut rejoin) = mpsc::channel::<()>(1);
     let (connector, mut accept) = match supply {
         StreamSupply::Fixed => (None, None),
-        StreamSupply::Connect(c) => (Some(c), None),
+        StreamSupply::Connect(c, watch) => {
+            if let Some(watch) = watch {
+                tasks.spawn(retry_paths(watch, rejoin_tx));
+            }
+            (Some(c), None)
+        }
         StreamSupply::Accept(rx) => (None, Some(rx)),
     };
     loop {
         tokio::select! {
+            Some(()) = rejoin.recv() => {
+                // A path is back: a spare stream goes over it.
+                if let (Some(connect), Some(range)) = (&connector, indices.take(Want::Replace)) {
+                    open_streams(&tasks, connect, range, &connected_tx);
+                }
+            },
             want = wanted.recv() => match want {
                 None => return,
                 Some(want) => {
@@ -111,6 +129,17 @@ pub(crate) async fn supply_streams(
                 None => accept = None,
             },
             Some(j) = connected.recv() => start(j),
+        }
+    }
+}
+
+/// Tries the paths that went down, now and then, and says when one is
+/// back.
+async fn retry_paths(watch: Arc<dyn PathWatch>, back: mpsc::Sender<()>) {
+    loop {
+        tokio::time::sleep(REJOIN_CHECK).await;
+        if watch.retry().await && back.send(()).await.is_err() {
+            return;
         }
     }
 }

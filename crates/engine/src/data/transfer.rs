@@ -184,6 +184,9 @@ pub struct TransferStats {
     pub blocks_retransmitted: u64,
     /// Blocks whose check failed on arrival (receiver side).
     pub blocks_corrupt: u64,
+    /// Sender side: blocks sent a second time at the end, on a faster
+    /// stream than the one still carrying them (the endgame).
+    pub blocks_copied: Option<u64>,
     /// Bytes that were already at the destination from an earlier session
     /// (resumed partial files), not sent again.
     pub bytes_resumed: u64,
@@ -223,6 +226,7 @@ impl TransferStats {
             network_elapsed,
             blocks_retransmitted,
             blocks_corrupt,
+            blocks_copied: None,
             bytes_resumed: 0,
             skipped: Vec::new(),
             failed: Vec::new(),
@@ -266,6 +270,8 @@ struct StreamCounts {
     replaced: AtomicU16,
     /// Which streams were lost, and when.
     lost_at: Mutex<Vec<LostStream>>,
+    /// Told of every stream lost (a client's paths).
+    watch: Option<Arc<dyn crate::data::tuning::PathWatch>>,
 }
 
 impl Default for StreamCounts {
@@ -277,13 +283,24 @@ impl Default for StreamCounts {
             lost: AtomicU16::new(0),
             replaced: AtomicU16::new(0),
             lost_at: Mutex::new(Vec::new()),
+            watch: None,
         }
     }
 }
 
 impl StreamCounts {
     /// Stream `k` ended without its end marker, or was given up.
+    fn watched(watch: Option<Arc<dyn crate::data::tuning::PathWatch>>) -> StreamCounts {
+        StreamCounts {
+            watch,
+            ..StreamCounts::default()
+        }
+    }
+
     fn lose(&self, k: usize) {
+        if let Some(watch) = &self.watch {
+            watch.lost(k as u16);
+        }
         self.lost.fetch_add(1, Ordering::Relaxed);
         self.lost_at.lock().expect("lost streams").push(LostStream {
             index: k as u16,

@@ -68,21 +68,43 @@ impl std::fmt::Debug for Joined {
 pub type Connector =
     Arc<dyn Fn(u16) -> Pin<Box<dyn Future<Output = Result<Joined>> + Send>> + Send + Sync>;
 
+/// A client's watch over the paths to a daemon (multi-path): told of
+/// every stream lost, it now and then tries the paths that went down, and
+/// says when one is back so that a stream can rejoin there.
+pub trait PathWatch: Send + Sync + std::fmt::Debug {
+    /// Stream `k` stalled or ended without its end marker.
+    fn lost(&self, k: u16);
+    /// Tries the paths that are down and due a try; true when one
+    /// answered: the next stream opened goes over it.
+    fn retry(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>>;
+}
+
 /// Where a running session gets more data streams from.
 pub enum StreamSupply {
     /// Nowhere: the streams it started with are all it has.
     Fixed,
-    /// This end connects them (the client).
-    Connect(Connector),
+    /// This end connects them (the client), over the paths `watch` keeps
+    /// an eye on when there are several.
+    Connect(Connector, Option<Arc<dyn PathWatch>>),
     /// The peer connects them; they arrive here once joined (the server).
     Accept(mpsc::Receiver<Joined>),
+}
+
+impl StreamSupply {
+    /// The watch over the paths, when this end connects over several.
+    pub(crate) fn watch(&self) -> Option<Arc<dyn PathWatch>> {
+        match self {
+            StreamSupply::Connect(_, watch) => watch.clone(),
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for StreamSupply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             StreamSupply::Fixed => "Fixed",
-            StreamSupply::Connect(_) => "Connect",
+            StreamSupply::Connect(..) => "Connect",
             StreamSupply::Accept(_) => "Accept",
         })
     }
@@ -159,6 +181,9 @@ struct Slot {
     group: Option<usize>,
     /// The peer's address at the other end of the socket: its path.
     peer: IpAddr,
+    /// What the socket held undelivered at the last tick, and how fast
+    /// it delivered: the sender's endgame works from it.
+    flight: Option<tern_session::Flight>,
 }
 
 struct Tuners {
@@ -312,6 +337,7 @@ impl Tuners {
                 retired: false,
                 group,
                 peer: ends.1,
+                flight: None,
             });
         }
         if let Some(g) = group {
@@ -357,6 +383,7 @@ impl Tuners {
                             let _ = writeln!(trace, "{text}");
                         }
                     }
+                    slot.flight = flight_of(&info, slot.tuner.interval());
                     bytes += info.bytes_acked;
                     if let Some(g) = slot.group {
                         group_bytes[g] += info.bytes_acked;
@@ -598,6 +625,24 @@ impl Tuners {
     }
 }
 
+/// What a socket holds undelivered and how fast it delivers: the rate
+/// acknowledged over the last interval, or the kernel's latest delivery
+/// sample before there is one.
+fn flight_of(
+    info: &tern_drs::TcpInfo,
+    interval: Option<tern_drs::Interval>,
+) -> Option<tern_session::Flight> {
+    let rate = interval
+        .map(|iv| iv.acked_rate)
+        .filter(|&r| r > 0.0)
+        .or_else(|| info.delivery_rate.map(|r| r as f64))
+        .filter(|&r| r > 0.0)?;
+    Some(tern_session::Flight {
+        undelivered: info.undelivered_bytes(),
+        rate,
+    })
+}
+
 /// Samples and tunes the data sockets of one session while it runs.
 pub(crate) struct Sampler {
     state: Arc<Mutex<Tuners>>,
@@ -677,6 +722,21 @@ impl Sampler {
                 .expect("tuners")
                 .add(usize::from(k), probe);
         }
+    }
+
+    /// Per TCP stream still open: what its socket held undelivered at the
+    /// last tick, and how fast it delivered.
+    pub(crate) fn flights(&self) -> Vec<(usize, tern_session::Flight)> {
+        let state = self.state.lock().expect("tuners");
+        state
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(k, s)| {
+                let s = s.as_ref().filter(|s| !s.retired)?;
+                Some((k, s.flight?))
+            })
+            .collect()
     }
 
     /// A last sample, then the diagnosis (none without TCP streams).

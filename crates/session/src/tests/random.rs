@@ -2,7 +2,8 @@
 //! multiples and one off), stream counts, latencies, rates and jitter,
 //! streams cut (each end hearing of it at its own time), corrupt blocks,
 //! a stalling control channel, files the receiver partly holds or already
-//! has. Every seed must end, within bounded simulated time, either with
+//! has; half of them measure the links, so the sender's endgame copies
+//! blocks. Every seed must end, within bounded simulated time, either with
 //! every file in place byte for byte, or with an error its faults explain:
 //! `PeerGone` only when every stream was cut, `TooManyRetries` only for a
 //! file that lost more transmissions than it had repair rounds. Never a
@@ -202,6 +203,8 @@ fn scenario(seed: u64) -> Scenario {
         let block = rng.gen_range(0..(files[i].1.len() as u64).div_ceil(u64::from(BS)));
         sim.doomed = Some((i as u32 + 1, block * u64::from(BS)));
     }
+    // Half the seeds measure the links, so the endgame copies blocks.
+    sim.measure = rng.gen_bool(0.5);
     sim.kept = kept;
     sim.refuse = refused.iter().cloned().collect();
     sim.unreadable = unreadable;
@@ -214,7 +217,7 @@ fn scenario(seed: u64) -> Scenario {
     let summary = format!(
         "{streams} streams (latency {latencies:?} ms, {rates:?} blocks every {:?} ms, jitter {:?} ms), \
          control {ctrl_latency} ms + {} jitter, stall {:?}; {} files {:?} bytes, {} dirs, \
-         {} in flight, {max_rounds} repair rounds, skip policy {checking}, {} partial; \
+         {} in flight, measured {}, {max_rounds} repair rounds, skip policy {checking}, {} partial; \
          corrupt p={}, doomed {:?}, cuts {:?}, refused {:?}, unreadable {:?}",
         sim.links.iter().map(|l| l.period_ms).collect::<Vec<_>>(),
         sim.links.iter().map(|l| l.jitter_ms).collect::<Vec<_>>(),
@@ -224,6 +227,7 @@ fn scenario(seed: u64) -> Scenario {
         files.iter().map(|f| f.1.len()).collect::<Vec<_>>(),
         dirs.len(),
         in_flight,
+        sim.measure,
         sim.kept.len(),
         sim.corrupt_p,
         sim.doomed,

@@ -127,7 +127,7 @@ pub async fn run_receiver(
         repaired: AtomicU64::new(0),
         readers: Mutex::new(Vec::new()),
         block_size: params.block_size,
-        streams: StreamCounts::default(),
+        streams: StreamCounts::watched(supply.watch()),
         growth_cap,
         resume: params.resume,
         pace: params.pace.clone(),

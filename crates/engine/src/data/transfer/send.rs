@@ -28,7 +28,7 @@ use crate::data::compress::{self, BlockCompressor, Policy};
 use crate::data::fold::Folds;
 use crate::data::stall::Watch;
 use crate::data::supply::{Indices, Want, supply_streams};
-use crate::data::tuning::{Joined, Sampler, StreamSupply};
+use crate::data::tuning::{Joined, SAMPLE_EVERY, Sampler, StreamSupply};
 use crate::integrity::BlockCheck;
 use crate::store::fsio::{BlockRead, Source, SourceItem};
 use crate::{Error, Result};
@@ -41,6 +41,10 @@ use digests::sender_digests;
 /// How long a sender may have no live data stream at all (every one was
 /// given up and no replacement joined) before the session fails.
 const NO_STREAM_GRACE: Duration = Duration::from_secs(15);
+
+/// How long a worker still writing when the session completed may take to
+/// end its stream before it is dropped.
+const END_GRACE: Duration = Duration::from_millis(50);
 
 /// How long a block read for sending waits for the blocks before it to be
 /// folded into the file's digest before it is copied aside instead.
@@ -83,6 +87,17 @@ struct SendShared {
 }
 
 impl SendShared {
+    /// Returns once the session is complete.
+    async fn completed(&self) {
+        loop {
+            let notified = self.wake.notified();
+            if self.session.lock().expect("session").is_complete() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Stream `k` joined: it may take blocks now.
     fn start_worker(self: &Arc<Self>, tasks: &Tasks, sampler: &Sampler, j: Joined) {
         let k = usize::from(j.index);
@@ -241,7 +256,7 @@ pub async fn run_sender(
         workers: Mutex::new(Vec::new()),
         retire_from: AtomicUsize::new(usize::MAX),
         block_size: params.block_size,
-        streams: StreamCounts::default(),
+        streams: StreamCounts::watched(supply.watch()),
         growth_cap,
         pace: params.pace.clone(),
         compress: Policy::new(params.compression),
@@ -286,13 +301,22 @@ pub async fn run_sender(
     ));
     let reader = tasks.spawn(sender_control_reader(shared.clone(), ctrl_rd));
     let writer = tasks.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
+    tasks.spawn(endgame_feed(shared.clone(), sampler.clone()));
     loop {
         let next = shared.workers.lock().expect("workers").pop();
-        match next {
-            Some(w) => {
-                let _ = w.await;
+        let Some(mut worker) = next else {
+            break;
+        };
+        tokio::select! {
+            _ = &mut worker => {}
+            () = shared.completed() => {
+                // Everything arrived: a worker still writing is pushing a
+                // copy nobody needs into a slow stream. It gets a moment
+                // to end its stream cleanly, no more.
+                if tokio::time::timeout(END_GRACE, &mut worker).await.is_err() {
+                    worker.abort();
+                }
             }
-            None => break,
         }
     }
     let _ = writer.await;
@@ -322,7 +346,32 @@ pub async fn run_sender(
         session.failed(),
         shared.compress.counters.report(params.compression),
     );
-    Ok(stats)
+    Ok(TransferStats {
+        blocks_copied: Some(session.blocks_copied()),
+        ..stats
+    })
+}
+
+/// Tells the session what each stream's socket still holds, every
+/// sample, and wakes the workers: once every block is handed out, an
+/// idle one may now take a copy of a block a slower stream still carries.
+async fn endgame_feed(shared: Arc<SendShared>, sampler: Arc<Sampler>) {
+    loop {
+        tokio::time::sleep(SAMPLE_EVERY).await;
+        let flights = sampler.flights();
+        let now = Instant::now();
+        let done = {
+            let mut s = shared.session.lock().expect("session");
+            for (k, flight) in flights {
+                s.stream_measured(k, flight, now);
+            }
+            s.is_complete()
+        };
+        if done || shared.failure.is_set() {
+            return;
+        }
+        shared.wake.notify_waiters();
+    }
 }
 
 /// Gives up streams whose writes stalled (they are then replaced), and
