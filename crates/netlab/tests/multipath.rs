@@ -285,3 +285,89 @@ fn a_path_that_comes_back_is_rejoined() {
     assert!(path1["streams"].as_u64().unwrap() >= 2, "{copied}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+#[test]
+fn a_copy_over_ssh_takes_every_path_of_the_remote_host() {
+    let test = "a_copy_over_ssh_takes_every_path_of_the_remote_host";
+    let Some(tern) = tern_or_skip(test) else {
+        return;
+    };
+    let (lab, work) = two_paths("nltestsh", "rtt=10,rate=50", "rtt=20,rate=50");
+    let root = work.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    // "ssh" to B: runs the remote command in B's namespace, as sshd would
+    // (SSH_CONNECTION names path 0's addresses, HOME the copy's root).
+    let fake_ssh = work.join("fake-ssh");
+    let into_b = lab.prefix("B").join(" ");
+    std::fs::write(
+        &fake_ssh,
+        format!(
+            "#!/bin/sh\nshift\nexec {into_b} env SSH_CONNECTION='10.47.0.1 40000 10.47.0.2 22' \
+             HOME={} XDG_STATE_HOME={} sh -c \"$1\"\n",
+            root.display(),
+            work.join("remote-state").display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake_ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let size = 24 << 20;
+    let data = random_file(&work.join("big.bin"), size);
+    let src = work.join("big.bin");
+    let out = client(
+        &lab,
+        &tern,
+        &work,
+        &[
+            "cp",
+            "-P",
+            "2",
+            "--json",
+            "--ssh",
+            fake_ssh.to_str().unwrap(),
+            "--remote-tern",
+            &tern,
+            src.to_str().unwrap(),
+            "10.47.0.2:big.bin",
+        ],
+    )
+    .output()
+    .unwrap();
+    let copied = report(&out);
+    assert_eq!(content_difference(root.join("big.bin"), &data), None);
+    let paths = copied["paths"].as_array().expect("a paths array");
+    assert_eq!(paths.len(), 2, "{copied}");
+    assert!(
+        paths[1]["remote"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.47.1.2:"),
+        "{copied}"
+    );
+    for p in paths {
+        assert!(p["bytes"].as_u64().unwrap() > 0, "{copied}");
+    }
+    // --paths off keeps the remote tern on the address ssh came in on.
+    let out = client(
+        &lab,
+        &tern,
+        &work,
+        &[
+            "cp",
+            "--paths",
+            "off",
+            "--json",
+            "--ssh",
+            fake_ssh.to_str().unwrap(),
+            "--remote-tern",
+            &tern,
+            src.to_str().unwrap(),
+            "10.47.0.2:again.bin",
+        ],
+    )
+    .output()
+    .unwrap();
+    let again = report(&out);
+    assert!(again.get("paths").is_none(), "{again}");
+    let _ = std::fs::remove_dir_all(&work);
+}

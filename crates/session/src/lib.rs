@@ -24,19 +24,19 @@
 //! then judges what is missing; whatever a dead stream took with it is then
 //! simply requested again.
 
-mod endgame;
 mod error;
 pub mod open;
 mod options;
 mod receiver;
 mod sender;
 
-pub use endgame::Flight;
 pub use error::{Error, Result};
 pub use open::{ClientAgreed, ClientOpen, ClientRequest, ServerOpen, ServerPolicy, SessionRequest};
 pub use options::{Agreed, Choices, DEFAULT_STALL_TIMEOUT, SPARE_STREAMS};
 pub use receiver::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};
-pub use sender::{BYTES_IN_FLIGHT, DigestNeed, FEW_FILES, SendEntry, SenderConfig, SenderSession};
+pub use sender::{
+    BYTES_IN_FLIGHT, DigestNeed, FEW_FILES, Flight, SendEntry, SenderConfig, SenderSession,
+};
 
 use tern_proto::{ErrorCode, RelPath};
 
@@ -131,6 +131,9 @@ pub struct BlockTask {
     pub len: u32,
     /// The block was asked for again.
     pub repair: bool,
+    /// A second copy of a block still on its way on a slower stream (the
+    /// endgame): it moves nothing new.
+    pub copy: bool,
 }
 
 /// A growable set of block indices.

@@ -84,6 +84,10 @@ struct SentInfo {
 struct InFile {
     meta: FileMeta,
     received: BlockSet,
+    /// Blocks judged worth writing, written or not yet: a second copy of
+    /// one (the sender's endgame) is a duplicate even while the first is
+    /// still being written.
+    claimed: BlockSet,
     /// Blocks from 0 that are all written: the digest may read this far.
     prefix_blocks: u64,
     /// The sender's latest `FileSent`, while it is being judged.
@@ -172,6 +176,7 @@ impl ReceiverSession {
                     InFile {
                         meta,
                         received: BlockSet::default(),
+                        claimed: BlockSet::default(),
                         prefix_blocks: 0,
                         sent: None,
                         complete: false,
@@ -314,10 +319,14 @@ impl ReceiverSession {
             self.count_frame(stream);
             return Ok(BlockVerdict::Corrupt);
         }
-        if file.received.contains(header.offset / bs) {
+        let index = header.offset / bs;
+        if file.received.contains(index) || file.claimed.contains(index) {
             self.blocks_duplicate += 1;
             self.count_frame(stream);
             return Ok(BlockVerdict::Duplicate);
+        }
+        if let Some(file) = self.files.get_mut(&file_id) {
+            file.claimed.insert(index);
         }
         Ok(BlockVerdict::Write)
     }

@@ -5,9 +5,12 @@ use std::time::Instant;
 
 use tern_proto::{ControlMsg, EntryKind, EntryMeta, ErrorCode, Existing, FileMeta, RelPath};
 
-use crate::endgame::{Endgame, Flight};
 use crate::{BlockSet, BlockTask, EntryFailure, FileOutcome, Problem};
 use crate::{Error, Result};
+
+mod endgame;
+use endgame::Endgame;
+pub use endgame::Flight;
 
 /// Files announced at once whatever their size.
 pub const FEW_FILES: usize = 32;
@@ -342,12 +345,7 @@ impl SenderSession {
         } else if let Some(task) = self.next_fresh_block(now) {
             task
         } else {
-            let files = &self.files;
-            let copy = self
-                .endgame
-                .copy_for(stream, now, &self.stream_alive, |t| {
-                    files.contains_key(&t.file_id)
-                })?;
+            let copy = self.copy_at_end(stream, now)?;
             self.stream_frames[stream] += 1;
             return Some(copy);
         };
@@ -355,18 +353,6 @@ impl SenderSession {
         self.stream_frames[stream] += 1;
         self.maybe_file_sent(task.file_id);
         Some(task)
-    }
-
-    /// The driver measured what `stream`'s connection still holds: blocks
-    /// on slow streams are copied to faster ones once all are handed out.
-    pub fn stream_measured(&mut self, stream: usize, flight: Flight, now: Instant) {
-        self.endgame.measured(stream, flight, now);
-    }
-
-    /// Blocks sent a second time at the end, on a faster stream than the
-    /// one still carrying them.
-    pub fn blocks_copied(&self) -> u64 {
-        self.endgame.blocks()
     }
 
     fn next_fresh_block(&mut self, now: Instant) -> Option<BlockTask> {
@@ -397,6 +383,7 @@ impl SenderSession {
                 offset,
                 len: len as u32,
                 repair: false,
+                copy: false,
             });
         }
     }
@@ -616,6 +603,7 @@ impl SenderSession {
                             offset: at,
                             len: n as u32,
                             repair: true,
+                            copy: false,
                         });
                         file.repairs_pending += 1;
                         self.blocks_retransmitted += 1;

@@ -454,6 +454,12 @@ pub struct ServeArgs {
         conflicts_with = "listen"
     )]
     pub connect: Option<String>,
+    /// With --once: listen on every address, not only the one ssh came in
+    /// on, and name the others to the client so that its streams can take
+    /// every path to this host (`tern cp` over ssh asks for this unless
+    /// --paths off or -z).
+    #[arg(long, requires = "once", conflicts_with_all = ["listen", "connect"])]
+    pub every_address: bool,
     /// With --once: exit when no client came within this many seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS", value_parser = positive_secs)]
     pub once_timeout: f64,

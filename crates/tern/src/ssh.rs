@@ -28,6 +28,9 @@ use crate::location::SshTarget;
 const MAX_NOISE_LINES: usize = 200;
 /// Lines of the remote's stderr kept for error messages.
 const KEPT_STDERR_LINES: usize = 20;
+/// The remote tern's option to listen on every address (multi-path).
+pub const EVERY_ADDRESS: &str = "--every-address";
+
 /// How long ssh may take to end once its session is over.
 const REAP_WAIT: Duration = Duration::from_secs(10);
 
@@ -51,6 +54,9 @@ pub struct SshOptions {
     /// The user's `--fingerprint`: the once line must announce this one
     /// (checked even with `--ca`, which has nothing to say over ssh).
     pub expected_fingerprint: Option<String>,
+    /// The remote tern listens on every address and names its others, so
+    /// that the streams can take every path (`serve --every-address`).
+    pub every_address: bool,
 }
 
 impl SshOptions {
@@ -67,6 +73,7 @@ impl SshOptions {
             timeout: Duration::from_secs_f64(args.ssh_timeout),
             allow_special_bits: false,
             expected_fingerprint: None,
+            every_address: false,
         })
     }
 }
@@ -283,6 +290,9 @@ fn spawn(
     }
     if opts.allow_special_bits {
         remote.push("--allow-special-bits".into());
+    }
+    if opts.every_address && connect_back.is_none() {
+        remote.push(EVERY_ADDRESS.into());
     }
     let mut cmd = Command::new(&opts.command[0]);
     cmd.args(&opts.command[1..])

@@ -7,12 +7,13 @@ use std::time::Instant;
 use anyhow::Result;
 use tern_engine::client::Callback;
 use tern_engine::client::{self, ClientOptions, Endpoint};
+use tern_engine::paths::PathChoice;
 
 use crate::cli::SshArgs;
 use crate::location::SshTarget;
 use crate::options;
 use crate::report::Connect;
-use crate::ssh::{Remote, SshOptions};
+use crate::ssh::{EVERY_ADDRESS, Remote, SshOptions};
 
 /// Runs one session against a `tern serve --once` that ssh starts on
 /// `target`: pins the certificate and presents the token from its once
@@ -38,7 +39,21 @@ where
         Some(cb) => Some(cb.port()?),
         None => None,
     };
-    let mut remote = Remote::start(target, ssh, connect_back).await?;
+    let mut ssh = ssh.clone();
+    ssh.every_address = callback.is_none() && base.paths != PathChoice::Off;
+    let mut remote = match Remote::start(target, &ssh, connect_back).await {
+        // A remote tern from before multi-path: one path, as it can.
+        Err(e) if ssh.every_address && e.message.contains(EVERY_ADDRESS) => {
+            tracing::info!(
+                "the tern on {} cannot listen on every address: one path",
+                target.host
+            );
+            ssh.every_address = false;
+            Remote::start(target, &ssh, connect_back).await?
+        }
+        started => started?,
+    };
+    let ssh = &ssh;
     let opts =
         match options::vouched_by_ssh(base, ssh, &target.host, &remote.line, callback.clone()) {
             Ok(opts) => opts,

@@ -90,13 +90,24 @@ impl OnceServer {
             .local_addr()
             .map_err(|e| Error::io("listen", addr.to_string(), e))?;
         let shown = Some(bound.ip()).filter(|ip| !ip.is_unspecified());
-        OnceServer::new(
+        let server = OnceServer::new(
             Incoming::Listen(listener),
             Some(bound.port()),
             shown,
             identity,
             opts,
-        )
+        )?;
+        // Bound to every address, it names the others to its client (its
+        // paths), as a daemon does.
+        let _ = server.ctx.bound.set(bound);
+        Ok(server)
+    }
+
+    /// Names `addr` in the once line when it names no address yet (a
+    /// server listening on every address, that ssh reached at `addr`).
+    pub fn showing(mut self, addr: Option<IpAddr>) -> OnceServer {
+        self.line.addr = self.line.addr.or(addr);
+        self
     }
 
     /// Connects out to the client at `target` for every connection

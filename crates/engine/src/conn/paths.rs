@@ -192,8 +192,10 @@ struct Path {
     /// Down (unreachable, or every stream on it lost) since then; tried
     /// again from `retry_at` on.
     down: Option<Down>,
-    /// It came back after it failed: when.
+    /// It came back after it failed: when (a stream went over it again).
     rejoined: Option<Duration>,
+    /// Times a stream rejoined it: each makes the next wait longer.
+    rejoins: u32,
     /// When it first went down, and why.
     first_down: Option<(Duration, String)>,
 }
@@ -211,6 +213,17 @@ struct Down {
 const REJOIN_FIRST_WAIT: Duration = Duration::from_secs(3);
 const REJOIN_MAX_WAIT: Duration = Duration::from_secs(60);
 
+/// A path is rejoined this many times at most: each rejoin takes one of
+/// the session's spare stream indices, which stalls need too.
+const MAX_REJOINS: u32 = 2;
+
+/// The wait before the next try of a path down, after `tries` tries.
+fn wait_after(tries: u32) -> Duration {
+    REJOIN_FIRST_WAIT
+        .saturating_mul(1 << tries.min(8))
+        .min(REJOIN_MAX_WAIT)
+}
+
 /// How long a try of a path that went down may take to connect.
 const REJOIN_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -225,6 +238,7 @@ impl Path {
             lost: Vec::new(),
             down: None,
             rejoined: None,
+            rejoins: 0,
             first_down: None,
         }
     }
@@ -236,10 +250,12 @@ impl Path {
 
     fn went_down(&mut self, at: Duration, why: &str) {
         self.first_down.get_or_insert_with(|| (at, why.to_string()));
+        // A path that keeps coming back and failing is tried less often.
+        let rejoins = self.rejoins;
         self.down.get_or_insert(Down {
             since: at,
-            retry_at: at + REJOIN_FIRST_WAIT,
-            tries: 0,
+            retry_at: at + wait_after(rejoins),
+            tries: rejoins,
         });
     }
 }
@@ -253,8 +269,9 @@ pub(crate) struct PathPlan {
     /// Indices from here on replace streams given up (path 0).
     spares_from: u16,
     started: std::time::Instant,
-    /// A path that came back: the next spare stream goes over it.
-    rejoin: Mutex<Option<usize>>,
+    /// A path that answered again, and when: the next spare stream goes
+    /// over it.
+    rejoin: Mutex<Option<(usize, Duration)>>,
     mptcp: bool,
 }
 
@@ -341,7 +358,11 @@ impl PathPlan {
         let rejoining = (k >= self.spares_from)
             .then(|| self.rejoin.lock().expect("rejoin").take())
             .flatten();
-        let index = if let Some(i) = rejoining {
+        let index = if let Some((i, answered)) = rejoining {
+            let path = &mut paths[i];
+            path.down = None;
+            path.rejoined = Some(answered);
+            path.rejoins += 1;
             i
         } else if k == 0 || k >= self.spares_from {
             0
@@ -395,19 +416,25 @@ impl PathPlan {
         }
     }
 
-    /// The paths down and due a try at `at`: index, address, source.
+    /// The paths down and due a try at `at`: index, address, source. None
+    /// while a path that answered waits for its stream.
     fn due_at(&self, at: Duration) -> Vec<(usize, SocketAddr, Option<IpAddr>)> {
+        if self.rejoin.lock().expect("rejoin").is_some() {
+            return Vec::new();
+        }
         let paths = self.paths.lock().expect("paths");
         paths
             .iter()
             .enumerate()
+            .filter(|(_, p)| p.rejoins < MAX_REJOINS)
             .filter(|(_, p)| p.down.is_some_and(|d| d.retry_at <= at))
             .map(|(i, p)| (i, p.remote, p.local))
             .collect()
     }
 
-    /// A try of path `index` at `at` connected (`ok`) or did not: back, the
-    /// next spare stream goes over it; or tried again later.
+    /// A try of path `index` at `at` connected (`ok`) or did not: the next
+    /// spare stream goes over it (it is back once one does); or it is
+    /// tried again later.
     fn tried_at(&self, index: usize, ok: bool, at: Duration) {
         let mut paths = self.paths.lock().expect("paths");
         let path = &mut paths[index];
@@ -419,15 +446,10 @@ impl PathPlan {
                 "path {index} ({}) answers again: a stream rejoins it",
                 path.remote
             );
-            path.down = None;
-            path.rejoined = Some(at);
-            *self.rejoin.lock().expect("rejoin") = Some(index);
+            *self.rejoin.lock().expect("rejoin") = Some((index, at));
         } else {
             down.tries += 1;
-            let wait = REJOIN_FIRST_WAIT
-                .saturating_mul(1 << down.tries.min(8))
-                .min(REJOIN_MAX_WAIT);
-            down.retry_at = at + wait;
+            down.retry_at = at + wait_after(down.tries);
         }
     }
 
@@ -550,7 +572,6 @@ impl crate::data::tuning::PathWatch for PathPlan {
 
     fn retry(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
         Box::pin(async move {
-            let mut back = false;
             for (index, remote, local) in self.due_at(self.started.elapsed()) {
                 let tried = connect(
                     remote,
@@ -563,12 +584,13 @@ impl crate::data::tuning::PathWatch for PathPlan {
                 if let Err(e) = &tried {
                     tracing::debug!("path {index} ({remote}) still down: {e}");
                 }
-                // One path rejoins per try: the next spare goes to it.
-                let ok = tried.is_ok() && !back;
-                self.tried_at(index, ok, self.started.elapsed());
-                back |= ok;
+                self.tried_at(index, tried.is_ok(), self.started.elapsed());
+                if tried.is_ok() {
+                    // One path at a time: the next spare goes to it.
+                    return true;
+                }
             }
-            back
+            false
         })
     }
 }

@@ -172,7 +172,7 @@ pub(crate) struct Context {
     /// Set for `tern serve --once`: its one-time token and one session.
     once: Option<Arc<Gate>>,
     /// The address the daemon listens on, once it does.
-    bound: std::sync::OnceLock<SocketAddr>,
+    pub(crate) bound: std::sync::OnceLock<SocketAddr>,
 }
 
 impl std::fmt::Debug for Context {

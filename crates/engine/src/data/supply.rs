@@ -62,7 +62,10 @@ impl Indices {
                 r
             }
             Want::Total(total) => {
-                let r = self.next_spare..total.min(self.max);
+                // The peer asks for one more spare at least, even for an
+                // index this end already opened itself (a rejoin).
+                let end = total.max(self.next_spare + 1).min(self.max);
+                let r = self.next_spare..end;
                 self.next_spare = self.next_spare.max(r.end);
                 r
             }
@@ -190,8 +193,10 @@ mod tests {
         let mut ix = Indices::new(4, 4, 8);
         assert_eq!(ix.take(Want::Total(5)), Some(4..5));
         assert_eq!(ix.take(Want::Total(7)), Some(5..7));
-        assert_eq!(ix.take(Want::Total(6)), None);
-        assert_eq!(ix.take(Want::Total(200)), Some(7..8), "never past max");
+        // The peer's count can lag behind spares this end opened itself
+        // (a path rejoined): it still gets one more.
+        assert_eq!(ix.take(Want::Total(6)), Some(7..8));
+        assert_eq!(ix.take(Want::Total(200)), None, "never past max");
         let mut none = Indices::new(4, 4, 4);
         assert_eq!(none.take(Want::Replace), None, "no spares at all");
     }

@@ -77,3 +77,40 @@ fn a_block_is_copied_once_and_never_from_a_lost_stream() {
     let copied = sim.s.blocks_copied();
     assert!(copied > 0 && copied <= 320, "copied {copied}");
 }
+
+#[test]
+fn a_second_copy_arriving_while_the_first_is_written_is_a_duplicate() {
+    let mut r = ReceiverSession::new(ReceiverConfig {
+        streams: 2,
+        block_size: BS,
+        max_repair_rounds: 3,
+        verify_digest: true,
+        entries: true,
+    });
+    let meta = FileMeta {
+        file_id: 1,
+        path: "f".into(),
+        size: u64::from(BS) * 2,
+        mode: 0o644,
+        mtime_s: 0,
+        mtime_ns: 0,
+    };
+    r.handle_control(ControlMsg::FileAnnounce(meta)).unwrap();
+    let header = BlockHeader {
+        flags: BlockFlags::default(),
+        file_id: 1,
+        offset: u64::from(BS),
+        length: BS,
+        check: [0; 16],
+    };
+    // The original on stream 1 is judged worth writing; before its write
+    // is done the copy arrives on stream 0.
+    assert_eq!(r.handle_block(1, &header, true).unwrap(), BlockVerdict::Write);
+    assert_eq!(
+        r.handle_block(0, &header, true).unwrap(),
+        BlockVerdict::Duplicate
+    );
+    r.block_written(1, &header).unwrap();
+    assert_eq!(r.blocks_duplicate(), 1);
+    assert_eq!(r.stream_bytes(), &[0, u64::from(BS)], "written once");
+}

@@ -164,6 +164,11 @@ async fn serve_once(args: ServeArgs) -> Result<()> {
             let target = once_dial_target(target, ssh.as_deref())?;
             OnceServer::dial(target, &identity, opts)?
         }
+        None if args.every_address => {
+            let server = once_listener(None, None, &identity, opts).await?;
+            // The client may know this host only by an ssh alias.
+            server.showing(ssh_connection_ip(ssh.as_deref(), 2))
+        }
         None => once_listener(args.listen.as_deref(), ssh.as_deref(), &identity, opts).await?,
     };
     {

@@ -252,6 +252,19 @@ fn a_path_that_lost_its_streams_is_tried_again_with_backoff_and_rejoins() {
         Some("every stream on it stalled or was lost")
     );
     assert_eq!(reports[0].rejoined_after_s, None);
+    // Down again: the wait after a rejoin is longer (6 s), and after the
+    // second rejoin the path is left alone (spare streams are few).
+    plan.stream_lost_at(4, s(40));
+    assert!(plan.due_at(s(45)).is_empty());
+    assert_eq!(plan.due_at(s(46)).len(), 1);
+    plan.tried_at(1, true, s(46));
+    assert!(
+        plan.due_at(s(47)).is_empty(),
+        "one answer waits for its stream"
+    );
+    assert!(matches!(plan.leg(6), Leg::Path { index: 1, .. }));
+    plan.stream_lost_at(6, s(60));
+    assert!(plan.due_at(s(1000)).is_empty(), "rejoined twice already");
 }
 
 #[test]

@@ -167,14 +167,18 @@ pub async fn run_receiver(
         |total| tracing::warn!("the sender asked for {total} streams; this end cannot open any"),
         move |j| sh.start_reader(&tk, &sa, j),
     ));
-    tasks.spawn(receiver_control_reader(shared.clone(), ctrl_rd, wanted_tx));
+    let control_reader = tasks.spawn(receiver_control_reader(shared.clone(), ctrl_rd, wanted_tx));
     tasks.spawn(receiver_digests(shared.clone(), digest_rx));
     let actions = tasks.spawn(receiver_actions(shared.clone(), ctrl_wr, digest_tx, verify));
     let _ = actions.await;
     let network_elapsed = started.elapsed();
     let tuning = sampler.finish();
     if !shared.failure.is_set() {
-        // Let the sender's stream-end markers arrive, briefly.
+        // Let the sender's stream-end markers arrive, briefly: closing a
+        // stream with data unread would reset it under a sender that has
+        // not heard our Close yet. Once the sender closed the control
+        // connection it has, and a slow stream still carrying copies (its
+        // endgame) is not waited for.
         let linger = async {
             loop {
                 let all_done = shared
@@ -183,7 +187,7 @@ pub async fn run_receiver(
                     .expect("readers")
                     .iter()
                     .all(JoinHandle::is_finished);
-                if all_done {
+                if all_done || control_reader.is_finished() {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;

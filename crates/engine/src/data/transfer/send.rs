@@ -302,21 +302,29 @@ pub async fn run_sender(
     let reader = tasks.spawn(sender_control_reader(shared.clone(), ctrl_rd));
     let writer = tasks.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
     tasks.spawn(endgame_feed(shared.clone(), sampler.clone()));
+    // Once everything arrived, a worker still writing is pushing a copy
+    // nobody needs into a slow stream: the workers get a moment together
+    // to end their streams cleanly, no more.
+    let mut ends_by = None;
     loop {
         let next = shared.workers.lock().expect("workers").pop();
         let Some(mut worker) = next else {
             break;
         };
-        tokio::select! {
-            _ = &mut worker => {}
-            () = shared.completed() => {
-                // Everything arrived: a worker still writing is pushing a
-                // copy nobody needs into a slow stream. It gets a moment
-                // to end its stream cleanly, no more.
-                if tokio::time::timeout(END_GRACE, &mut worker).await.is_err() {
-                    worker.abort();
+        if ends_by.is_none() {
+            tokio::select! {
+                _ = &mut worker => continue,
+                () = shared.completed() => {
+                    ends_by = Some(tokio::time::Instant::now() + END_GRACE);
                 }
             }
+        }
+        let deadline = ends_by.expect("set once the session completed");
+        if tokio::time::timeout_at(deadline, &mut worker)
+            .await
+            .is_err()
+        {
+            worker.abort();
         }
     }
     let _ = writer.await;
@@ -777,10 +785,12 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
             .lock()
             .expect("session")
             .record_sent(k, u64::from(task.len));
-        shared
-            .progress
-            .bytes
-            .fetch_add(u64::from(task.len), Ordering::Relaxed);
+        if !task.copy {
+            shared
+                .progress
+                .bytes
+                .fetch_add(u64::from(task.len), Ordering::Relaxed);
+        }
     }
     if let Some(w) = &shared.watch {
         w.forget(k);

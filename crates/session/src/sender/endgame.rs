@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use tern_proto::data::HEADER_LEN;
 
+use super::SenderSession;
 use crate::BlockTask;
 
 /// Blocks remembered per stream at most, whatever the flights say.
@@ -134,8 +135,8 @@ impl Endgame {
     }
 
     /// A copy for `asker` of the block that would arrive last on another
-    /// live stream, when `asker` would deliver it clearly sooner (never
-    /// flagged a repair). `wanted` says whether a block's file still needs
+    /// live stream, when `asker` would deliver it clearly sooner (flagged
+    /// a copy, never a repair). `wanted` says whether a block's file still needs
     /// it.
     pub(crate) fn copy_for(
         &mut self,
@@ -175,6 +176,7 @@ impl Endgame {
         let (arrives, s, i) = best?;
         let task = BlockTask {
             repair: false,
+            copy: true,
             ..self.lanes[s].handed[i]
         };
         let mine_arrives = (my_queue + wire(&task) as f64) / my_rate;
@@ -190,5 +192,33 @@ impl Endgame {
     /// Blocks sent twice by the endgame.
     pub(crate) fn blocks(&self) -> u64 {
         self.blocks
+    }
+}
+
+impl SenderSession {
+    /// The driver measured what `stream`'s connection still holds: blocks
+    /// on slow streams are copied to faster ones once all are handed out.
+    pub fn stream_measured(&mut self, stream: usize, flight: Flight, now: Instant) {
+        self.endgame.measured(stream, flight, now);
+    }
+
+    /// Blocks sent a second time at the end, on a faster stream than the
+    /// one still carrying them.
+    pub fn blocks_copied(&self) -> u64 {
+        self.endgame.blocks()
+    }
+
+    /// A copy for `stream`, when every block of the session is out:
+    /// nothing left to announce, and no file waiting to hear whether the
+    /// receiver has it.
+    pub(super) fn copy_at_end(&mut self, stream: usize, now: Instant) -> Option<BlockTask> {
+        let all_out = self.listing_done && self.pending.is_empty();
+        if !all_out || self.files.values().any(|f| f.held) {
+            return None;
+        }
+        let files = &self.files;
+        self.endgame.copy_for(stream, now, &self.stream_alive, |t| {
+            files.contains_key(&t.file_id)
+        })
     }
 }
