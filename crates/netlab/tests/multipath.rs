@@ -314,25 +314,20 @@ fn a_copy_over_ssh_takes_every_path_of_the_remote_host() {
     let size = 24 << 20;
     let data = random_file(&work.join("big.bin"), size);
     let src = work.join("big.bin");
-    let out = client(
-        &lab,
-        &tern,
-        &work,
-        &[
-            "cp",
-            "-P",
-            "2",
+    let over_ssh = |extra: &[&str], dest: &str| {
+        let mut args = vec!["cp"];
+        args.extend_from_slice(extra);
+        let ssh = [
             "--json",
             "--ssh",
             fake_ssh.to_str().unwrap(),
             "--remote-tern",
-            &tern,
-            src.to_str().unwrap(),
-            "10.47.0.2:big.bin",
-        ],
-    )
-    .output()
-    .unwrap();
+        ];
+        args.extend_from_slice(&ssh);
+        args.extend_from_slice(&[tern.as_str(), src.to_str().unwrap(), dest]);
+        client(&lab, &tern, &work, &args).output().unwrap()
+    };
+    let out = over_ssh(&["-P", "2"], "10.47.0.2:big.bin");
     let copied = report(&out);
     assert_eq!(content_difference(root.join("big.bin"), &data), None);
     let paths = copied["paths"].as_array().expect("a paths array");
@@ -348,25 +343,7 @@ fn a_copy_over_ssh_takes_every_path_of_the_remote_host() {
         assert!(p["bytes"].as_u64().unwrap() > 0, "{copied}");
     }
     // --paths off keeps the remote tern on the address ssh came in on.
-    let out = client(
-        &lab,
-        &tern,
-        &work,
-        &[
-            "cp",
-            "--paths",
-            "off",
-            "--json",
-            "--ssh",
-            fake_ssh.to_str().unwrap(),
-            "--remote-tern",
-            &tern,
-            src.to_str().unwrap(),
-            "10.47.0.2:again.bin",
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = over_ssh(&["--paths", "off"], "10.47.0.2:again.bin");
     let again = report(&out);
     assert!(again.get("paths").is_none(), "{again}");
     let _ = std::fs::remove_dir_all(&work);

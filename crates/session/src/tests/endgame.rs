@@ -105,7 +105,10 @@ fn a_second_copy_arriving_while_the_first_is_written_is_a_duplicate() {
     };
     // The original on stream 1 is judged worth writing; before its write
     // is done the copy arrives on stream 0.
-    assert_eq!(r.handle_block(1, &header, true).unwrap(), BlockVerdict::Write);
+    assert_eq!(
+        r.handle_block(1, &header, true).unwrap(),
+        BlockVerdict::Write
+    );
     assert_eq!(
         r.handle_block(0, &header, true).unwrap(),
         BlockVerdict::Duplicate
