@@ -167,8 +167,29 @@ pub struct Advice {
     /// What the two share: `subnet 192.0.2.0/24` or `bottleneck group NAME`.
     #[serde(default)]
     pub aggregated_by: Option<String>,
+    /// The host's other addresses that multi-path transfers also used,
+    /// with what is known of each path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<OtherPath>,
     /// Remarks for people.
     pub notes: Vec<String>,
+}
+
+/// Another address of the host a multi-path transfer went over, and its
+/// own advice's figures when it has measurements.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OtherPath {
+    /// The host's address on that path.
+    pub host: String,
+    /// The path's RTT, ms.
+    #[serde(default)]
+    pub rtt_ms: Option<f64>,
+    /// Its bottleneck capacity, bits/s.
+    #[serde(default)]
+    pub capacity_bps: Option<f64>,
+    /// What a transfer over it alone should reach, bits/s.
+    #[serde(default)]
+    pub expected_throughput_bps: Option<f64>,
 }
 
 /// The oldest a figure behind advice may be, seconds: a century.
@@ -658,6 +679,7 @@ pub fn advise(
         sweep,
         aggregated_from: None,
         aggregated_by: None,
+        paths: Vec::new(),
         notes,
     })
 }

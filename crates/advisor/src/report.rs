@@ -19,6 +19,9 @@ pub const MIN_BYTES: u64 = 1 << 20;
 /// Shortest transfer whose rate counts, seconds.
 pub const MIN_SECS: f64 = 0.5;
 
+/// Other addresses a report may name (`paths`), at most.
+pub const MAX_PATHS: usize = 16;
+
 /// What a finished transfer reports.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,6 +62,11 @@ pub struct TransferReport {
     /// Who reports: `tern cp`, `tern perf`, `tern serve`, a script.
     #[serde(default)]
     pub command: Option<String>,
+    /// The far end's other addresses this transfer's streams also went
+    /// over (a multi-path session), each reported under its own address;
+    /// the advice for `host` names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
 }
 
 /// The samples a report yields, and what was left out and why.
@@ -111,6 +119,7 @@ impl TransferReport {
             congestion_control: tuning.map(|t| t.congestion_control.clone()),
             direction: Some(direction.to_string()),
             command: Some(command.to_string()),
+            paths: Vec::new(),
         }
     }
 
@@ -139,6 +148,15 @@ impl TransferReport {
     /// Checks the report and turns it into samples.
     pub fn extract(&self) -> Result<Extracted, Error> {
         validate_host(&self.host)?;
+        if self.paths.len() > MAX_PATHS {
+            return Err(Error::BadRequest(format!(
+                "paths: {} addresses, at most {MAX_PATHS}",
+                self.paths.len()
+            )));
+        }
+        for path in &self.paths {
+            validate_host(path)?;
+        }
         let mut samples = Vec::new();
         let mut ignored = Vec::new();
         if self.port == Some(0) {
@@ -304,6 +322,14 @@ mod tests {
             },
             TransferReport {
                 duration_s: Some(-3.0),
+                ..report()
+            },
+            TransferReport {
+                paths: vec!["10.0.1.2".into(), "not a host!".into()],
+                ..report()
+            },
+            TransferReport {
+                paths: vec!["10.0.1.2".into(); MAX_PATHS + 1],
                 ..report()
             },
             TransferReport {

@@ -8,9 +8,10 @@
 //!   anything else on the same path would spoil each other) while light
 //!   probes share.
 //! - [`Planner`] keeps each (target, probe) pair's next due time: the
-//!   first one a random jitter after the target appears (so a restart or a
-//!   batch of new targets does not probe everything at once), then one
-//!   interval after each run.
+//!   first one a short random jitter after the target appears (so a
+//!   restart or a batch of new targets does not probe everything in the
+//!   same instant), then one interval after each run, give or take
+//!   [`SLIP`].
 //! - [`Scheduler`] runs them: a loop that reads targets from the store,
 //!   asks the planner what is due, skips what aggregation (a subnet or
 //!   a declared bottleneck group) covers, admits what fits, runs probes as tasks and stores their
@@ -229,6 +230,15 @@ impl Planner {
     }
 }
 
+/// Runs after the first come every interval, give or take this share of
+/// it at random, so targets added together drift apart.
+pub const SLIP: f64 = 0.1;
+
+/// `interval`, moved by up to ±[`SLIP`] of itself.
+pub fn slipped(interval: Duration, rng: &mut impl Rng) -> Duration {
+    interval.mul_f64(1.0 + rng.gen_range(-SLIP..=SLIP))
+}
+
 /// How the scheduler runs probes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SchedulerOptions {
@@ -237,7 +247,10 @@ pub struct SchedulerOptions {
     /// Bits/s all running probes together may put on the network.
     pub budget_bps: u64,
     /// A new target's first measurement waits a random time up to this
-    /// (or up to its interval, if shorter).
+    /// (or up to its interval, if shorter): seconds, so that advice comes
+    /// soon after a target appears, spread a little so that many added at
+    /// once do not all start together (the workers and the budget bound
+    /// the load anyway).
     pub start_jitter: Duration,
     /// How often the target list is read again from the store (changes
     /// through the API are seen at once).
@@ -251,7 +264,7 @@ impl Default for SchedulerOptions {
         SchedulerOptions {
             workers: 4,
             budget_bps: 100_000_000,
-            start_jitter: Duration::from_secs(300),
+            start_jitter: Duration::from_secs(2),
             refresh: Duration::from_secs(60),
             aggregation: AggregationPolicy::default(),
         }
@@ -570,6 +583,7 @@ impl Scheduler {
                     let interval = targets
                         .get(&done.host)
                         .map_or(opts.refresh, |(t, _)| Duration::from_secs(t.interval_s.max(1)));
+                    let interval = slipped(interval, &mut rand::thread_rng());
                     planner.ran(&done.host, done.probe, start.elapsed(), interval);
                     let name = probes[done.probe].name();
                     let mut s = self.shared.lock().expect("schedule status");

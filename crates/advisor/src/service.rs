@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::Error;
 use crate::adapters::UdpTrainCapacity;
-use crate::advice::{Advice, AdviceConfig, Evidence, advise};
+use crate::advice::{Advice, AdviceConfig, Evidence, OtherPath, advise};
 use crate::model::{
     DEFAULT_PORT, Kind, Measurement, Origin, Target, TargetSource, now_ms, validate_host,
 };
@@ -203,6 +203,30 @@ impl Service {
             ))
         })?;
         let now = now_ms();
+        let mut advice = self.advice_of(&target, host, now).await?;
+        advice.paths = self.other_paths(&target.host, now).await?;
+        Ok(advice)
+    }
+
+    /// The host's other addresses multi-path transfers went over, each
+    /// with its own figures when it has measurements.
+    async fn other_paths(&self, host: &str, now: i64) -> Result<Vec<OtherPath>, Error> {
+        let mut out = Vec::new();
+        for path in self.store.paths_of(host).await? {
+            let own = self.advice_from(&path, &path, now).await.ok();
+            out.push(OtherPath {
+                rtt_ms: own.as_ref().map(|a| a.rtt_ms),
+                capacity_bps: own.as_ref().map(|a| a.capacity_bps),
+                expected_throughput_bps: own.as_ref().map(|a| a.expected_throughput_bps),
+                host: path,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Advice for `target` (asked for as `host`), from a neighbour in its
+    /// subnet or bottleneck group when it has no numbers of its own.
+    async fn advice_of(&self, target: &Target, host: &str, now: i64) -> Result<Advice, Error> {
         // Best effort: a store that is locked for writing can still answer.
         if let Err(e) = self.store.touch(&target.host, now).await {
             tracing::debug!("advisor: not marking {} as used: {e}", target.host);
@@ -212,7 +236,7 @@ impl Service {
             return own;
         };
         let policy = &self.opts.scheduler.aggregation;
-        let Some(group) = policy.group_of_target(&target) else {
+        let Some(group) = policy.group_of_target(target) else {
             return Err(Error::NotFound(missing));
         };
         let mut neighbours: Vec<Target> = self
@@ -381,6 +405,9 @@ impl Service {
                 Some(&discovered),
             )
             .await?;
+        if !r.paths.is_empty() {
+            self.store.record_paths(&host, &r.paths, now_ms()).await?;
+        }
         if existing.is_none() {
             self.changed();
         }

@@ -88,6 +88,15 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
         ],
     ),
     (2, &["ALTER TABLE targets ADD COLUMN group_name TEXT"]),
+    (
+        3,
+        &["CREATE TABLE IF NOT EXISTS host_paths (
+            host TEXT NOT NULL,
+            path_host TEXT NOT NULL,
+            seen_ms BIGINT NOT NULL,
+            PRIMARY KEY (host, path_host)
+        )"],
+    ),
 ];
 
 /// Ranks target sources: a stronger source's settings win over a weaker
@@ -378,10 +387,48 @@ impl Store {
         row.as_ref().map(target_of).transpose()
     }
 
+    /// A multi-path transfer with `host` also went over `paths`, the
+    /// host's other addresses: remembered (with when) so that its advice
+    /// can name them.
+    pub async fn record_paths(&self, host: &str, paths: &[String], now_ms: i64) -> Result<(), Error> {
+        let mut tx = self.write_tx().await?;
+        for path in paths.iter().filter(|p| *p != host) {
+            sqlx::query(
+                "INSERT INTO host_paths (host, path_host, seen_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT (host, path_host) DO UPDATE SET seen_ms = excluded.seen_ms",
+            )
+            .bind(host)
+            .bind(path.as_str())
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The other addresses multi-path transfers with `host` went over,
+    /// most recently seen first.
+    pub async fn paths_of(&self, host: &str) -> Result<Vec<String>, Error> {
+        let rows = sqlx::query(
+            "SELECT path_host FROM host_paths WHERE host = $1 ORDER BY seen_ms DESC, path_host",
+        )
+        .bind(host)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| r.try_get::<String, _>(0).map_err(Error::from))
+            .collect()
+    }
+
     /// Removes a target and its measurements; false when there was none.
     pub async fn delete_target(&self, host: &str) -> Result<bool, Error> {
         let mut tx = self.write_tx().await?;
         sqlx::query("DELETE FROM measurements WHERE host = $1")
+            .bind(host)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM host_paths WHERE host = $1")
             .bind(host)
             .execute(&mut *tx)
             .await?;

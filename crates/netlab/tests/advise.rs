@@ -142,3 +142,66 @@ fn advice_after_the_advisor_measured_500mbit_180ms_is_within_5_and_10_percent() 
         "{held} bytes in flight for a BDP of {bdp}: {advice}"
     );
 }
+
+/// Issue 17's must-show: a target added over the API has advice within
+/// 15 s (its first probes run within seconds of it appearing, not after a
+/// start jitter of minutes). Default scheduler settings.
+#[test]
+fn a_target_added_over_the_api_has_advice_within_15_s() {
+    let name = "a_target_added_over_the_api_has_advice_within_15_s";
+    let Some(tern) = common::tern_or_skip(name) else {
+        return;
+    };
+    let tern = tern.as_str();
+    let work = tempfile::tempdir().unwrap();
+    let lab = Lab::up("nlprompt", &["--rtt", "20", "--rate", "100"]);
+    let _daemon = lab.serve_tern(tern, work.path(), &[]);
+    let state = work.path().join("advisor-state");
+    let _advisor = spawn_quiet(lab.command(
+        "A",
+        &[
+            tern,
+            "advisor",
+            "--http",
+            "127.0.0.1:4750",
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    ));
+    let url = "http://127.0.0.1:4750";
+    let advise = || {
+        lab.command("A", &[tern, "advise", SERVER, "--server", url, "--json"])
+            .output()
+            .unwrap()
+    };
+    // The advisor answers (not yet knowing the host: exit 3).
+    let up_by = Instant::now() + Duration::from_secs(30);
+    while advise().status.code() != Some(3) {
+        assert!(Instant::now() < up_by, "the advisor did not come up");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let post = format!(
+        "import urllib.request; urllib.request.urlopen(urllib.request.Request(\
+         '{url}/api/v1/targets', data=b'{{\"host\": \"{SERVER}\", \"port\": 4747}}', \
+         headers={{'Content-Type': 'application/json'}}, method='POST')).read()"
+    );
+    let added = lab.exec("A", &["python3", "-c", &post]);
+    assert!(added.status.success(), "POST /api/v1/targets: {}", text(&added));
+    let since = Instant::now();
+    let out = loop {
+        let out = advise();
+        if out.status.success() {
+            break out;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(15),
+            "no advice 15 s after the target was added: {}",
+            text(&out)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let advice: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rtt = advice["rtt_ms"].as_f64().unwrap();
+    assert!((20.0..25.0).contains(&rtt), "{advice}");
+    assert_eq!(advice["source"], "active", "{advice}");
+}

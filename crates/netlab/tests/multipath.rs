@@ -348,3 +348,74 @@ fn a_copy_over_ssh_takes_every_path_of_the_remote_host() {
     assert!(again.get("paths").is_none(), "{again}");
     let _ = std::fs::remove_dir_all(&work);
 }
+
+#[test]
+fn advice_for_a_daemon_names_the_other_path_a_copy_took() {
+    let test = "advice_for_a_daemon_names_the_other_path_a_copy_took";
+    let Some(tern) = tern_or_skip(test) else {
+        return;
+    };
+    let (lab, work) = two_paths("nltestad", "rtt=10,rate=100", "rtt=20,rate=50");
+    let _server = serve_everywhere(&lab, &tern, &work);
+    // An advisor beside the client, fed by the copy's report.
+    let state = work.join("advisor-state");
+    let _advisor = tern_testkit::daemon::KillOnDrop(
+        lab.command(
+            "A",
+            &[
+                &tern,
+                "advisor",
+                "--http",
+                "127.0.0.1:4749",
+                "--state-dir",
+                state.to_str().unwrap(),
+            ],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let url = "http://127.0.0.1:4749";
+    random_file(&work.join("big.bin"), 24 << 20);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let copied = loop {
+        let out = copy_big(&lab, &tern, &work, &["-P", "2", "--advisor", url])
+            .output()
+            .unwrap();
+        let copied = report(&out);
+        if copied["advisor"]["reported"] == true {
+            break copied;
+        }
+        // The advisor may still be starting.
+        assert!(Instant::now() < deadline, "never reported: {copied}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(copied["paths"].as_array().unwrap().len(), 2, "{copied}");
+    let advise = |json: bool| {
+        let mut args = vec![tern.as_str(), "advise", "10.47.0.2", "--server", url];
+        if json {
+            args.push("--json");
+        }
+        lab.command("A", &args).output().unwrap()
+    };
+    let out = advise(true);
+    let advice: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "tern advise: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let paths = advice["paths"].as_array().expect("the other paths");
+    assert_eq!(paths.len(), 1, "{advice}");
+    assert_eq!(paths[0]["host"], "10.47.1.2", "{advice}");
+    let rtt = paths[0]["rtt_ms"].as_f64().expect("path 1's own RTT");
+    assert!((20.0..25.0).contains(&rtt), "{advice}");
+    // Path 0's own figures, not the sum of both paths.
+    let rtt0 = advice["rtt_ms"].as_f64().unwrap();
+    assert!((10.0..15.0).contains(&rtt0), "{advice}");
+    let text = String::from_utf8_lossy(&advise(false).stdout).to_string();
+    assert!(text.contains("also via   10.47.1.2 (RTT"), "{text}");
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -88,6 +88,13 @@ pub fn describe(a: &Advice, url: &str) -> String {
         let by = a.aggregated_by.as_deref().unwrap_or("same subnet");
         let _ = writeln!(out, "  from       {from} ({by})");
     }
+    for p in &a.paths {
+        let figures = match (p.rtt_ms, p.expected_throughput_bps) {
+            (Some(rtt), Some(rate)) => format!("RTT {}, {} expected", ms(rtt), human_rate(rate)),
+            _ => "no measurements of its own yet".to_string(),
+        };
+        let _ = writeln!(out, "  also via   {} ({figures})", p.host);
+    }
     for n in &a.notes {
         let _ = writeln!(out, "  note: {n}");
     }

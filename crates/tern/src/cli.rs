@@ -579,8 +579,10 @@ pub struct AdvisorArgs {
     /// Probes running at once, at most.
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub probe_workers: u16,
-    /// A new target's first probe waits a random time up to this many seconds.
-    #[arg(long, default_value_t = 300.0, value_name = "SECS", value_parser = non_negative_secs)]
+    /// A new target's first probe waits a random time up to this many
+    /// seconds (whether it came from --targets, the API or a transfer);
+    /// later probes come every interval, give or take 10 %.
+    #[arg(long, default_value_t = 2.0, value_name = "SECS", value_parser = non_negative_secs)]
     pub probe_jitter: f64,
     /// Do not run active probes (advice from reported transfers only).
     #[arg(long)]

@@ -176,10 +176,27 @@ impl Consulted {
         let mut report = TransferReport::from_stats(&ep.host, stats, command, direction);
         report.port = Some(ep.port);
         // Each path of a multi-path session is a measurement of its own,
-        // under the daemon's address on it.
+        // under the daemon's address on it; the first (the address the
+        // session started on) under the daemon's name, which names the
+        // others so that its advice lists them. The sum of the paths is
+        // no path's figure.
+        let others: Vec<TransferReport> = outcome
+            .paths
+            .iter()
+            .skip(1)
+            .filter_map(|p| report.for_path(p))
+            .collect();
+        if let Some(first) = outcome.paths.first().and_then(|p| report.for_path(p)) {
+            report = TransferReport {
+                host: ep.host.clone(),
+                port: Some(ep.port),
+                paths: others.iter().map(|o| o.host.clone()).collect(),
+                ..first
+            };
+        }
         let mut paths_stored = 0;
-        for path in outcome.paths.iter().filter_map(|p| report.for_path(p)) {
-            match client.report(&path).await {
+        for path in &others {
+            match client.report(path).await {
                 Ok(o) => paths_stored += o.stored,
                 Err(e) => {
                     console.note(format!("advisor: could not report path {}: {e}", path.host))
@@ -188,11 +205,17 @@ impl Consulted {
         }
         if paths_stored > 0 {
             console.note(format!(
-                "advisor: {paths_stored} measurement(s) of the {} paths stored under their own addresses",
-                outcome.paths.len()
+                "advisor: {paths_stored} measurement(s) of the other {} stored under their own addresses",
+                crate::size::count(others.len(), "path")
             ));
         }
-        match client.report(&report).await {
+        let mut answer = client.report(&report).await;
+        if answer.as_ref().is_err_and(|e| e.to_string().contains("paths")) {
+            // An advisor from before multi-path: the report without them.
+            report.paths.clear();
+            answer = client.report(&report).await;
+        }
+        match answer {
             Ok(outcome) => {
                 self.used.reported = true;
                 let rate = report.throughput_bps.map_or("no rate".into(), human_rate);

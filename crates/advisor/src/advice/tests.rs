@@ -421,8 +421,16 @@ fn a_sweep_that_did_not_beat_the_formula_or_is_old_is_not_followed() {
 #[test]
 fn the_openapi_document_names_every_field_of_advice() {
     use crate::api::{json_fields, schema_fields};
-    let a = advise_with_sweep(100e6, &[cell(9_000, 1, "auto", 60e6, true)], 10_000);
+    let mut a = advise_with_sweep(100e6, &[cell(9_000, 1, "auto", 60e6, true)], 10_000);
+    // `paths` is left out when empty.
+    a.paths.push(OtherPath {
+        host: "192.0.2.9".into(),
+        rtt_ms: Some(75.0),
+        capacity_bps: Some(2.5e8),
+        expected_throughput_bps: Some(2.4e8),
+    });
     assert_eq!(json_fields(&a), schema_fields("Advice"));
+    assert_eq!(json_fields(&a.paths[0]), schema_fields("OtherPath"));
     assert_eq!(json_fields(a.sweep.unwrap()), schema_fields("SweepBasis"));
 }
 

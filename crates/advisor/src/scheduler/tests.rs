@@ -70,6 +70,19 @@ fn planner_jitters_the_first_run_and_spaces_the_rest() {
     assert_eq!(p.due(Duration::from_secs(1000)).len(), 1);
 }
 
+#[test]
+fn later_runs_slip_by_at_most_a_tenth_of_the_interval() {
+    let mut rng = rand::thread_rng();
+    let interval = Duration::from_secs(600);
+    let runs: Vec<Duration> = (0..200).map(|_| slipped(interval, &mut rng)).collect();
+    assert!(runs.iter().all(|r| (540.0..=660.0).contains(&r.as_secs_f64())));
+    let (early, late) = (
+        runs.iter().filter(|r| r.as_secs() < 580).count(),
+        runs.iter().filter(|r| r.as_secs() > 620).count(),
+    );
+    assert!(early > 10 && late > 10, "{early} early, {late} late of 200");
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Admit {

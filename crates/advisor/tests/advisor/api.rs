@@ -218,6 +218,66 @@ async fn a_report_becomes_advice_and_history() {
 }
 
 #[tokio::test]
+async fn advice_names_the_other_paths_a_transfer_took() {
+    for db in every_db().await {
+        let s = service(&db).await;
+        let n = db.name;
+        // A multi-path copy: path 0 under the daemon's name, naming the
+        // other address, which reports under its own.
+        let post = |body: Value| {
+            let s = &s;
+            async move {
+                call(s, Method::POST, "/api/v1/report", Some(&body.to_string())).await
+            }
+        };
+        let (status, out) = post(json!({
+            "host": "dtn.example", "throughput_bps": 9.0e8, "rtt_ms": 50.0,
+            "bytes": 2_000_000_000u64, "duration_s": 18.0, "paths": ["192.0.2.9"]
+        }))
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{n}: {out}");
+        let (status, out) = post(json!({
+            "host": "192.0.2.9", "throughput_bps": 2.2e8, "rtt_ms": 75.0,
+            "bytes": 500_000_000u64, "duration_s": 18.0
+        }))
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{n}: {out}");
+        let (status, a) = call(&s, Method::GET, "/api/v1/advice/dtn.example", None).await;
+        assert_eq!(status, StatusCode::OK, "{n}: {a}");
+        let paths = a["paths"].as_array().expect("the other paths");
+        assert_eq!(paths.len(), 1, "{n}: {a}");
+        assert_eq!(paths[0]["host"], "192.0.2.9", "{n}");
+        assert_eq!(paths[0]["rtt_ms"], 75.0, "{n}");
+        assert_eq!(paths[0]["capacity_bps"], 2.2e8, "{n}");
+        // The path's own advice names no paths; a path with no numbers yet
+        // is still named.
+        let (_, own) = call(&s, Method::GET, "/api/v1/advice/192.0.2.9", None).await;
+        assert!(own.get("paths").is_none(), "{n}: {own}");
+        let (status, _) = post(json!({
+            "host": "dtn.example", "rtt_ms": 50.0, "paths": ["192.0.2.9", "198.51.100.3"]
+        }))
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{n}");
+        let (_, a) = call(&s, Method::GET, "/api/v1/advice/dtn.example", None).await;
+        let hosts: Vec<&str> = a["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["host"].as_str().unwrap())
+            .collect();
+        assert_eq!(hosts, ["192.0.2.9", "198.51.100.3"], "{n}: {a}");
+        assert!(a["paths"][1]["rtt_ms"].is_null(), "{n}: {a}");
+        // Removing the target forgets its paths.
+        let (status, _) = call(&s, Method::DELETE, "/api/v1/targets/dtn.example", None).await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{n}");
+        let (status, out) = post(json!({"host": "dtn.example", "rtt_ms": 50.0})).await;
+        assert_eq!(status, StatusCode::CREATED, "{n}: {out}");
+        let (_, a) = call(&s, Method::GET, "/api/v1/advice/dtn.example", None).await;
+        assert!(a.get("paths").is_none(), "{n}: {a}");
+    }
+}
+
+#[tokio::test]
 async fn bad_input_gets_a_clear_json_error() {
     for db in every_db().await {
         let s = service(&db).await;
