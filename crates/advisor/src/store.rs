@@ -390,7 +390,12 @@ impl Store {
     /// A multi-path transfer with `host` also went over `paths`, the
     /// host's other addresses: remembered (with when) so that its advice
     /// can name them.
-    pub async fn record_paths(&self, host: &str, paths: &[String], now_ms: i64) -> Result<(), Error> {
+    pub async fn record_paths(
+        &self,
+        host: &str,
+        paths: &[String],
+        now_ms: i64,
+    ) -> Result<(), Error> {
         let mut tx = self.write_tx().await?;
         for path in paths.iter().filter(|p| *p != host) {
             sqlx::query(

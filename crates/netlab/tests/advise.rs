@@ -186,7 +186,11 @@ fn a_target_added_over_the_api_has_advice_within_15_s() {
          headers={{'Content-Type': 'application/json'}}, method='POST')).read()"
     );
     let added = lab.exec("A", &["python3", "-c", &post]);
-    assert!(added.status.success(), "POST /api/v1/targets: {}", text(&added));
+    assert!(
+        added.status.success(),
+        "POST /api/v1/targets: {}",
+        text(&added)
+    );
     let since = Instant::now();
     let out = loop {
         let out = advise();

@@ -210,7 +210,10 @@ impl Consulted {
             ));
         }
         let mut answer = client.report(&report).await;
-        if answer.as_ref().is_err_and(|e| e.to_string().contains("paths")) {
+        if answer
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("paths"))
+        {
             // An advisor from before multi-path: the report without them.
             report.paths.clear();
             answer = client.report(&report).await;

@@ -75,7 +75,10 @@ fn later_runs_slip_by_at_most_a_tenth_of_the_interval() {
     let mut rng = rand::thread_rng();
     let interval = Duration::from_secs(600);
     let runs: Vec<Duration> = (0..200).map(|_| slipped(interval, &mut rng)).collect();
-    assert!(runs.iter().all(|r| (540.0..=660.0).contains(&r.as_secs_f64())));
+    assert!(
+        runs.iter()
+            .all(|r| (540.0..=660.0).contains(&r.as_secs_f64()))
+    );
     let (early, late) = (
         runs.iter().filter(|r| r.as_secs() < 580).count(),
         runs.iter().filter(|r| r.as_secs() > 620).count(),

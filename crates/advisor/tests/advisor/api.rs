@@ -226,9 +226,7 @@ async fn advice_names_the_other_paths_a_transfer_took() {
         // other address, which reports under its own.
         let post = |body: Value| {
             let s = &s;
-            async move {
-                call(s, Method::POST, "/api/v1/report", Some(&body.to_string())).await
-            }
+            async move { call(s, Method::POST, "/api/v1/report", Some(&body.to_string())).await }
         };
         let (status, out) = post(json!({
             "host": "dtn.example", "throughput_bps": 9.0e8, "rtt_ms": 50.0,
