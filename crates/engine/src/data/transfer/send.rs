@@ -302,9 +302,8 @@ pub async fn run_sender(
     let reader = tasks.spawn(sender_control_reader(shared.clone(), ctrl_rd));
     let writer = tasks.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
     tasks.spawn(endgame_feed(shared.clone(), sampler.clone()));
-    // Once everything arrived, a worker still writing is pushing a copy
-    // nobody needs into a slow stream: the workers get a moment together
-    // to end their streams cleanly, no more.
+    // Once everything arrived, a worker still writing pushes a copy nobody
+    // needs: the workers get END_GRACE together to end their streams.
     let mut ends_by = None;
     loop {
         let next = shared.workers.lock().expect("workers").pop();
