@@ -548,7 +548,11 @@ impl ReceiverSession {
             if waiting && !all_in {
                 return Ok(());
             }
-            let missing = missing_ranges(&file.received, sent.size, bs);
+            // A block being written (claimed) is not missing: a copy of it
+            // can reach the marks before its write is done.
+            let (received, claimed) = (&file.received, &file.claimed);
+            let held = |i| received.contains(i) || claimed.contains(i);
+            let missing = missing_ranges(held, sent.size, bs);
             if !missing.is_empty() {
                 if !self.alive.iter().any(|&a| a) {
                     return Err(Error::PeerGone(format!(
@@ -570,6 +574,10 @@ impl ReceiverSession {
                         file_id,
                         ranges: missing,
                     }));
+                return Ok(());
+            }
+            if !all_in {
+                // Judged again once the writes in flight are done.
                 return Ok(());
             }
             file.complete = true;
@@ -720,18 +728,18 @@ impl ReceiverSession {
 /// Runs of missing blocks as `(offset, length)` ranges, each a whole number
 /// of blocks (the last may end at the file's end) and at most 2 GiB, so a
 /// `BlockRequest` stays small however many blocks a dead stream took.
-fn missing_ranges(received: &BlockSet, size: u64, bs: u64) -> Vec<(u64, u32)> {
+fn missing_ranges(held: impl Fn(u64) -> bool, size: u64, bs: u64) -> Vec<(u64, u32)> {
     let max_run = ((1u64 << 31) / bs).max(1);
     let blocks = size.div_ceil(bs);
     let mut ranges = Vec::new();
     let mut i = 0;
     while i < blocks {
-        if received.contains(i) {
+        if held(i) {
             i += 1;
             continue;
         }
         let start = i;
-        while i < blocks && !received.contains(i) && i - start < max_run {
+        while i < blocks && !held(i) && i - start < max_run {
             i += 1;
         }
         let offset = start * bs;
@@ -752,9 +760,12 @@ mod range_tests {
             got.insert(i);
         }
         // 8 blocks of 10 bytes, the last one 5 bytes long.
-        assert_eq!(missing_ranges(&got, 75, 10), vec![(20, 20), (50, 20)]);
-        assert_eq!(missing_ranges(&BlockSet::default(), 75, 10), vec![(0, 75)]);
-        let big = missing_ranges(&BlockSet::default(), 5 << 30, 1 << 20);
+        assert_eq!(
+            missing_ranges(|i| got.contains(i), 75, 10),
+            vec![(20, 20), (50, 20)]
+        );
+        assert_eq!(missing_ranges(|_| false, 75, 10), vec![(0, 75)]);
+        let big = missing_ranges(|_| false, 5 << 30, 1 << 20);
         assert_eq!(big.len(), 3, "runs are capped at 2 GiB");
         assert_eq!(big.iter().map(|r| u64::from(r.1)).sum::<u64>(), 5 << 30);
     }

@@ -78,15 +78,20 @@ fn a_block_is_copied_once_and_never_from_a_lost_stream() {
     assert!(copied > 0 && copied <= 320, "copied {copied}");
 }
 
-#[test]
-fn a_second_copy_arriving_while_the_first_is_written_is_a_duplicate() {
-    let mut r = ReceiverSession::new(ReceiverConfig {
+/// A receiver of two streams.
+fn two_stream_receiver() -> ReceiverSession {
+    ReceiverSession::new(ReceiverConfig {
         streams: 2,
         block_size: BS,
         max_repair_rounds: 3,
         verify_digest: true,
         entries: true,
-    });
+    })
+}
+
+#[test]
+fn a_second_copy_arriving_while_the_first_is_written_is_a_duplicate() {
+    let mut r = two_stream_receiver();
     let meta = FileMeta {
         file_id: 1,
         path: "f".into(),
@@ -116,4 +121,64 @@ fn a_second_copy_arriving_while_the_first_is_written_is_a_duplicate() {
     r.block_written(1, &header).unwrap();
     assert_eq!(r.blocks_duplicate(), 1);
     assert_eq!(r.stream_bytes(), &[0, u64::from(BS)], "written once");
+}
+
+#[test]
+fn a_copy_still_being_written_when_the_marks_are_reached_is_not_asked_for_again() {
+    let mut r = two_stream_receiver();
+    let size = u64::from(BS) * 2;
+    let meta = FileMeta {
+        file_id: 1,
+        path: "f".into(),
+        size,
+        mode: 0o644,
+        mtime_s: 0,
+        mtime_ns: 0,
+    };
+    r.handle_control(ControlMsg::FileAnnounce(meta)).unwrap();
+    let block = |offset: u64| BlockHeader {
+        flags: BlockFlags::default(),
+        file_id: 1,
+        offset,
+        length: BS,
+        check: [0; 16],
+    };
+    // Block 0 on stream 0; block 1 on stream 1 (slow), and FileSent.
+    assert_eq!(
+        r.handle_block(0, &block(0), true).unwrap(),
+        BlockVerdict::Write
+    );
+    r.block_written(0, &block(0)).unwrap();
+    r.handle_control(ControlMsg::FileSent {
+        file_id: 1,
+        size,
+        digest: digest_for(1),
+        stream_marks: vec![1, 1],
+    })
+    .unwrap();
+    // The endgame's copy of block 1 arrives on stream 0 first and is being
+    // written when the original reaches stream 1's mark.
+    let copy = block(u64::from(BS));
+    assert_eq!(r.handle_block(0, &copy, true).unwrap(), BlockVerdict::Write);
+    assert_eq!(
+        r.handle_block(1, &copy, true).unwrap(),
+        BlockVerdict::Duplicate
+    );
+    r.poll_judgements().unwrap();
+    let mut actions = Vec::new();
+    while let Some(a) = r.poll_action() {
+        actions.push(a);
+    }
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, RecvAction::Send(ControlMsg::BlockRequest { .. }))),
+        "nothing is missing: {actions:?}"
+    );
+    r.block_written(0, &copy).unwrap();
+    r.poll_judgements().unwrap();
+    r.set_digest(1, digest_for(1)).unwrap();
+    let finalize = std::iter::from_fn(|| r.poll_action())
+        .any(|a| matches!(a, RecvAction::Finalize { file_id: 1 }));
+    assert!(finalize, "the file completes once the copy is written");
 }

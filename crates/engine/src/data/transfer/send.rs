@@ -28,7 +28,7 @@ use crate::data::compress::{self, BlockCompressor, Policy};
 use crate::data::fold::Folds;
 use crate::data::stall::Watch;
 use crate::data::supply::{Indices, Want, supply_streams};
-use crate::data::tuning::{Joined, SAMPLE_EVERY, Sampler, StreamSupply};
+use crate::data::tuning::{Joined, Sampler, StreamSupply};
 use crate::integrity::BlockCheck;
 use crate::store::fsio::{BlockRead, Source, SourceItem};
 use crate::{Error, Result};
@@ -36,7 +36,9 @@ use tern_drs::StreamChange;
 use tern_session::{BlockTask, SenderConfig, SenderSession};
 
 mod digests;
+mod endgame;
 use digests::sender_digests;
+use endgame::endgame_feed;
 
 /// How long a sender may have no live data stream at all (every one was
 /// given up and no replacement joined) before the session fails.
@@ -162,18 +164,21 @@ impl SendShared {
         if let Some(w) = &self.watch {
             w.forget(k);
         }
+        let mut s = self.session.lock().expect("session");
+        if s.is_complete() {
+            // Over: the peer closed a stream still writing a copy.
+            return;
+        }
         self.streams.lose(k);
-        let lost = {
-            let mut s = self.session.lock().expect("session");
-            match &self.wanted {
-                Some(wanted) if !s.is_complete() && !self.failure.is_set() => {
-                    s.stream_dropped(k);
-                    let _ = wanted.send(Want::Replace);
-                    Ok(())
-                }
-                _ => s.stream_lost(k),
+        let lost = match &self.wanted {
+            Some(wanted) if !self.failure.is_set() => {
+                s.stream_dropped(k);
+                let _ = wanted.send(Want::Replace);
+                Ok(())
             }
+            _ => s.stream_lost(k),
         };
+        drop(s);
         self.wake.notify_waiters();
         if let Err(e) = lost {
             self.failure.fail(e, &self.wake);
@@ -357,28 +362,6 @@ pub async fn run_sender(
         blocks_copied: Some(session.blocks_copied()),
         ..stats
     })
-}
-
-/// Tells the session what each stream's socket still holds, every
-/// sample, and wakes the workers: once every block is handed out, an
-/// idle one may now take a copy of a block a slower stream still carries.
-async fn endgame_feed(shared: Arc<SendShared>, sampler: Arc<Sampler>) {
-    loop {
-        tokio::time::sleep(SAMPLE_EVERY).await;
-        let flights = sampler.flights();
-        let now = Instant::now();
-        let done = {
-            let mut s = shared.session.lock().expect("session");
-            for (k, flight) in flights {
-                s.stream_measured(k, flight, now);
-            }
-            s.is_complete()
-        };
-        if done || shared.failure.is_set() {
-            return;
-        }
-        shared.wake.notify_waiters();
-    }
 }
 
 /// Gives up streams whose writes stalled (they are then replaced), and
