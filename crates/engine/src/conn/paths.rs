@@ -189,8 +189,8 @@ struct Path {
     unreachable: Option<(String, Duration)>,
     /// Its streams that stalled or were lost.
     lost: Vec<u16>,
-    /// Down (unreachable, or every stream on it lost) since then; tried
-    /// again from `retry_at` on.
+    /// Down (unreachable, or every stream on it lost): tried again from
+    /// `retry_at` on.
     down: Option<Down>,
     /// It came back after it failed: when (a stream went over it again).
     rejoined: Option<Duration>,
@@ -200,10 +200,9 @@ struct Path {
     first_down: Option<(Duration, String)>,
 }
 
-/// A path that went down, and when to try it again.
+/// A path that went down: when to try it again, after how many tries.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Down {
-    since: Duration,
     retry_at: Duration,
     tries: u32,
 }
@@ -253,7 +252,6 @@ impl Path {
         // A path that keeps coming back and failing is tried less often.
         let rejoins = self.rejoins;
         self.down.get_or_insert(Down {
-            since: at,
             retry_at: at + wait_after(rejoins),
             tries: rejoins,
         });
