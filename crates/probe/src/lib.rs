@@ -6,6 +6,8 @@
 //! - [`capacity()`]: bottleneck capacity in both directions from UDP packet
 //!   trains, answered by the [`responder`] that `tern serve` runs on the
 //!   same port number;
+//! - [`loss()`]: loss, delay variation and reordering in each direction
+//!   from a paced stream of UDP echoes to the same responder;
 //! - [`throughput()`] and [`sweep()`]: a short `tern perf` through the
 //!   engine, and a window × streams grid of them.
 //!
@@ -16,6 +18,7 @@
 
 pub mod capacity;
 pub mod estimate;
+pub mod loss;
 pub mod responder;
 pub mod rtt;
 mod sys;
@@ -28,6 +31,7 @@ pub use tern_proto::probe as wire;
 use std::net::SocketAddr;
 
 pub use capacity::{Capacity, CapacityOptions, DirectionCapacity, capacity};
+pub use loss::{DirectionLoss, Loss, LossOptions, loss};
 pub use responder::{ResponderConfig, ResponderStats, UdpResponder, serve_udp};
 pub use rtt::{Rtt, RttOptions, rtt};
 pub use throughput::{Sweep, SweepCell, Throughput, sweep, throughput};

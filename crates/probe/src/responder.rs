@@ -9,6 +9,12 @@
 //! both directions: the offsets time the forward train, and the replies
 //! themselves form the reverse train.
 //!
+//! Loss probes send [`Echo`]es instead: each is answered at once, with
+//! how many echoes of its measurement have arrived so far and when this
+//! one did (relative to the first), so the client can tell forward from
+//! reverse losses and time each direction's delay variation. The
+//! responder keeps one small counter per measurement for that.
+//!
 //! Abuse: only well-formed requests are answered (see [`crate::wire`]); a
 //! reply is exactly as long as its request, one per request, so the
 //! responder never amplifies; and every request is charged, before it is
@@ -27,7 +33,7 @@ use std::time::{Duration, Instant};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
-use crate::wire::{Kind, MAX_PACKET, Probe};
+use crate::wire::{Echo, Kind, MAX_PACKET, Probe};
 use crate::{Error, Result, sys};
 
 /// Limits of a responder.
@@ -51,6 +57,11 @@ pub struct ResponderConfig {
     pub train_timeout: Duration,
     /// Source addresses whose buckets are remembered at once.
     pub max_sources: usize,
+    /// Loss measurements (echo counters) kept at once, over all sources;
+    /// one source keeps at most `max_trains_per_source` of them.
+    pub max_echo_sessions: usize,
+    /// An echo counter not used for this long is forgotten.
+    pub echo_idle: Duration,
 }
 
 impl Default for ResponderConfig {
@@ -64,6 +75,8 @@ impl Default for ResponderConfig {
             max_trains_per_source: 4,
             train_timeout: Duration::from_secs(2),
             max_sources: 4096,
+            max_echo_sessions: 64,
+            echo_idle: Duration::from_secs(10),
         }
     }
 }
@@ -125,6 +138,19 @@ struct TrainKey {
     train: u32,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct EchoKey {
+    from: SocketAddr,
+    nonce: u64,
+}
+
+#[derive(Debug)]
+struct EchoCounter {
+    first_ns: u64,
+    received: u32,
+    last_seen: Instant,
+}
+
 #[derive(Debug)]
 struct Collecting {
     request: Probe,
@@ -150,6 +176,7 @@ pub struct Responder {
     sources: HashMap<IpAddr, Bucket>,
     total: Bucket,
     trains: HashMap<TrainKey, Collecting>,
+    echoes: HashMap<EchoKey, EchoCounter>,
 }
 
 impl Responder {
@@ -161,6 +188,7 @@ impl Responder {
             stats: Arc::new(ResponderStats::default()),
             sources: HashMap::new(),
             trains: HashMap::new(),
+            echoes: HashMap::new(),
         }
     }
 
@@ -178,6 +206,14 @@ impl Responder {
         datagram: &[u8],
         arrival_ns: u64,
     ) -> Vec<Outgoing> {
+        match Echo::decode(datagram) {
+            Ok(e) if !e.reply => return self.echo(now, from, e, arrival_ns),
+            Ok(_) => {
+                ResponderStats::bump(&self.stats.malformed);
+                return Vec::new();
+            }
+            Err(_) => {}
+        }
         let request = match Probe::decode(datagram) {
             Ok(p) if p.kind == Kind::Request => p,
             _ => {
@@ -225,7 +261,60 @@ impl Responder {
         replies
     }
 
-    /// Forgets trains whose last request is overdue, and idle sources.
+    /// Answers one echo at once, counting it in its measurement.
+    fn echo(&mut self, now: Instant, from: SocketAddr, e: Echo, arrival_ns: u64) -> Vec<Outgoing> {
+        ResponderStats::bump(&self.stats.requests);
+        let key = EchoKey {
+            from,
+            nonce: e.nonce,
+        };
+        if !self.echoes.contains_key(&key) && !self.room_for_echo(now, from) {
+            ResponderStats::bump(&self.stats.busy);
+            return Vec::new();
+        }
+        if !self.charge(now, source_of(from), u64::from(e.len)) {
+            ResponderStats::bump(&self.stats.rate_limited);
+            return Vec::new();
+        }
+        let counter = self.echoes.entry(key).or_insert(EchoCounter {
+            first_ns: arrival_ns,
+            received: 0,
+            last_seen: now,
+        });
+        counter.received = counter.received.wrapping_add(1);
+        counter.last_seen = now;
+        let offset = arrival_ns.saturating_sub(counter.first_ns);
+        ResponderStats::bump(&self.stats.replies);
+        vec![Outgoing {
+            to: from,
+            bytes: e.answer(counter.received, offset).encode(),
+        }]
+    }
+
+    /// Makes room for a new echo counter, as [`Self::room_for_train`] does
+    /// for trains.
+    fn room_for_echo(&mut self, now: Instant, from: SocketAddr) -> bool {
+        if self.echoes.len() >= self.config.max_echo_sessions {
+            self.expire(now);
+        }
+        let source = source_of(from);
+        let mine: Vec<(EchoKey, Instant)> = self
+            .echoes
+            .iter()
+            .filter(|(k, _)| source_of(k.from) == source)
+            .map(|(k, c)| (*k, c.last_seen))
+            .collect();
+        if mine.len() >= self.config.max_trains_per_source
+            && let Some((oldest, _)) = mine.iter().min_by_key(|(_, seen)| *seen)
+        {
+            self.echoes.remove(oldest);
+            ResponderStats::bump(&self.stats.expired);
+        }
+        self.echoes.len() < self.config.max_echo_sessions
+    }
+
+    /// Forgets trains whose last request is overdue, idle echo counters,
+    /// and idle sources.
     pub fn expire(&mut self, now: Instant) {
         let timeout = self.config.train_timeout;
         let before = self.trains.len();
@@ -233,6 +322,9 @@ impl Responder {
             .retain(|_, t| now.saturating_duration_since(t.last_seen) < timeout);
         let expired = (before - self.trains.len()) as u64;
         self.stats.expired.fetch_add(expired, Ordering::Relaxed);
+        let idle = self.config.echo_idle;
+        self.echoes
+            .retain(|_, c| now.saturating_duration_since(c.last_seen) < idle);
         let (bps, burst) = (self.config.per_source_bps, self.config.per_source_burst);
         self.sources.retain(|_, b| {
             b.refill(now, bps, burst);
@@ -616,5 +708,87 @@ mod tests {
         let from = addr(1, 1);
         let _ = r.handle(t0, from, &request(1, 0, 10, 500), 0);
         assert!(r.handle(t0, from, &request(1, 1, 2, 500), 0).is_empty());
+    }
+
+    fn echo(
+        r: &mut Responder,
+        at: Instant,
+        from: SocketAddr,
+        nonce: u64,
+        seq: u32,
+        ns: u64,
+    ) -> Option<Echo> {
+        let out = r.handle(at, from, &Echo::request(nonce, seq, 64).encode(), ns);
+        assert!(out.len() <= 1, "one reply per echo at most");
+        out.first().map(|o| {
+            assert_eq!(
+                (o.to, o.bytes.len()),
+                (from, 64),
+                "back to its source, as long"
+            );
+            Echo::decode(&o.bytes).unwrap()
+        })
+    }
+
+    #[test]
+    fn echoes_are_answered_at_once_with_their_measurement_count_and_arrival_offset() {
+        let t0 = Instant::now();
+        let mut r = Responder::new(ResponderConfig::default(), t0);
+        let from = addr(1, 7);
+        let a = echo(&mut r, t0, from, 5, 0, 1_000).unwrap();
+        assert_eq!((a.reply, a.seq, a.received, a.offset_ns), (true, 0, 1, 0));
+        // Echo 1 is lost on the way: 2 arrives as the second.
+        let b = echo(&mut r, t0, from, 5, 2, 3_500).unwrap();
+        assert_eq!((b.seq, b.received, b.offset_ns), (2, 2, 2_500));
+        // Another measurement from the same source counts on its own.
+        let c = echo(&mut r, t0, from, 6, 0, 9_000).unwrap();
+        assert_eq!((c.received, c.offset_ns), (1, 0));
+        // A reply sent to the responder is not answered.
+        let reply = Echo::request(5, 3, 64).answer(1, 0).encode();
+        assert!(r.handle(t0, from, &reply, 0).is_empty());
+        assert_eq!(ResponderStats::get(&r.stats().malformed), 1);
+    }
+
+    #[test]
+    fn echo_counters_are_bounded_per_source_and_forgotten_when_idle() {
+        let t0 = Instant::now();
+        let config = ResponderConfig {
+            max_echo_sessions: 3,
+            max_trains_per_source: 2,
+            ..ResponderConfig::default()
+        };
+        let mut r = Responder::new(config, t0);
+        let from = addr(1, 7);
+        for nonce in 0..3 {
+            echo(&mut r, t0 + Duration::from_millis(nonce), from, nonce, 0, 0).unwrap();
+        }
+        // The source's oldest (nonce 0) was given up for nonce 2: it starts anew.
+        assert_eq!(echo(&mut r, t0, from, 0, 1, 0).unwrap().received, 1);
+        // Others fill the rest; over all, a new measurement is refused.
+        echo(&mut r, t0, addr(2, 7), 9, 0, 0).unwrap();
+        assert!(echo(&mut r, t0, addr(3, 7), 9, 0, 0).is_none());
+        assert_eq!(ResponderStats::get(&r.stats().busy), 1);
+        // After the idle time everything is forgotten and room is back.
+        let later = t0 + Duration::from_secs(11);
+        assert_eq!(
+            echo(&mut r, later, addr(3, 7), 9, 0, 0).unwrap().received,
+            1
+        );
+        assert_eq!(echo(&mut r, later, from, 2, 5, 0).unwrap().received, 1);
+    }
+
+    #[test]
+    fn echoes_are_charged_to_the_source_bucket() {
+        let t0 = Instant::now();
+        let config = ResponderConfig {
+            per_source_burst: 640,
+            ..ResponderConfig::default()
+        };
+        let mut r = Responder::new(config, t0);
+        let answered = (0..20)
+            .filter(|&seq| echo(&mut r, t0, addr(1, 7), 1, seq, 0).is_some())
+            .count();
+        assert_eq!(answered, 10, "640 bytes of burst are ten 64-byte echoes");
+        assert_eq!(ResponderStats::get(&r.stats().rate_limited), 10);
     }
 }

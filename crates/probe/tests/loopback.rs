@@ -12,7 +12,7 @@ use tern_engine::server::{ServerOptions, serve};
 use tern_engine::tls::ServerIdentity;
 use tern_probe::responder::{ResponderConfig, ResponderStats, UdpResponder};
 use tern_probe::wire::{Kind, MAX_PACKET, MIN_PACKET, Probe};
-use tern_probe::{CapacityOptions, Error, capacity, sweep, throughput};
+use tern_probe::{CapacityOptions, Error, LossOptions, capacity, loss, sweep, throughput};
 use tokio::net::UdpSocket;
 use tokio::sync::oneshot;
 
@@ -216,6 +216,38 @@ async fn a_rate_limited_client_gets_no_estimate_rather_than_a_wrong_one() {
     assert_eq!(f.estimate_bps.is_some(), f.trains_used == 1, "{f:?}");
     assert!(ResponderStats::get(&r.stats.rate_limited) > 0);
     r.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echoes_over_loopback_lose_nothing_either_way() {
+    let r = responder(ResponderConfig::default()).await;
+    let opts = LossOptions {
+        count: 3000,
+        rate_pps: 3000,
+        packet_size: 40,
+        reply_timeout: Duration::from_millis(500),
+    };
+    let l = loss(r.addr, &opts).await.unwrap();
+    assert_eq!((l.sent, l.replies), (3000, 3000));
+    // The last echo may be the one whose count is highest only if
+    // nothing was reordered; on loopback nothing is.
+    assert_eq!((l.forward.packets, l.forward.lost), (3000, 0), "{l:?}");
+    assert_eq!((l.reverse.packets, l.reverse.lost), (3000, 0), "{l:?}");
+    assert_eq!(l.forward.duplicates + l.reverse.duplicates, 0);
+    assert!(l.rtt_min_ms.unwrap() < 50.0, "{l:?}");
+    assert!(l.forward.ipdv_ms.unwrap() >= 0.0 && l.reverse.pdv_p95_ms.is_some());
+    assert_eq!(l.packet_bytes, 68);
+    assert_eq!(ResponderStats::get(&r.stats.replies), 3000);
+    r.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echoes_to_no_responder_are_a_typed_error() {
+    let closed = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let e = loss(addr, &LossOptions::default()).await.unwrap_err();
+    assert!(matches!(e, Error::NoResponder { .. }), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,25 @@
 //! Requests carry zero in `received` and `offset_ns`; a decoder refuses
 //! anything else, so that junk that happens to start with the magic is
 //! still turned away.
+//!
+//! An [`Echo`] is the loss probe's packet (kinds 3 and 4): one request,
+//! answered at once by one reply of the same length, in the manner of
+//! TWAMP. The reply says how many echoes of the measurement have arrived
+//! so far, which splits the losses by direction, and when this one
+//! arrived, which gives the delay variation of each direction. Same
+//! header, other fields:
+//!
+//! ```text
+//!  0  magic, version        5
+//!  5  kind (3 echo, 4 echo reply)
+//!  6  reserved, zero        2
+//!  8  len                   2   ECHO_MIN..=MAX_PACKET
+//! 10  reserved, zero        6
+//! 16  nonce                 8
+//! 24  seq                   4   the echo's number in the measurement
+//! 28  received              4   reply: echoes of this nonce arrived so far
+//! 32  offset_ns             8   reply: arrival after the first that arrived
+//! ```
 
 /// First bytes of every probe packet.
 pub const MAGIC: [u8; 4] = *b"TRNP";
@@ -42,6 +61,8 @@ pub const MIN_PACKET: usize = 256;
 pub const MAX_PACKET: usize = 9000 - 28;
 /// Longest train.
 pub const MAX_TRAIN: u16 = 512;
+/// Smallest echo: the header alone (a loss probe wants light packets).
+pub const ECHO_MIN: usize = HEADER_LEN;
 
 /// What a probe packet is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +155,111 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// Checks what every probe packet shares: length, magic, version, and
+/// the length field; returns the kind code.
+fn check_header(b: &[u8], min: usize) -> Result<u8, WireError> {
+    if b.len() < HEADER_LEN {
+        return Err(WireError::Truncated(b.len()));
+    }
+    if b[..4] != MAGIC {
+        return Err(WireError::Magic);
+    }
+    if b[4] != VERSION {
+        return Err(WireError::Version(b[4]));
+    }
+    let len = u16_at(b, 8);
+    if usize::from(len) != b.len() {
+        return Err(WireError::Length {
+            field: len,
+            actual: b.len(),
+        });
+    }
+    if !(min..=MAX_PACKET).contains(&b.len()) {
+        return Err(WireError::Size(b.len()));
+    }
+    Ok(b[5])
+}
+
+/// A loss probe's packet: an echo request or its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Echo {
+    /// A reply (else a request).
+    pub reply: bool,
+    /// Datagram length in bytes.
+    pub len: u16,
+    /// The client's measurement.
+    pub nonce: u64,
+    /// The echo's number in the measurement.
+    pub seq: u32,
+    /// Reply: echoes of this nonce that reached the responder so far,
+    /// this one included.
+    pub received: u32,
+    /// Reply: nanoseconds from the arrival of the measurement's first
+    /// echo to this one's (the responder's clock).
+    pub offset_ns: u64,
+}
+
+impl Echo {
+    /// An echo request.
+    pub fn request(nonce: u64, seq: u32, len: u16) -> Echo {
+        Echo {
+            reply: false,
+            len,
+            nonce,
+            seq,
+            received: 0,
+            offset_ns: 0,
+        }
+    }
+
+    /// The reply to this request.
+    pub fn answer(&self, received: u32, offset_ns: u64) -> Echo {
+        Echo {
+            reply: true,
+            received,
+            offset_ns,
+            ..*self
+        }
+    }
+
+    /// Checks and decodes one datagram.
+    pub fn decode(b: &[u8]) -> Result<Echo, WireError> {
+        let reply = match check_header(b, ECHO_MIN)? {
+            3 => false,
+            4 => true,
+            k => return Err(WireError::Kind(k)),
+        };
+        let e = Echo {
+            reply,
+            len: u16_at(b, 8),
+            nonce: u64_at(b, 16),
+            seq: u32_at(b, 24),
+            received: u32_at(b, 28),
+            offset_ns: u64_at(b, 32),
+        };
+        let reserved_zero = u16_at(b, 6) == 0 && b[10..16].iter().all(|&x| x == 0);
+        let request_clean = reply || (e.received == 0 && e.offset_ns == 0);
+        if !(reserved_zero && request_clean) {
+            return Err(WireError::Reserved);
+        }
+        Ok(e)
+    }
+
+    /// Encodes into a datagram of `self.len` bytes (zero padding).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; usize::from(self.len).max(HEADER_LEN)];
+        b[..4].copy_from_slice(&MAGIC);
+        b[4] = VERSION;
+        b[5] = if self.reply { 4 } else { 3 };
+        b[8..10].copy_from_slice(&self.len.to_be_bytes());
+        b[16..24].copy_from_slice(&self.nonce.to_be_bytes());
+        b[24..28].copy_from_slice(&self.seq.to_be_bytes());
+        b[28..32].copy_from_slice(&self.received.to_be_bytes());
+        b[32..40].copy_from_slice(&self.offset_ns.to_be_bytes());
+        b
+    }
+}
+
 impl Probe {
     /// A request: packet `seq` of a train of `count`, `len` bytes long.
     pub fn request(nonce: u64, train: u32, seq: u16, count: u16, len: u16) -> Probe {
@@ -161,30 +287,12 @@ impl Probe {
 
     /// Checks and decodes one datagram.
     pub fn decode(b: &[u8]) -> Result<Probe, WireError> {
-        if b.len() < HEADER_LEN {
-            return Err(WireError::Truncated(b.len()));
-        }
-        if b[..4] != MAGIC {
-            return Err(WireError::Magic);
-        }
-        if b[4] != VERSION {
-            return Err(WireError::Version(b[4]));
-        }
-        let kind = match b[5] {
+        let kind = match check_header(b, MIN_PACKET)? {
             1 => Kind::Request,
             2 => Kind::Reply,
             k => return Err(WireError::Kind(k)),
         };
         let len = u16_at(b, 8);
-        if usize::from(len) != b.len() {
-            return Err(WireError::Length {
-                field: len,
-                actual: b.len(),
-            });
-        }
-        if !(MIN_PACKET..=MAX_PACKET).contains(&b.len()) {
-            return Err(WireError::Size(b.len()));
-        }
         let p = Probe {
             kind,
             len,
@@ -323,6 +431,46 @@ mod tests {
                 "{seq}/{count}"
             );
         }
+    }
+
+    proptest! {
+        #[test]
+        fn every_echo_round_trips_and_is_never_a_train_packet(
+            len in ECHO_MIN as u16..=MAX_PACKET as u16,
+            nonce in any::<u64>(), seq in any::<u32>(),
+            received in any::<u32>(), offset in any::<u64>(), reply in any::<bool>(),
+        ) {
+            let req = Echo::request(nonce, seq, len);
+            let e = if reply { req.answer(received, offset) } else { req };
+            let bytes = e.encode();
+            prop_assert_eq!(bytes.len(), usize::from(len));
+            prop_assert_eq!(Echo::decode(&bytes), Ok(e));
+            prop_assert!(matches!(Probe::decode(&bytes), Err(WireError::Kind(_) | WireError::Size(_))));
+        }
+    }
+
+    #[test]
+    fn echoes_refuse_train_packets_reply_fields_in_requests_and_bad_sizes() {
+        let train = Probe::request(1, 2, 0, 2, 512).encode();
+        assert_eq!(Echo::decode(&train), Err(WireError::Kind(1)));
+        let mut b = Echo::request(1, 2, 64).encode();
+        b[31] = 1;
+        assert_eq!(Echo::decode(&b), Err(WireError::Reserved));
+        let mut b = Echo::request(1, 2, 64).encode();
+        b[12] = 1;
+        assert_eq!(Echo::decode(&b), Err(WireError::Reserved));
+        let b = Echo::request(1, 2, 64).encode();
+        assert_eq!(
+            Echo::decode(&b[..50]).unwrap_err(),
+            WireError::Length {
+                field: 64,
+                actual: 50
+            }
+        );
+        let e = Echo::request(7, 0x0102_0304, 40).answer(5, 9);
+        let b = e.encode();
+        assert_eq!(&b[..6], b"TRNP\x01\x04");
+        assert_eq!(&b[24..32], &[1, 2, 3, 4, 0, 0, 0, 5]);
     }
 
     #[test]

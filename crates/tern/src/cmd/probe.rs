@@ -7,7 +7,10 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Serialize;
 use tern_engine::client::Endpoint;
-use tern_probe::{Capacity, CapacityOptions, DirectionCapacity, Rtt, RttOptions, Throughput};
+use tern_probe::{
+    Capacity, CapacityOptions, DirectionCapacity, DirectionLoss, Loss, LossOptions, Rtt,
+    RttOptions, Throughput,
+};
 
 use crate::cli::ProbeArgs;
 use crate::console::{Console, Format, ProgressBars};
@@ -36,6 +39,7 @@ struct ProbeReport {
     address: SocketAddr,
     rtt: Option<Rtt>,
     capacity: Option<Capacity>,
+    loss: Option<Loss>,
     throughput: Option<Throughput>,
     /// Measurement name → why it failed.
     errors: std::collections::BTreeMap<&'static str, String>,
@@ -56,6 +60,7 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
         address,
         rtt: None,
         capacity: None,
+        loss: None,
         throughput: None,
         errors: Default::default(),
     };
@@ -91,6 +96,18 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
                 report.capacity = Some(c);
             }
             Err(e) => failed("capacity", e, &mut report),
+        }
+        if args.loss {
+            let opts = LossOptions {
+                count: args.echoes,
+                rate_pps: args.echo_rate,
+                packet_size: args.echo_size,
+                reply_timeout: Duration::from_secs_f64(wait.clamp(1.0, 3.0)),
+            };
+            match tern_probe::loss(address, &opts).await {
+                Ok(l) => report.loss = Some(l),
+                Err(e) => failed("loss", e, &mut report),
+            }
         }
         if let Some(opts) = &throughput_opts {
             let time = Duration::from_secs_f64(args.time);
@@ -154,6 +171,20 @@ fn direction_line(arrow: &str, d: &DirectionCapacity, whom: &str) -> String {
     }
 }
 
+fn loss_line(arrow: &str, d: &DirectionLoss, whom: &str) -> String {
+    let ms = |v: Option<f64>| v.map_or_else(|| "?".into(), |v| format!("{v:.3} ms"));
+    format!(
+        "  loss {arrow}      {:.3} % ({} of {}), jitter {} (p95 delay variation {}), {} reordered, {} duplicated, {whom}",
+        d.loss_pct,
+        d.lost,
+        d.packets,
+        ms(d.ipdv_ms),
+        ms(d.pdv_p95_ms),
+        d.reordered,
+        d.duplicates,
+    )
+}
+
 /// The report for people.
 fn human(r: &ProbeReport) -> String {
     use std::fmt::Write;
@@ -196,6 +227,29 @@ fn human(r: &ProbeReport) -> String {
                 );
             }
         }
+    }
+    if let Some(l) = &r.loss {
+        let _ = writeln!(
+            out,
+            "{}",
+            loss_line("→", &l.forward, "this host to the daemon")
+        );
+        let _ = writeln!(
+            out,
+            "{}",
+            loss_line("←", &l.reverse, "the daemon to this host")
+        );
+        let _ = writeln!(
+            out,
+            "  echoes      {} sent, {} replies, {}-byte packets at {}/s over {:.1} s; rtt {} median",
+            l.sent,
+            l.replies,
+            l.packet_bytes,
+            l.rate_pps,
+            l.elapsed_s,
+            l.rtt_median_ms
+                .map_or_else(|| "?".into(), |m| format!("{m:.2} ms")),
+        );
     }
     if let Some(t) = &r.throughput {
         let limit = t
