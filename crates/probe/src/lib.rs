@@ -17,6 +17,7 @@
 pub mod capacity;
 pub mod estimate;
 pub mod responder;
+pub mod route;
 pub mod rtt;
 mod sys;
 pub mod throughput;
@@ -29,6 +30,7 @@ use std::net::SocketAddr;
 
 pub use capacity::{Capacity, CapacityOptions, DirectionCapacity, capacity};
 pub use responder::{ResponderConfig, ResponderStats, UdpResponder, serve_udp};
+pub use route::{Hop, Route, RouteOptions, route};
 pub use rtt::{Rtt, RttOptions, rtt};
 pub use throughput::{Sweep, SweepCell, Throughput, sweep, throughput};
 
