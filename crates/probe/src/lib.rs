@@ -20,6 +20,7 @@ pub mod capacity;
 pub mod estimate;
 pub mod loss;
 pub mod responder;
+pub mod route;
 pub mod rtt;
 mod sys;
 pub mod throughput;
@@ -33,6 +34,7 @@ use std::net::SocketAddr;
 pub use capacity::{Capacity, CapacityOptions, DirectionCapacity, capacity};
 pub use loss::{DirectionLoss, Loss, LossOptions, loss};
 pub use responder::{ResponderConfig, ResponderStats, UdpResponder, serve_udp};
+pub use route::{Hop, Route, RouteOptions, route};
 pub use rtt::{Rtt, RttOptions, rtt};
 pub use throughput::{Sweep, SweepCell, Throughput, sweep, throughput};
 
