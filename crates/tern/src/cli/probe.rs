@@ -49,8 +49,12 @@ pub struct ProbeArgs {
     /// UDP payload bytes per echo.
     #[arg(long, default_value_t = 64, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(40..=8972))]
     pub echo_size: u16,
-    /// Print one JSON object (`rtt`, `capacity`, `loss`, `throughput`,
-    /// `errors`) on stdout.
+    /// Also trace the route: the routers on the way, with their round-trip
+    /// times (UDP with growing TTL, unprivileged, like tracepath).
+    #[arg(long)]
+    pub route: bool,
+    /// Print one JSON object (`rtt`, `capacity`, `loss`, `route`,
+    /// `throughput`, `errors`) on stdout.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]

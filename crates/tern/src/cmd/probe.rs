@@ -8,8 +8,8 @@ use anyhow::Result;
 use serde::Serialize;
 use tern_engine::client::Endpoint;
 use tern_probe::{
-    Capacity, CapacityOptions, DirectionCapacity, DirectionLoss, Loss, LossOptions, Rtt,
-    RttOptions, Throughput,
+    Capacity, CapacityOptions, DirectionCapacity, DirectionLoss, Loss, LossOptions, Route,
+    RouteOptions, Rtt, RttOptions, Throughput,
 };
 
 use crate::cli::ProbeArgs;
@@ -40,6 +40,7 @@ struct ProbeReport {
     rtt: Option<Rtt>,
     capacity: Option<Capacity>,
     loss: Option<Loss>,
+    route: Option<Route>,
     throughput: Option<Throughput>,
     /// Measurement name → why it failed.
     errors: std::collections::BTreeMap<&'static str, String>,
@@ -61,6 +62,7 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
         rtt: None,
         capacity: None,
         loss: None,
+        route: None,
         throughput: None,
         errors: Default::default(),
     };
@@ -107,6 +109,12 @@ pub async fn run(args: ProbeArgs) -> Result<()> {
             match tern_probe::loss(address, &opts).await {
                 Ok(l) => report.loss = Some(l),
                 Err(e) => failed("loss", e, &mut report),
+            }
+        }
+        if args.route {
+            match tern_probe::route(address, &RouteOptions::default()).await {
+                Ok(r) => report.route = Some(r),
+                Err(e) => failed("route", e, &mut report),
             }
         }
         if let Some(opts) = &throughput_opts {
@@ -250,6 +258,32 @@ fn human(r: &ProbeReport) -> String {
             l.rtt_median_ms
                 .map_or_else(|| "?".into(), |m| format!("{m:.2} ms")),
         );
+    }
+    if let Some(route) = &r.route {
+        let _ = writeln!(
+            out,
+            "  route       {} hops{}",
+            route.hops.len(),
+            if route.reached {
+                ""
+            } else {
+                ", destination not reached"
+            }
+        );
+        for h in &route.hops {
+            let rtts: Vec<String> = h.rtt_ms.iter().map(|r| format!("{r:.2}")).collect();
+            let _ = writeln!(
+                out,
+                "    {:>2}  {:<39} {}",
+                h.ttl,
+                h.addr.map_or_else(|| "*".to_string(), |a| a.to_string()),
+                if rtts.is_empty() {
+                    String::new()
+                } else {
+                    format!("{} ms", rtts.join(" "))
+                },
+            );
+        }
     }
     if let Some(t) = &r.throughput {
         let limit = t
