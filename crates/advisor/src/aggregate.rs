@@ -177,6 +177,7 @@ mod tests {
             port: 4747,
             address: Some(address.into()),
             group: group.map(str::to_string),
+            probes: None,
             source: crate::model::TargetSource::Api,
             interval_s: 3600,
             added_ms: 0,

@@ -331,6 +331,7 @@ mod tests {
             port: Some(1),
             interval_s: Some(1),
             group: Some("g".into()),
+            probes: None,
         };
         assert_eq!(json_fields(&req), schema_fields("TargetRequest"));
         let target = Target {
@@ -338,6 +339,7 @@ mod tests {
             port: 1,
             address: None,
             group: Some("g".into()),
+            probes: None,
             source: TargetSource::Api,
             interval_s: 1,
             added_ms: 0,

@@ -23,11 +23,31 @@ pub enum Kind {
     Capacity,
     /// Rate a transfer or throughput test achieved, bits per second.
     Throughput,
+    /// Packets lost from the measuring host to the target, percent.
+    Loss,
+    /// Packets lost from the target back to the measuring host, percent.
+    LossReverse,
+    /// Delay variation from the measuring host to the target (mean
+    /// difference of consecutive one-way delays), milliseconds.
+    Jitter,
+    /// Delay variation back, milliseconds.
+    JitterReverse,
+    /// The route: the number of hops, the hop list in the details.
+    Route,
 }
 
 impl Kind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [Kind; 3] = [Kind::Rtt, Kind::Capacity, Kind::Throughput];
+    pub const ALL: [Kind; 8] = [
+        Kind::Rtt,
+        Kind::Capacity,
+        Kind::Throughput,
+        Kind::Loss,
+        Kind::LossReverse,
+        Kind::Jitter,
+        Kind::JitterReverse,
+        Kind::Route,
+    ];
 
     /// Its name in the store and the API.
     pub fn name(self) -> &'static str {
@@ -35,14 +55,21 @@ impl Kind {
             Kind::Rtt => "rtt",
             Kind::Capacity => "capacity",
             Kind::Throughput => "throughput",
+            Kind::Loss => "loss",
+            Kind::LossReverse => "loss_reverse",
+            Kind::Jitter => "jitter",
+            Kind::JitterReverse => "jitter_reverse",
+            Kind::Route => "route",
         }
     }
 
     /// The unit its values are in.
     pub fn unit(self) -> &'static str {
         match self {
-            Kind::Rtt => "ms",
+            Kind::Rtt | Kind::Jitter | Kind::JitterReverse => "ms",
             Kind::Capacity | Kind::Throughput => "bit/s",
+            Kind::Loss | Kind::LossReverse => "%",
+            Kind::Route => "hops",
         }
     }
 }
@@ -92,22 +119,45 @@ impl Kind {
     /// smallest is above 0.
     pub fn max(self) -> f64 {
         match self {
-            Kind::Rtt => MAX_RTT_MS,
+            Kind::Rtt | Kind::Jitter | Kind::JitterReverse => MAX_RTT_MS,
             Kind::Capacity | Kind::Throughput => MAX_RATE_BPS,
+            Kind::Loss | Kind::LossReverse => 100.0,
+            Kind::Route => 255.0,
         }
+    }
+
+    /// Whether 0 is a value of this kind (no loss, no delay variation);
+    /// rates, round trips and routes are above 0.
+    pub fn admits_zero(self) -> bool {
+        matches!(
+            self,
+            Kind::Loss | Kind::LossReverse | Kind::Jitter | Kind::JitterReverse
+        )
     }
 
     /// Whether a measurement of this kind may have the value `v`.
     pub fn admits(self, v: f64) -> bool {
-        v.is_finite() && v > 0.0 && v <= self.max()
+        v.is_finite() && (v > 0.0 || (v == 0.0 && self.admits_zero())) && v <= self.max()
     }
 
     /// Checks that `v`, the field `field`, is a value of this kind.
     pub fn check(self, field: &str, v: f64) -> Result<f64, Error> {
         let what_max = match self {
-            Kind::Rtt => "10 min",
+            Kind::Rtt | Kind::Jitter | Kind::JitterReverse => "10 min",
             Kind::Capacity | Kind::Throughput => "10 Tbit/s",
+            Kind::Loss | Kind::LossReverse => "100 %",
+            Kind::Route => "255 hops",
         };
+        if self.admits(v) {
+            return Ok(v);
+        }
+        if self.admits_zero() {
+            return Err(Error::BadRequest(format!(
+                "{field} must be 0 to {} ({what_max}), not {}",
+                shown(self.max()),
+                shown(v)
+            )));
+        }
         check_positive(field, v, self.max(), what_max)
     }
 }
@@ -177,7 +227,16 @@ macro_rules! parse_by_name {
 parse_by_name!(
     Kind,
     "measurement kind",
-    [Kind::Rtt, Kind::Capacity, Kind::Throughput]
+    [
+        Kind::Rtt,
+        Kind::Capacity,
+        Kind::Throughput,
+        Kind::Loss,
+        Kind::LossReverse,
+        Kind::Jitter,
+        Kind::JitterReverse,
+        Kind::Route
+    ]
 );
 parse_by_name!(Origin, "origin", [Origin::Passive, Origin::Active]);
 parse_by_name!(
@@ -273,6 +332,10 @@ pub struct Measurement {
     pub producer: String,
     /// When, in milliseconds since the Unix epoch.
     pub at_ms: i64,
+    /// Where it was measured from: the site name of the advisor that
+    /// recorded it (empty in archives from before sites were named).
+    #[serde(default)]
+    pub from: String,
     /// Whatever else the producer knows.
     pub details: serde_json::Value,
 }
@@ -290,6 +353,11 @@ pub struct Target {
     /// are measured and answered for as one path.
     #[serde(default)]
     pub group: Option<String>,
+    /// The tests run against it, by name (`rtt`, `capacity`, `loss`,
+    /// `route`, `throughput`, `sweep`); `None` runs every one configured.
+    /// A mesh sets them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<Vec<String>>,
     /// How it became known.
     pub source: TargetSource,
     /// Seconds between active measurements of it.

@@ -331,6 +331,7 @@ impl Service {
             source,
             interval_s: interval,
             group: req.group.clone(),
+            probes: None,
         };
         let target = self.store.upsert_target(&t, now_ms()).await?;
         self.changed();
@@ -393,6 +394,7 @@ impl Service {
             source: TargetSource::Discovered,
             interval_s: self.opts.default_interval.as_secs(),
             group: None,
+            probes: None,
         };
         let stored = self
             .store

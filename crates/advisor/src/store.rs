@@ -29,6 +29,9 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 use crate::Error;
+
+mod mesh;
+pub use mesh::{Event, EventKind, PairSeries, SeriesPoint};
 use crate::model::{DEFAULT_PORT, Kind, Measurement, Origin, Sample, Target, TargetSource};
 
 /// Which database is behind a store.
@@ -97,6 +100,29 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
             PRIMARY KEY (host, path_host)
         )"],
     ),
+    (
+        4,
+        &[
+            "ALTER TABLE measurements ADD COLUMN from_site TEXT NOT NULL DEFAULT ''",
+            "CREATE INDEX IF NOT EXISTS measurements_by_pair
+            ON measurements (from_site, host, kind, at_ms)",
+            "CREATE TABLE IF NOT EXISTS events (
+            from_site TEXT NOT NULL,
+            host TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            event TEXT NOT NULL,
+            at_ms BIGINT NOT NULL,
+            details TEXT NOT NULL
+        )",
+            "CREATE INDEX IF NOT EXISTS events_by_time ON events (at_ms)",
+            "CREATE TABLE IF NOT EXISTS meshes (
+            name TEXT PRIMARY KEY,
+            definition TEXT NOT NULL,
+            updated_ms BIGINT NOT NULL
+        )",
+            "ALTER TABLE targets ADD COLUMN probes TEXT",
+        ],
+    ),
 ];
 
 /// Ranks target sources: a stronger source's settings win over a weaker
@@ -108,14 +134,15 @@ fn upsert_target_sql() -> String {
     let old = RANK.replace("%s", "targets.source");
     let stronger_or_same = format!("{new} <= {old}");
     format!(
-        "INSERT INTO targets (host, port, address, source, interval_s, added_ms, last_used_ms, group_name)
-         VALUES ($1, COALESCE($2, {DEFAULT_PORT}), $3, $4, $5, $6, $6, $7)
+        "INSERT INTO targets (host, port, address, source, interval_s, added_ms, last_used_ms, group_name, probes)
+         VALUES ($1, COALESCE($2, {DEFAULT_PORT}), $3, $4, $5, $6, $6, $7, $8)
          ON CONFLICT (host) DO UPDATE SET
             port = CASE WHEN {stronger_or_same} AND $2 IS NOT NULL
                 THEN excluded.port ELSE targets.port END,
             interval_s = CASE WHEN {stronger_or_same} THEN excluded.interval_s ELSE targets.interval_s END,
             source = CASE WHEN {stronger_or_same} THEN excluded.source ELSE targets.source END,
             group_name = CASE WHEN {stronger_or_same} THEN excluded.group_name ELSE targets.group_name END,
+            probes = CASE WHEN {stronger_or_same} THEN excluded.probes ELSE targets.probes END,
             address = COALESCE(excluded.address, targets.address),
             last_used_ms = CASE WHEN excluded.last_used_ms > targets.last_used_ms
                 THEN excluded.last_used_ms ELSE targets.last_used_ms END"
@@ -123,8 +150,9 @@ fn upsert_target_sql() -> String {
 }
 
 const TARGET_COLUMNS: &str =
-    "host, port, address, source, interval_s, added_ms, last_used_ms, group_name";
-const MEASUREMENT_COLUMNS: &str = "host, kind, value, unit, origin, producer, at_ms, details";
+    "host, port, address, source, interval_s, added_ms, last_used_ms, group_name, probes";
+const MEASUREMENT_COLUMNS: &str =
+    "host, kind, value, unit, origin, producer, at_ms, details, from_site";
 
 /// A target to add or refresh.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,6 +171,8 @@ pub struct NewTarget {
     /// Its bottleneck group; a source as strong or stronger replaces it
     /// (`None` clears it), a weaker one leaves it.
     pub group: Option<String>,
+    /// The tests to run against it (`None`: all); replaced like `group`.
+    pub probes: Option<Vec<String>>,
 }
 
 /// The archive.
@@ -153,6 +183,9 @@ pub struct Store {
     backend: Backend,
     /// The location for messages (a PostgreSQL password is not shown).
     shown: String,
+    /// This advisor's site name: what it records is labelled with it, and
+    /// what it reads back for advice is its own (and unlabelled rows).
+    site: String,
 }
 
 /// Turns `--db` into a connection URL: `postgres://…`/`postgresql://…`
@@ -264,6 +297,7 @@ impl Store {
             pool,
             backend,
             shown,
+            site: String::new(),
         };
         if backend == Backend::Sqlite {
             let mode: String = sqlx::query("PRAGMA journal_mode = WAL")
@@ -276,6 +310,17 @@ impl Store {
         }
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// The same archive, labelled with this advisor's site name.
+    pub fn with_site(mut self, site: &str) -> Store {
+        self.site = site.to_string();
+        self
+    }
+
+    /// The site name this store labels measurements with.
+    pub fn site(&self) -> &str {
+        &self.site
     }
 
     /// Which database this is.
@@ -305,23 +350,33 @@ impl Store {
     }
 
     async fn migrate(&self) -> Result<(), Error> {
+        // Several advisors may open one PostgreSQL archive at once (a
+        // mesh): each step runs under a lock and is checked again inside
+        // it, so only one of them applies it. SQLite's write lock does the
+        // same for a file.
+        let mut tx = self.write_tx().await?;
+        self.migration_lock(&mut tx).await?;
         sqlx::query(
             "CREATE TABLE IF NOT EXISTS schema_version (
                 version BIGINT PRIMARY KEY,
                 applied_ms BIGINT NOT NULL
             )",
         )
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        let done: Option<i64> = sqlx::query("SELECT MAX(version) FROM schema_version")
-            .fetch_one(&self.pool)
-            .await?
-            .try_get(0)?;
+        tx.commit().await?;
         for (version, statements) in MIGRATIONS {
-            if done.is_some_and(|d| d >= *version) {
+            let mut tx = self.write_tx().await?;
+            self.migration_lock(&mut tx).await?;
+            let applied = sqlx::query("SELECT version FROM schema_version WHERE version = $1")
+                .bind(*version)
+                .fetch_optional(&mut *tx)
+                .await?
+                .is_some();
+            if applied {
+                tx.commit().await?;
                 continue;
             }
-            let mut tx = self.write_tx().await?;
             for sql in *statements {
                 sqlx::query(sql).execute(&mut *tx).await?;
             }
@@ -334,6 +389,15 @@ impl Store {
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
+        }
+        Ok(())
+    }
+
+    async fn migration_lock(&self, tx: &mut sqlx::Transaction<'_, sqlx::Any>) -> Result<(), Error> {
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(4747)")
+                .execute(&mut **tx)
+                .await?;
         }
         Ok(())
     }
@@ -479,7 +543,7 @@ impl Store {
             return Err(Error::NotFound(format!("unknown target {host}")));
         }
         let sql = format!(
-            "INSERT INTO measurements ({MEASUREMENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+            "INSERT INTO measurements ({MEASUREMENT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         );
         for s in samples {
             sqlx::query(&sql)
@@ -491,6 +555,7 @@ impl Store {
                 .bind(producer)
                 .bind(at_ms)
                 .bind(s.details.to_string())
+                .bind(&self.site)
                 .execute(&mut *tx)
                 .await?;
         }
@@ -510,23 +575,25 @@ impl Store {
             Some(k) => {
                 let sql = format!(
                     "SELECT {MEASUREMENT_COLUMNS} FROM measurements WHERE host = $1 AND kind = $2
-                     ORDER BY at_ms DESC, kind LIMIT $3"
+                     AND from_site IN ($4, '') ORDER BY at_ms DESC, kind LIMIT $3"
                 );
                 sqlx::query(&sql)
                     .bind(host)
                     .bind(k.name())
                     .bind(i64::from(limit))
+                    .bind(&self.site)
                     .fetch_all(&self.pool)
                     .await?
             }
             None => {
                 let sql = format!(
                     "SELECT {MEASUREMENT_COLUMNS} FROM measurements WHERE host = $1
-                     ORDER BY at_ms DESC, kind LIMIT $2"
+                     AND from_site IN ($3, '') ORDER BY at_ms DESC, kind LIMIT $2"
                 );
                 sqlx::query(&sql)
                     .bind(host)
                     .bind(i64::from(limit))
+                    .bind(&self.site)
                     .fetch_all(&self.pool)
                     .await?
             }
@@ -600,6 +667,7 @@ async fn upsert_in(
         .bind(t.interval_s.min(i64::MAX as u64) as i64)
         .bind(now_ms)
         .bind(t.group.clone())
+        .bind(t.probes.as_ref().map(|p| p.join(",")))
         .execute(&mut **tx)
         .await?;
     Ok(())
@@ -619,6 +687,9 @@ fn target_of(r: &AnyRow) -> Result<Target, Error> {
         port: u16::try_from(port).map_err(|_| Error::Store(format!("port {port} in store")))?,
         address: r.try_get("address")?,
         group: r.try_get("group_name")?,
+        probes: r
+            .try_get::<Option<String>, _>("probes")?
+            .map(|p| p.split(',').map(str::to_string).collect()),
         source: r.try_get::<String, _>("source")?.parse()?,
         interval_s: interval.max(0) as u64,
         added_ms: r.try_get("added_ms")?,
@@ -636,6 +707,7 @@ fn measurement_of(r: &AnyRow) -> Result<Measurement, Error> {
         origin: r.try_get::<String, _>("origin")?.parse()?,
         producer: r.try_get("producer")?,
         at_ms: r.try_get("at_ms")?,
+        from: r.try_get("from_site")?,
         details: serde_json::from_str(&details)
             .map_err(|e| Error::Store(format!("details of a measurement: {e}")))?,
     })

@@ -26,6 +26,7 @@ fn m(
         origin,
         producer: "test".into(),
         at_ms,
+        from: String::new(),
         details,
     }
 }

@@ -104,6 +104,7 @@ async fn store_with_grouped_targets(
             source: TargetSource::Api,
             interval_s: *interval,
             group: group.map(str::to_string),
+            probes: None,
         };
         s.upsert_target(&t, 1).await.unwrap();
     }
@@ -313,6 +314,7 @@ async fn the_rtt_probe_measures_a_real_listener() {
         source: TargetSource::Config,
         interval_s: 3600,
         group: None,
+        probes: None,
     };
     store.upsert_target(&t, 1).await.unwrap();
     let probe: Arc<dyn Probe> = Arc::new(TcpConnectRtt::default());
@@ -368,6 +370,7 @@ async fn a_target_added_later_is_picked_up_when_told() {
         source: TargetSource::Api,
         interval_s: 3600,
         group: None,
+        probes: None,
     };
     store.upsert_target(&t, 1).await.unwrap();
     s.targets_changed();

@@ -16,6 +16,7 @@ fn target(host: &str, source: TargetSource, port: u16) -> NewTarget {
         source,
         interval_s: 3600,
         group: None,
+        probes: None,
     }
 }
 
