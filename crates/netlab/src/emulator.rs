@@ -1,5 +1,6 @@
-//! The emulator process: moves packets between the TUN devices of the two
-//! namespaces through a [`Link`] per path and direction.
+//! The emulator process: moves packets between the TUN devices of each
+//! path's two hosts through a [`Link`] per path and direction, past the
+//! path's routers ([`crate::hops`]).
 //!
 //! Per direction, one thread takes frames from the source device, asks the
 //! link what becomes of them and queues the survivors with their delivery
@@ -21,10 +22,18 @@
 //! within `MAX_SPREAD`, each run delivered at its last packet's time. Frame
 //! buffers are recycled through a pool, so the steady state allocates
 //! nothing per packet.
+//!
+//! A path with routers (hops) first shows each IPv4 packet to them: one
+//! whose TTL runs out at a router never reaches the link; the router's
+//! ICMP Time Exceeded is queued instead, to be written back to the sending
+//! device after the router's share of the round trip ([`hops::answer_delay`]),
+//! outside the link's rate and loss. The others go on with their TTL
+//! lowered by the number of routers.
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
@@ -33,8 +42,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::gso::{self, Shape, VNET_HDR_LEN};
-use crate::lab::{self, Host, LabConfig, PathStatus, Reply, Request};
+use crate::gso::{self, Shape, VNET_HDR_LEN, VnetHdr};
+use crate::hops;
+use crate::lab::{self, Dir, Host, LabConfig, PathSpec, PathStatus, Reply, Request};
 use crate::link::{Fate, Link};
 
 /// The longest a wire packet waits past its own delivery time so that it
@@ -103,8 +113,37 @@ impl Pool {
     }
 }
 
+/// Router answers waiting for their time, at most: beyond, routers stay
+/// silent (as real ones rate-limit their ICMP).
+const MAX_ANSWERS: usize = 1024;
+
+/// What one direction does to packets, changed together by `set`.
+struct Leg {
+    link: Link,
+    /// The routers in this direction's order.
+    hops: Vec<Ipv4Addr>,
+    /// The path's round-trip time, for the routers' answers.
+    rtt: Duration,
+}
+
+impl Leg {
+    fn new(spec: &PathSpec, mtu: u32, dir: Dir) -> Leg {
+        Leg {
+            link: Link::new(spec.link_config(mtu, dir)),
+            hops: spec.hops_toward(dir),
+            rtt: spec.rtt(),
+        }
+    }
+
+    fn set(&mut self, spec: &PathSpec, mtu: u32, dir: Dir) {
+        self.link.set(spec.link_config(mtu, dir));
+        self.hops = spec.hops_toward(dir);
+        self.rtt = spec.rtt();
+    }
+}
+
 struct Direction {
-    link: Mutex<Link>,
+    leg: Mutex<Leg>,
     /// Frames start with a virtio header and may be super-packets.
     offload: bool,
     /// Size of the reader's buffers: the largest frame the device hands over.
@@ -117,6 +156,7 @@ pub fn run(name: &str) -> Result<()> {
     let want_offload = std::env::var(OFFLOAD_ENV).map_or(true, |v| v != "0");
     let mut paths = Vec::new();
     for (i, spec) in cfg.paths.iter().enumerate() {
+        let [first, second] = spec.between;
         let dev = lab::device(i);
         let open = |host: Host, offload: bool| {
             let ns = Path::new("/var/run/netns").join(cfg.netns(host));
@@ -124,7 +164,7 @@ pub fn run(name: &str) -> Result<()> {
                 .with_context(|| format!("creating {dev} in {}", cfg.netns(host)))
         };
         let with_offload = if want_offload {
-            match open(Host::A, true).and_then(|a| Ok((a, open(Host::B, true)?))) {
+            match open(first, true).and_then(|a| Ok((a, open(second, true)?))) {
                 Ok(pair) => Some(pair),
                 Err(e) => {
                     eprintln!(
@@ -138,27 +178,29 @@ pub fn run(name: &str) -> Result<()> {
             None
         };
         let offload = with_offload.is_some();
-        let (tun_a, tun_b) = match with_offload {
+        let (tun_first, tun_second) = match with_offload {
             Some(pair) => pair,
-            None => (open(Host::A, false)?, open(Host::B, false)?),
+            None => (open(first, false)?, open(second, false)?),
         };
-        let link_cfg = spec.link_config(cfg.mtu);
         let frame_cap = if offload {
             VNET_HDR_LEN + 65_536
         } else {
             (cfg.mtu as usize + 64).max(2 * SMALL)
         };
-        let new_dir = || {
+        let dirs = Dir::BOTH.map(|dir| {
             Arc::new(Direction {
-                link: Mutex::new(Link::new(link_cfg)),
+                leg: Mutex::new(Leg::new(spec, cfg.mtu, dir)),
                 offload,
                 frame_cap,
             })
-        };
-        let dirs = [new_dir(), new_dir()];
-        spawn_direction(tun_a.try_clone()?, tun_b.try_clone()?, dirs[0].clone());
-        spawn_direction(tun_b, tun_a, dirs[1].clone());
-        paths.push((*spec, dirs));
+        });
+        spawn_direction(
+            tun_first.try_clone()?,
+            tun_second.try_clone()?,
+            dirs[0].clone(),
+        );
+        spawn_direction(tun_second, tun_first, dirs[1].clone());
+        paths.push((spec.clone(), dirs));
     }
     let paths = Arc::new(Mutex::new(paths));
     control(&cfg, paths)
@@ -213,6 +255,7 @@ fn spawn_direction(from: File, to: File, dir: Arc<Direction>) {
             buf: Vec::new(),
             pool: Pool::new(frame_cap),
             pending: VecDeque::new(),
+            answers: VecDeque::new(),
             fates: Vec::new(),
             runs: Vec::new(),
         }
@@ -230,6 +273,8 @@ struct Forwarder {
     pool: Pool,
     /// Frames waiting for their delivery time, in order.
     pending: VecDeque<Frame>,
+    /// Routers' answers waiting to be written back to `from`, in time order.
+    answers: VecDeque<Frame>,
     fates: Vec<Fate>,
     runs: Vec<Run>,
 }
@@ -249,42 +294,66 @@ impl Forwarder {
                     Err(_) => std::process::exit(0),
                 };
                 self.offer(n);
-                if self.pending.front().is_some_and(|f| f.at <= Instant::now()) {
+                if self.next_due().is_some_and(|at| at <= Instant::now()) {
                     break;
                 }
             }
             let now = Instant::now();
-            while self.pending.front().is_some_and(|f| f.at <= now) {
-                let f = self.pending.pop_front().expect("front exists");
-                // A write can fail while a namespace is being torn down.
+            // A write can fail while a namespace is being torn down.
+            while let Some(f) = pop_due(&mut self.pending, now) {
                 let _ = self.to.write(&f.buf[..f.len]);
                 self.pool.give(f.buf);
             }
+            while let Some(f) = pop_due(&mut self.answers, now) {
+                let _ = self.from.write(&f.buf[..f.len]);
+                self.pool.give(f.buf);
+            }
             let wait = self
-                .pending
-                .front()
-                .map(|f| f.at.saturating_duration_since(Instant::now()));
+                .next_due()
+                .map(|at| at.saturating_duration_since(Instant::now()));
             if wait != Some(Duration::ZERO) {
                 crate::sys::wait_readable(self.from.as_raw_fd(), wait);
             }
         }
     }
 
-    /// Puts the frame of `n` bytes just read through the link and queues
-    /// what survives of it.
+    /// When the next frame or answer is due.
+    fn next_due(&self) -> Option<Instant> {
+        let (a, b) = (self.pending.front(), self.answers.front());
+        match (a.map(|f| f.at), b.map(|f| f.at)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Puts the frame of `n` bytes just read past the routers and through
+    /// the link, and queues what survives of it.
     fn offer(&mut self, n: usize) {
         let now = Instant::now();
         let dir = &*self.dir;
+        let mut leg = dir.leg.lock().expect("leg");
+        if !leg.hops.is_empty() {
+            let frame = &mut self.buf[..n];
+            if expires(
+                &mut leg,
+                dir.offload,
+                frame,
+                now,
+                &mut self.pool,
+                &mut self.answers,
+            ) {
+                return;
+            }
+        }
         let frame = &self.buf[..n];
         let shape = if dir.offload {
             gso::shape(frame)
         } else {
             Shape::single(n)
         };
-        dir.link
-            .lock()
-            .expect("link")
+        leg.link
             .offer_frame(now, &shape, rand::random, &mut self.fates);
+        drop(leg);
         runs_of(&self.fates, &mut self.runs);
         // (A frame that is not splittable is one segment: whole if kept.)
         let whole = self.runs.len() == 1 && self.runs[0].end - self.runs[0].start == shape.segments;
@@ -323,7 +392,61 @@ impl Forwarder {
     }
 }
 
-type Paths = Arc<Mutex<Vec<(lab::PathSpec, [Arc<Direction>; 2])>>>;
+/// Takes `frame` past the routers of `leg`: lowers its TTL and returns
+/// false when it goes on to the link; returns true when it expired at a
+/// router, after queuing that router's answer in `answers` (unless it is
+/// a super-packet, or a packet routers do not answer, or too many answers
+/// wait already).
+fn expires(
+    leg: &mut Leg,
+    offload: bool,
+    frame: &mut [u8],
+    now: Instant,
+    pool: &mut Pool,
+    answers: &mut VecDeque<Frame>,
+) -> bool {
+    let ip_at = if offload { VNET_HDR_LEN } else { 0 };
+    let Some(ip) = frame.get_mut(ip_at..) else {
+        return false;
+    };
+    let hops::Fate::Expired { hop, answer } = hops::traverse(ip, leg.hops.len()) else {
+        return false;
+    };
+    let segments = if offload {
+        gso::shape(frame).segments
+    } else {
+        1
+    };
+    let answer = answer && segments == 1 && answers.len() < MAX_ANSWERS;
+    leg.link.count_expired(segments as u64, answer);
+    if answer {
+        let at = now + hops::answer_delay(leg.rtt, hop, leg.hops.len());
+        let mut out = pool.small();
+        out.clear();
+        if offload {
+            out.resize(VNET_HDR_LEN, 0);
+            VnetHdr::default().write(&mut out);
+        }
+        hops::time_exceeded(&frame[ip_at..], leg.hops[hop - 1], &mut out);
+        let len = out.len();
+        let i = answers.partition_point(|f| f.at <= at);
+        answers.insert(i, Frame { at, buf: out, len });
+    }
+    true
+}
+
+/// The first frame of `queue` if it is due by `now`.
+fn pop_due(queue: &mut VecDeque<Frame>, now: Instant) -> Option<Frame> {
+    if queue.front().is_some_and(|f| f.at <= now) {
+        queue.pop_front()
+    } else {
+        None
+    }
+}
+
+/// Per path: its configuration in force and its two directions (forward,
+/// reverse).
+type Paths = Arc<Mutex<Vec<(PathSpec, [Arc<Direction>; 2])>>>;
 
 fn control(cfg: &LabConfig, paths: Paths) -> Result<()> {
     let sock = lab::state_dir(&cfg.name).join("ctl.sock");
@@ -338,39 +461,53 @@ fn control(cfg: &LabConfig, paths: Paths) -> Result<()> {
         }
         let reply = match serde_json::from_str::<Request>(&line) {
             Err(e) => Reply::Error(format!("bad request: {e}")),
-            Ok(Request::Status) => {
-                let paths = paths.lock().expect("paths");
-                Reply::Status(
-                    paths
-                        .iter()
-                        .map(|(spec, dirs)| PathStatus {
-                            spec: *spec,
-                            offload: dirs[0].offload,
-                            a_to_b: dirs[0].link.lock().expect("link").counters(),
-                            b_to_a: dirs[1].link.lock().expect("link").counters(),
-                        })
-                        .collect(),
-                )
-            }
-            Ok(Request::Set { path, spec }) => {
-                let mut paths = paths.lock().expect("paths");
-                match paths.get_mut(path) {
-                    None => Reply::Error(format!("no path {path}")),
-                    Some((current, dirs)) => {
-                        *current = spec;
-                        for d in dirs.iter() {
-                            d.link.lock().expect("link").set(spec.link_config(cfg.mtu));
-                        }
-                        Reply::Ok
-                    }
-                }
-            }
+            Ok(Request::Status) => status(&paths),
+            Ok(Request::Set { path, spec }) => set(cfg, &paths, path, spec),
         };
         let mut out = serde_json::to_string(&reply)?;
         out.push('\n');
         let _ = conn.write_all(out.as_bytes());
     }
     Ok(())
+}
+
+fn status(paths: &Paths) -> Reply {
+    let paths = paths.lock().expect("paths");
+    let counters = |d: &Direction| d.leg.lock().expect("leg").link.counters();
+    Reply::Status(
+        paths
+            .iter()
+            .map(|(spec, [fwd, rev])| PathStatus {
+                spec: spec.clone(),
+                offload: fwd.offload,
+                fwd: counters(fwd),
+                rev: counters(rev),
+            })
+            .collect(),
+    )
+}
+
+/// Replaces path `path`'s configuration: rate, delay, loss and routers of
+/// each direction at once (under its lock). Its hosts cannot change.
+fn set(cfg: &LabConfig, paths: &Paths, path: usize, spec: PathSpec) -> Reply {
+    let mut paths = paths.lock().expect("paths");
+    let Some((current, dirs)) = paths.get_mut(path) else {
+        return Reply::Error(format!("no path {path}"));
+    };
+    if let Err(e) = spec.validate(cfg.hosts) {
+        return Reply::Error(format!("path {path}: {e}"));
+    }
+    if spec.between != current.between {
+        return Reply::Error(format!(
+            "path {path} joins {}-{}; its hosts cannot change",
+            current.between[0], current.between[1]
+        ));
+    }
+    for (d, dir) in dirs.iter().zip(Dir::BOTH) {
+        d.leg.lock().expect("leg").set(&spec, cfg.mtu, dir);
+    }
+    *current = spec;
+    Reply::Ok
 }
 
 #[cfg(test)]

@@ -1,13 +1,15 @@
-//! A lab: two hosts (network namespaces `LAB-a` and `LAB-b`) joined by one
-//! or more emulated paths, and the commands that manage it.
+//! A lab: two or three hosts (network namespaces `LAB-a`, `LAB-b`,
+//! `LAB-c`) joined by one or more emulated paths, and the commands that
+//! manage it.
 //!
 //! Addresses are fixed so tests and scripts can name them: path `i`
-//! (0-based) joins A at `10.47.i.1` to B at `10.47.i.2`, through device
-//! `nl{i}` in each namespace. State lives in `/run/netlab/LAB/`: the
-//! configuration, the emulator's pid, its control socket and its log.
+//! (0-based) joins its first host at `10.47.i.1` to its second at
+//! `10.47.i.2` (A and B unless the path says otherwise), through device
+//! `nl{i}` in each of the two namespaces. State lives in
+//! `/run/netlab/LAB/`: the configuration, the emulator's pid, its control
+//! socket and its log. The configuration's types are in [`crate::spec`].
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::Ipv4Addr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,92 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::link::{LinkConfig, LinkCounters};
-
-/// One emulated path, the same in both directions.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PathSpec {
-    /// Round-trip time in ms (half of it each way).
-    pub rtt_ms: f64,
-    /// Rate in Mbit/s; 0 for unlimited.
-    pub rate_mbit: f64,
-    /// Random loss probability per packet, each direction.
-    pub loss: f64,
-    /// Queue limit: packets, or `None` for one bandwidth-delay product.
-    pub queue_packets: Option<u64>,
-}
-
-impl PathSpec {
-    /// The per-direction link configuration for an MTU.
-    pub fn link_config(&self, mtu: u32) -> LinkConfig {
-        let rate_bps = (self.rate_mbit * 1e6) as u64;
-        let bdp = (self.rate_mbit * 1e6 / 8.0 * self.rtt_ms / 1e3) as u64;
-        let queue_bytes = match self.queue_packets {
-            Some(p) => p * u64::from(mtu),
-            None => bdp.max(64 * u64::from(mtu)),
-        };
-        LinkConfig {
-            delay: Duration::from_secs_f64(self.rtt_ms / 2e3),
-            rate_bps,
-            queue_bytes,
-            loss: self.loss,
-        }
-    }
-}
-
-/// A whole lab's configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LabConfig {
-    /// Lab name; namespaces are `NAME-a` and `NAME-b`.
-    pub name: String,
-    /// MTU of the path devices.
-    pub mtu: u32,
-    /// The paths.
-    pub paths: Vec<PathSpec>,
-}
-
-impl LabConfig {
-    /// Namespace of host `A` or `B`.
-    pub fn netns(&self, host: Host) -> String {
-        format!("{}-{}", self.name, host.suffix())
-    }
-}
-
-/// One of the two hosts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Host {
-    /// The client side.
-    A,
-    /// The server side.
-    B,
-}
-
-impl Host {
-    fn suffix(self) -> &'static str {
-        match self {
-            Host::A => "a",
-            Host::B => "b",
-        }
-    }
-
-    /// Parses `A`/`B` (any case).
-    pub fn parse(s: &str) -> Result<Host> {
-        match s {
-            "A" | "a" => Ok(Host::A),
-            "B" | "b" => Ok(Host::B),
-            _ => bail!("host must be A or B, not '{s}'"),
-        }
-    }
-
-    /// This host's address on path `i`.
-    pub fn addr(self, path: usize) -> Ipv4Addr {
-        let last = match self {
-            Host::A => 1,
-            Host::B => 2,
-        };
-        Ipv4Addr::new(10, 47, path as u8, last)
-    }
-}
+use crate::link::LinkCounters;
+pub use crate::spec::{Dir, Host, LabConfig, PathSpec};
 
 /// Frames a path device holds for the emulator to read (the kernel's
 /// default is 500). A TUN device drops what overflows it, before the link
@@ -144,22 +62,8 @@ pub fn up(cfg: &LabConfig, sysctls: &[(String, String)]) -> Result<()> {
     if !crate::sys::is_root() {
         bail!("netlab needs root (network namespaces and TUN devices)");
     }
-    if cfg.paths.is_empty() || cfg.paths.len() > 16 {
-        bail!("between 1 and 16 paths, not {}", cfg.paths.len());
-    }
-    for (i, p) in cfg.paths.iter().enumerate() {
-        if !(p.rtt_ms >= 0.0
-            && p.rate_mbit >= 0.0
-            && p.rtt_ms.is_finite()
-            && p.rate_mbit.is_finite())
-        {
-            bail!("path {i}: rtt and rate must be zero or positive");
-        }
-    }
-    if !(576..=65_535).contains(&cfg.mtu) {
-        bail!("MTU {} outside 576..=65535", cfg.mtu);
-    }
-    for host in [Host::A, Host::B] {
+    cfg.validate()?;
+    for host in Host::ALL {
         if netns_exists(&cfg.netns(host)) {
             bail!(
                 "lab '{}' is already up (namespace {} exists); run `netlab down --lab {}` first",
@@ -172,7 +76,7 @@ pub fn up(cfg: &LabConfig, sysctls: &[(String, String)]) -> Result<()> {
     let dir = state_dir(&cfg.name);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(cfg)?)?;
-    for host in [Host::A, Host::B] {
+    for host in cfg.hosts() {
         let ns = cfg.netns(host);
         ip(&["netns", "add", &ns])?;
         ip(&["-n", &ns, "link", "set", "lo", "up"])?;
@@ -207,14 +111,11 @@ pub fn up(cfg: &LabConfig, sysctls: &[(String, String)]) -> Result<()> {
 }
 
 fn configure(cfg: &LabConfig, sysctls: &[(String, String)]) -> Result<()> {
-    for (i, _) in cfg.paths.iter().enumerate() {
-        for host in [Host::A, Host::B] {
-            let (ns, dev) = (cfg.netns(host), device(i));
-            let peer = match host {
-                Host::A => Host::B,
-                Host::B => Host::A,
-            };
-            let (local, remote) = (host.addr(i).to_string(), peer.addr(i).to_string());
+    for (i, path) in cfg.paths.iter().enumerate() {
+        for (end, host) in path.between.iter().enumerate() {
+            let (ns, dev) = (cfg.netns(*host), device(i));
+            let local = crate::spec::path_addr(i, end).to_string();
+            let remote = crate::spec::path_addr(i, 1 - end).to_string();
             let mtu = cfg.mtu.to_string();
             let qlen = TXQUEUELEN.to_string();
             ip(&[
@@ -234,16 +135,42 @@ fn configure(cfg: &LabConfig, sysctls: &[(String, String)]) -> Result<()> {
             ])?;
         }
     }
+    for host in cfg.hosts() {
+        accept_any_source(&cfg.netns(host))?;
+    }
     for (key, value) in sysctls {
         set_sysctl(cfg, key, value)?;
     }
     Ok(())
 }
 
-/// Sets a sysctl in both namespaces and reads it back; `sysctl -w` exits 0
+/// Turns reverse-path filtering off for every interface of namespace `ns`
+/// (`all`, `default` and each device), and checks it: a host has routes to
+/// its peers only, so with the filter on it would drop the ICMP answers of
+/// the routers along a path, whose addresses it has no route to.
+fn accept_any_source(ns: &str) -> Result<()> {
+    let script = "for f in /proc/sys/net/ipv4/conf/*/rp_filter; do echo 0 > \"$f\"; done; \
+                  grep -H . /proc/sys/net/ipv4/conf/*/rp_filter";
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", script])
+        .output()
+        .context("running ip netns exec")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let still: Vec<&str> = text.lines().filter(|l| !l.ends_with(":0")).collect();
+    if !out.status.success() || !still.is_empty() || !text.contains("/all/") {
+        bail!(
+            "cannot turn rp_filter off in {ns}: {}{}",
+            still.join(", "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Sets a sysctl in every host and reads it back; `sysctl -w` exits 0
 /// even when refused, so only the read-back tells.
 pub fn set_sysctl(cfg: &LabConfig, key: &str, value: &str) -> Result<()> {
-    for host in [Host::A, Host::B] {
+    for host in cfg.hosts() {
         let path = format!("/proc/sys/{}", key.replace('.', "/"));
         let ns = cfg.netns(host);
         let _ = Command::new("ip")
@@ -285,7 +212,8 @@ pub const REPORTED_SYSCTLS: [&str; 3] = [
     "net.ipv4.tcp_congestion_control",
 ];
 
-/// Removes everything the lab made. Idempotent; works after a crash.
+/// Removes everything the lab made (every host's namespace, whatever the
+/// configuration says). Idempotent; works after a crash.
 pub fn down(name: &str) -> Result<()> {
     let dir = state_dir(name);
     if let Ok(pid) = std::fs::read_to_string(dir.join("emulator.pid")) {
@@ -296,8 +224,8 @@ pub fn down(name: &str) -> Result<()> {
                 .status();
         }
     }
-    for suffix in ["a", "b"] {
-        let ns = format!("{name}-{suffix}");
+    for host in Host::ALL {
+        let ns = format!("{name}-{}", host.suffix());
         if netns_exists(&ns) {
             // Processes started with `exec` would keep the namespace alive.
             if let Ok(out) = Command::new("ip").args(["netns", "pids", &ns]).output() {
@@ -325,7 +253,8 @@ pub fn load(name: &str) -> Result<LabConfig> {
 pub enum Request {
     /// Configuration and counters.
     Status,
-    /// Change one path.
+    /// Replace one path's configuration, both directions and its routers
+    /// at once; its hosts (`between`) must stay as they are.
     Set {
         /// Path index.
         path: usize,
@@ -337,16 +266,18 @@ pub enum Request {
 /// Counters and configuration of one path, both directions.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PathStatus {
-    /// The path's configuration.
+    /// The path's configuration in force (hops included).
     pub spec: PathSpec,
     /// Whether the emulator gets TCP super-packets from the devices
     /// (offloads on) or forwards packet by packet.
     #[serde(default)]
     pub offload: bool,
-    /// A → B counters.
-    pub a_to_b: LinkCounters,
-    /// B → A counters.
-    pub b_to_a: LinkCounters,
+    /// Forward counters: first host → second (A → B on a default path).
+    #[serde(alias = "a_to_b")]
+    pub fwd: LinkCounters,
+    /// Reverse counters: second host → first.
+    #[serde(alias = "b_to_a")]
+    pub rev: LinkCounters,
 }
 
 /// The emulator's answer.

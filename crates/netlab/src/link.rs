@@ -66,6 +66,13 @@ pub struct LinkCounters {
     /// packets counted above).
     #[serde(default)]
     pub super_packets: u64,
+    /// Wire packets whose TTL ran out at one of the path's routers (not
+    /// offered to the link, so not in `packets`).
+    #[serde(default)]
+    pub expired: u64,
+    /// ICMP Time Exceeded answers the routers sent for them.
+    #[serde(default)]
+    pub time_exceeded: u64,
 }
 
 /// One direction of a path.
@@ -105,6 +112,13 @@ impl Link {
     /// Counters so far.
     pub fn counters(&self) -> LinkCounters {
         self.counters
+    }
+
+    /// Counts `packets` wire packets that expired at a router before the
+    /// link, and whether a router answered them.
+    pub fn count_expired(&mut self, packets: u64, answered: bool) {
+        self.counters.expired += packets;
+        self.counters.time_exceeded += u64::from(answered);
     }
 
     /// Offers the wire packets a frame of shape `s` stands for, one by one

@@ -1,14 +1,18 @@
-//! The `netlab` command.
+//! The `netlab` command: parses the command line into the lab's typed
+//! configuration ([`netlab::spec`]) and hands it to [`netlab::lab`].
+
+use std::net::Ipv4Addr;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use netlab::lab::{self, Host, LabConfig, PathSpec, Reply, Request};
+use netlab::spec::{parse_hops, parse_loss, parse_queue};
 
-/// Emulated WAN paths between two network namespaces (run as root).
+/// Emulated WAN paths between network namespaces (run as root).
 #[derive(Debug, Parser)]
 #[command(name = "netlab", version, after_help = ADDRESSES)]
 struct Cli {
-    /// Lab name: namespaces are NAME-a and NAME-b.
+    /// Lab name: namespaces are NAME-a, NAME-b (and NAME-c).
     #[arg(long, global = true, default_value = "netlab")]
     lab: String,
     #[command(subcommand)]
@@ -16,14 +20,21 @@ struct Cli {
 }
 
 const ADDRESSES: &str = "\
-Addresses: path i (0-based) joins host A at 10.47.i.1 to host B at 10.47.i.2.
-Example:
+Addresses: path i (0-based) joins its first host at 10.47.i.1 to its second at
+10.47.i.2: host A and host B unless the path says between=B-C or the like.
+Forward is from a path's first host to its second.
+Examples:
   netlab up --rtt 100 --rate 500 --tcp-rmem '4096 131072 67108864'
   netlab exec A ping -c 5 10.47.0.2
   netlab exec B iperf3 -s -D; netlab exec A iperf3 -c 10.47.0.2 -t 10
-  netlab set --rate 250
+  netlab set --rate 250 --loss-fwd 1%
   netlab status --json
-  netlab down";
+  netlab down
+  netlab --lab tri up --hosts 3 --path between=A-B,rtt=10 \\
+      --path between=A-C,rtt=20,hops=10.48.0.1+10.48.1.1 --path between=B-C,rtt=30
+  netlab --lab tri exec A ping -c 1 -t 1 10.47.1.2   # Time to live exceeded from 10.48.0.1
+  netlab --lab tri set --path 1 --hops 10.48.5.1+10.48.6.1 --rtt 40
+  netlab --lab tri exec C ping -c 1 10.47.2.1";
 
 #[derive(Debug, clap::Args)]
 struct PathArgs {
@@ -33,17 +44,36 @@ struct PathArgs {
     /// Link rate in Mbit/s (0: unlimited).
     #[arg(long, default_value_t = 1000.0)]
     rate: f64,
-    /// Random loss per packet and direction: a fraction (0.0001) or a percentage (0.01%).
+    /// Random loss per packet in both directions: a fraction (0.0001) or a percentage (0.01%).
     #[arg(long, default_value = "0", value_parser = parse_loss)]
     loss: f64,
+    /// Loss from A to B only (overrides --loss that way).
+    #[arg(long, value_parser = parse_loss)]
+    loss_fwd: Option<f64>,
+    /// Loss from B to A only (overrides --loss that way).
+    #[arg(long, value_parser = parse_loss)]
+    loss_rev: Option<f64>,
     /// Queue limit: a number of packets, or 'bdp' for one bandwidth-delay product.
-    #[arg(long, default_value = "bdp", value_parser = parse_queue)]
+    #[arg(long, default_value = "bdp", value_parser = |s: &str| parse_queue(s).map(Queue))]
     queue: Queue,
+    /// Routers along the path, from A toward B: IPV4+IPV4+… (or 'none').
+    #[arg(long, value_parser = hop_list)]
+    hops: Option<Hops>,
 }
 
-/// A queue limit as given on the command line.
+/// A queue limit as given on the command line (`None`: one BDP). A
+/// newtype, so that clap takes it as one value rather than an optional one.
 #[derive(Debug, Clone, Copy)]
 struct Queue(Option<u64>);
+
+/// A list of routers as given on the command line (a newtype, so that
+/// clap takes it as one value rather than many).
+#[derive(Debug, Clone)]
+struct Hops(Vec<Ipv4Addr>);
+
+fn hop_list(s: &str) -> Result<Hops, String> {
+    parse_hops(s).map(Hops)
+}
 
 impl PathArgs {
     fn spec(&self) -> PathSpec {
@@ -51,31 +81,39 @@ impl PathArgs {
             rtt_ms: self.rtt,
             rate_mbit: self.rate,
             loss: self.loss,
+            loss_fwd: self.loss_fwd,
+            loss_rev: self.loss_rev,
             queue_packets: self.queue.0,
+            hops: self.hops.clone().map(|h| h.0).unwrap_or_default(),
+            ..PathSpec::default()
         }
     }
 }
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Create hosts A and B and the paths between them.
+    /// Create the hosts (A and B, or A, B and C) and the paths between them.
     Up {
         #[command(flatten)]
         path: PathArgs,
-        /// Extra paths: rtt=MS,rate=MBIT[,loss=P][,queue=PKTS|bdp]; replaces the single path.
-        #[arg(long = "path", value_parser = parse_path_spec)]
+        /// Paths: rtt=MS,rate=MBIT[,loss=P][,loss_fwd=P][,loss_rev=P][,queue=PKTS|bdp]
+        /// [,between=A-B|A-C|B-C…][,hops=IPV4+IPV4…]; replaces the single path of the flags.
+        #[arg(long = "path")]
         paths: Vec<PathSpec>,
+        /// How many hosts: 2 (A, B) or 3 (A, B, C).
+        #[arg(long, default_value_t = 2)]
+        hosts: usize,
         /// MTU of the path devices.
         #[arg(long, default_value_t = 1500)]
         mtu: u32,
-        /// net.ipv4.tcp_rmem in both hosts, e.g. '4096 131072 67108864'.
+        /// net.ipv4.tcp_rmem in every host, e.g. '4096 131072 67108864'.
         #[arg(long)]
         tcp_rmem: Option<String>,
-        /// net.ipv4.tcp_wmem in both hosts.
+        /// net.ipv4.tcp_wmem in every host.
         #[arg(long)]
         tcp_wmem: Option<String>,
     },
-    /// Change a path while traffic flows.
+    /// Change a path while traffic flows (what is given, in one step).
     Set {
         /// Which path (0-based).
         #[arg(long = "path", default_value_t = 0)]
@@ -86,19 +124,28 @@ enum Cmd {
         /// New rate in Mbit/s.
         #[arg(long)]
         rate: Option<f64>,
-        /// New loss.
+        /// New loss, both directions (clears per-direction values).
         #[arg(long, value_parser = parse_loss)]
         loss: Option<f64>,
+        /// New loss from the path's first host to its second.
+        #[arg(long, value_parser = parse_loss)]
+        loss_fwd: Option<f64>,
+        /// New loss from the path's second host to its first.
+        #[arg(long, value_parser = parse_loss)]
+        loss_rev: Option<f64>,
+        /// New routers, from the first host toward the second: IPV4+IPV4+…, or 'none'.
+        #[arg(long, value_parser = hop_list)]
+        hops: Option<Hops>,
     },
-    /// Run a command on host A or B.
+    /// Run a command on host A, B or C.
     Exec {
-        /// A or B.
+        /// A, B or C.
         host: String,
         /// The command and its arguments.
         #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
-    /// Set sysctls (KEY=VALUE) in both hosts and report what is in force.
+    /// Set sysctls (KEY=VALUE) in every host and report what is in force.
     Sysctl {
         /// e.g. net.ipv4.tcp_rmem='4096 131072 67108864'
         settings: Vec<String>,
@@ -116,50 +163,59 @@ enum Cmd {
     Emulate,
 }
 
-fn parse_loss(s: &str) -> Result<f64, String> {
-    let (num, scale) = match s.strip_suffix('%') {
-        Some(n) => (n, 0.01),
-        None => (s, 1.0),
-    };
-    let v: f64 = num.parse().map_err(|_| format!("bad loss '{s}'"))?;
-    let p = v * scale;
-    if !(0.0..=1.0).contains(&p) {
-        return Err(format!(
-            "loss '{s}' is not between 0 and 1 (or 0% and 100%)"
-        ));
-    }
-    Ok(p)
+/// What `set` changes; `None` keeps the value in force.
+#[derive(Debug)]
+struct Change {
+    rtt: Option<f64>,
+    rate: Option<f64>,
+    loss: Option<f64>,
+    loss_fwd: Option<f64>,
+    loss_rev: Option<f64>,
+    hops: Option<Hops>,
 }
 
-fn parse_queue(s: &str) -> Result<Queue, String> {
-    if s.eq_ignore_ascii_case("bdp") {
-        return Ok(Queue(None));
-    }
-    s.parse()
-        .map(|p| Queue(Some(p)))
-        .map_err(|_| format!("queue must be packets or 'bdp', not '{s}'"))
-}
-
-fn parse_path_spec(s: &str) -> Result<PathSpec, String> {
-    let mut spec = PathSpec {
-        rtt_ms: 0.0,
-        rate_mbit: 1000.0,
-        loss: 0.0,
-        queue_packets: None,
-    };
-    for part in s.split(',') {
-        let (k, v) = part
-            .split_once('=')
-            .ok_or(format!("'{part}' is not KEY=VALUE"))?;
-        match k {
-            "rtt" => spec.rtt_ms = v.parse().map_err(|_| format!("bad rtt '{v}'"))?,
-            "rate" => spec.rate_mbit = v.parse().map_err(|_| format!("bad rate '{v}'"))?,
-            "loss" => spec.loss = parse_loss(v)?,
-            "queue" => spec.queue_packets = parse_queue(v)?.0,
-            _ => return Err(format!("unknown path key '{k}' (rtt, rate, loss, queue)")),
+impl Change {
+    /// Applies the change to `spec`; `--loss` first, so that the
+    /// per-direction values given with it win.
+    fn apply(self, spec: &mut PathSpec) {
+        if let Some(v) = self.rtt {
+            spec.rtt_ms = v;
+        }
+        if let Some(v) = self.rate {
+            spec.rate_mbit = v;
+        }
+        if let Some(v) = self.loss {
+            spec.set_loss(v);
+        }
+        if let Some(v) = self.loss_fwd {
+            spec.loss_fwd = Some(v);
+        }
+        if let Some(v) = self.loss_rev {
+            spec.loss_rev = Some(v);
+        }
+        if let Some(v) = self.hops {
+            spec.hops = v.0;
         }
     }
-    Ok(spec)
+}
+
+/// `netlab set`: reads the path's spec in force, changes it, sends it back.
+fn set(name: &str, index: usize, change: Change) -> Result<()> {
+    lab::load(name)?;
+    let Reply::Status(now) = lab::query(name, &Request::Status)? else {
+        bail!("the emulator did not answer");
+    };
+    let mut spec = now
+        .get(index)
+        .with_context(|| format!("no path {index}"))?
+        .spec
+        .clone();
+    change.apply(&mut spec);
+    match lab::query(name, &Request::Set { path: index, spec })? {
+        Reply::Ok => Ok(()),
+        Reply::Error(e) => bail!(e),
+        Reply::Status(_) => bail!("unexpected reply"),
+    }
 }
 
 fn main() {
@@ -175,6 +231,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Up {
             path,
             paths,
+            hosts,
             mtu,
             tcp_rmem,
             tcp_wmem,
@@ -187,6 +244,7 @@ fn run(cli: Cli) -> Result<()> {
             let cfg = LabConfig {
                 name: cli.lab.clone(),
                 mtu,
+                hosts,
                 paths,
             };
             let mut sysctls = Vec::new();
@@ -204,39 +262,24 @@ fn run(cli: Cli) -> Result<()> {
             rtt,
             rate,
             loss,
+            loss_fwd,
+            loss_rev,
+            hops,
         } => {
-            lab::load(&cli.lab)?;
-            if rtt.is_some_and(|v| v.is_nan() || v < 0.0)
-                || rate.is_some_and(|v| v.is_nan() || v < 0.0)
-            {
-                bail!("rtt and rate must be zero or positive");
-            }
-            let Reply::Status(now) = lab::query(&cli.lab, &Request::Status)? else {
-                bail!("the emulator did not answer");
+            let change = Change {
+                rtt,
+                rate,
+                loss,
+                loss_fwd,
+                loss_rev,
+                hops,
             };
-            let mut spec = now
-                .get(index)
-                .with_context(|| format!("no path {index}"))?
-                .spec;
-            if let Some(v) = rtt {
-                spec.rtt_ms = v;
-            }
-            if let Some(v) = rate {
-                spec.rate_mbit = v;
-            }
-            if let Some(v) = loss {
-                spec.loss = v;
-            }
-            match lab::query(&cli.lab, &Request::Set { path: index, spec })? {
-                Reply::Ok => Ok(()),
-                Reply::Error(e) => bail!(e),
-                Reply::Status(_) => bail!("unexpected reply"),
-            }
+            set(&cli.lab, index, change)
         }
         Cmd::Exec { host, command } => {
             use std::os::unix::process::CommandExt;
             let cfg = lab::load(&cli.lab)?;
-            let ns = cfg.netns(Host::parse(&host)?);
+            let ns = cfg.netns(cfg.host(Host::parse(&host)?)?);
             let err = std::process::Command::new("ip")
                 .args(["netns", "exec", &ns])
                 .args(&command)
@@ -260,74 +303,6 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn print_status(name: &str, json: bool) -> Result<()> {
-    let cfg = lab::load(name)?;
-    let Reply::Status(paths) = lab::query(name, &Request::Status)? else {
-        bail!("the emulator did not answer");
-    };
-    let mut sysctls = serde_json::Map::new();
-    for host in [Host::A, Host::B] {
-        let ns = cfg.netns(host);
-        let mut m = serde_json::Map::new();
-        for key in lab::REPORTED_SYSCTLS {
-            m.insert(
-                key.into(),
-                lab::read_sysctl(&ns, key).unwrap_or_default().into(),
-            );
-        }
-        sysctls.insert(format!("{host:?}"), m.into());
-    }
-    if json {
-        let paths: Vec<serde_json::Value> = paths
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                serde_json::json!({
-                    "index": i, "a": Host::A.addr(i).to_string(), "b": Host::B.addr(i).to_string(),
-                    "device": lab::device(i), "rtt_ms": p.spec.rtt_ms, "rate_mbit": p.spec.rate_mbit,
-                    "loss": p.spec.loss, "queue_packets": p.spec.queue_packets, "offload": p.offload,
-                    "queue_bytes": p.spec.link_config(cfg.mtu).queue_bytes,
-                    "a_to_b": p.a_to_b, "b_to_a": p.b_to_a,
-                })
-            })
-            .collect();
-        let out = serde_json::json!({
-            "lab": cfg.name, "mtu": cfg.mtu,
-            "hosts": {"A": cfg.netns(Host::A), "B": cfg.netns(Host::B)},
-            "paths": paths, "sysctls": sysctls,
-        });
-        println!("{out}");
-        return Ok(());
-    }
-    println!(
-        "lab {} (hosts A = netns {}, B = netns {}), MTU {}",
-        cfg.name,
-        cfg.netns(Host::A),
-        cfg.netns(Host::B),
-        cfg.mtu
-    );
-    for (i, p) in paths.iter().enumerate() {
-        println!(
-            "  path {i}: A {} <-> B {}  rtt {} ms, rate {} Mbit/s, loss {}, queue {} bytes, offload {}",
-            Host::A.addr(i),
-            Host::B.addr(i),
-            p.spec.rtt_ms,
-            p.spec.rate_mbit,
-            p.spec.loss,
-            p.spec.link_config(cfg.mtu).queue_bytes,
-            if p.offload { "on" } else { "off" }
-        );
-        println!(
-            "    A->B {} pkts, {} drops (queue {}, random {});  B->A {} pkts, {} drops",
-            p.a_to_b.packets,
-            p.a_to_b.queue_drops + p.a_to_b.random_drops,
-            p.a_to_b.queue_drops,
-            p.a_to_b.random_drops,
-            p.b_to_a.packets,
-            p.b_to_a.queue_drops + p.b_to_a.random_drops
-        );
-    }
-    for (host, m) in &sysctls {
-        println!("  host {host}: {m}");
-    }
+    println!("{}", netlab::status::show(name, json)?);
     Ok(())
 }

@@ -93,14 +93,14 @@ impl Lab {
     }
 
     /// `netlab --lab NAME exec HOST`: the prefix that runs a command in
-    /// host `A` or `B`.
+    /// host `A`, `B` or `C`.
     pub fn prefix(&self, host: &str) -> Vec<String> {
         [netlab_bin(), "--lab", &self.name, "exec", host]
             .map(String::from)
             .to_vec()
     }
 
-    /// A command run in host `A` or `B`.
+    /// A command run in host `A`, `B` or `C`.
     pub fn command(&self, host: &str, cmd: &[&str]) -> Command {
         let mut c = netlab(&self.name, &["exec", host]);
         c.args(cmd);
