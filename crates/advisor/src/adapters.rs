@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use tern_drs::WindowMode;
 use tern_engine::client::{ClientOptions, Endpoint};
-use tern_probe::{CapacityOptions, DirectionCapacity, Throughput};
+use tern_probe::{CapacityOptions, DirectionCapacity, LossOptions, RouteOptions, Throughput};
 
-use crate::model::Sample;
+use crate::model::{Kind, Sample};
 use crate::probe::{
     Concurrency, Grant, Probe, ProbeError, ProbeFuture, ProbeTarget, TcpConnectRtt,
 };
@@ -94,6 +94,136 @@ impl Probe for UdpTrainCapacity {
                     .with("lower_bound", lower_bound)
                     .with("packet_bytes", c.packet_bytes)
                     .with("load_bps", c.load_bps),
+            ])
+        })
+    }
+}
+
+/// Loss, delay variation and reordering each way, from a paced stream of
+/// UDP echoes to the daemon's responder. Light: 1000 small echoes over
+/// 5 s by default, some 110 kbit/s each way.
+#[derive(Debug, Clone, Default)]
+pub struct UdpEchoLoss {
+    /// The probe's options.
+    pub options: LossOptions,
+}
+
+impl Probe for UdpEchoLoss {
+    fn name(&self) -> &'static str {
+        "loss_udp_echo"
+    }
+
+    fn class(&self) -> Concurrency {
+        Concurrency::Light
+    }
+
+    /// Both directions count.
+    fn load_bps(&self, target: &ProbeTarget, _budget_bps: u64) -> u64 {
+        let headers = if target.addrs.first().is_some_and(|a| a.is_ipv6()) {
+            48
+        } else {
+            28
+        };
+        self.options.load_bps(headers).saturating_mul(2)
+    }
+
+    fn can_run(&self, target: &ProbeTarget) -> Result<(), String> {
+        target.addr().map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn run<'a>(&'a self, target: &'a ProbeTarget, _grant: Grant) -> ProbeFuture<'a> {
+        Box::pin(async move {
+            let l = tern_probe::loss(target.addr()?, &self.options)
+                .await
+                .map_err(failed)?;
+            let direction = |kind, d: &tern_probe::DirectionLoss, way: &str| {
+                Sample::new(kind, d.loss_pct)
+                    .with("direction", way)
+                    .with("packets", d.packets)
+                    .with("lost", d.lost)
+                    .with("reordered", d.reordered)
+                    .with("duplicates", d.duplicates)
+                    .with("pdv_p95_ms", d.pdv_p95_ms)
+                    .with("packet_bytes", l.packet_bytes)
+                    .with("method", "udp_echo")
+            };
+            let mut samples = vec![
+                direction(Kind::Loss, &l.forward, "forward"),
+                direction(Kind::LossReverse, &l.reverse, "reverse"),
+            ];
+            for (kind, d) in [
+                (Kind::Jitter, &l.forward),
+                (Kind::JitterReverse, &l.reverse),
+            ] {
+                if let Some(ms) = d.ipdv_ms {
+                    samples.push(
+                        Sample::new(kind, ms)
+                            .with("pdv_p95_ms", d.pdv_p95_ms)
+                            .with("method", "udp_echo"),
+                    );
+                }
+            }
+            Ok(samples)
+        })
+    }
+}
+
+/// The route to the target: the routers on the way and their round-trip
+/// times, by UDP with growing TTL (unprivileged, like tracepath). Light: a
+/// few dozen small datagrams.
+#[derive(Debug, Clone, Default)]
+pub struct UdpTraceRoute {
+    /// The probe's options.
+    pub options: RouteOptions,
+}
+
+/// What a traceroute costs at most, bits/s: a few 68-byte datagrams per
+/// hop within a second.
+const ROUTE_LOAD_BPS: u64 = 64_000;
+
+impl Probe for UdpTraceRoute {
+    fn name(&self) -> &'static str {
+        "route_udp"
+    }
+
+    fn class(&self) -> Concurrency {
+        Concurrency::Light
+    }
+
+    fn load_bps(&self, _target: &ProbeTarget, budget_bps: u64) -> u64 {
+        ROUTE_LOAD_BPS.min(budget_bps)
+    }
+
+    fn can_run(&self, target: &ProbeTarget) -> Result<(), String> {
+        target.addr().map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn run<'a>(&'a self, target: &'a ProbeTarget, _grant: Grant) -> ProbeFuture<'a> {
+        Box::pin(async move {
+            let r = tern_probe::route(target.addr()?, &self.options)
+                .await
+                .map_err(failed)?;
+            if r.hops.is_empty() {
+                return Err(ProbeError::Failed("no hop answered".into()));
+            }
+            let hops: Vec<serde_json::Value> = r
+                .hops
+                .iter()
+                .map(|h| {
+                    serde_json::json!({
+                        "ttl": h.ttl,
+                        "addr": h.addr.map(|a| a.to_string()),
+                        "rtt_ms": h.rtt_ms,
+                        "reached": h.reached,
+                    })
+                })
+                .collect();
+            Ok(vec![
+                Sample::new(Kind::Route, r.hops.len() as f64)
+                    .with("hops", hops)
+                    .with("signature", r.signature())
+                    .with("reached", r.reached)
+                    .with("method", r.method),
             ])
         })
     }

@@ -24,7 +24,7 @@ use axum::extract::{
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -44,6 +44,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/report"),
     ("GET", "/api/v1/schedule"),
     ("GET", "/api/v1/openapi.json"),
+    ("GET", "/api/v1/series"),
+    ("GET", "/api/v1/pairs"),
+    ("GET", "/api/v1/events"),
+    ("GET", "/api/v1/routes"),
+    ("GET", "/api/v1/groups"),
+    ("GET", "/api/v1/meshes"),
+    ("PUT", "/api/v1/meshes/{name}"),
+    ("DELETE", "/api/v1/meshes/{name}"),
 ];
 
 /// The OpenAPI 3 document of this API.
@@ -154,6 +162,13 @@ pub fn router(service: Service) -> Router {
         .route(ROUTES[5].1, post(report))
         .route(ROUTES[6].1, get(schedule))
         .route(ROUTES[7].1, get(openapi))
+        .route(ROUTES[8].1, get(series))
+        .route(ROUTES[9].1, get(pairs))
+        .route(ROUTES[10].1, get(events))
+        .route(ROUTES[11].1, get(routes))
+        .route(ROUTES[12].1, get(groups))
+        .route(ROUTES[13].1, get(meshes))
+        .route(ROUTES[14].1, put(put_mesh).delete(delete_mesh))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -261,6 +276,105 @@ async fn schedule(State(s): State<Service>) -> Json<crate::scheduler::ScheduleSt
     Json(s.schedule())
 }
 
+type QueryResult<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
+
+fn query<T>(q: QueryResult<T>) -> ApiResult<T> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text()))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeriesQuery {
+    from: Option<String>,
+    to: String,
+    kind: String,
+    since_ms: Option<i64>,
+    until_ms: Option<i64>,
+    limit: Option<u32>,
+    ewma: Option<f64>,
+}
+
+async fn series(State(s): State<Service>, q: QueryResult<SeriesQuery>) -> ApiResult<Response> {
+    let q = query(q)?;
+    let kind: Kind = q.kind.parse()?;
+    let answer = s
+        .pair_series(
+            q.from.as_deref(),
+            &q.to,
+            kind,
+            q.since_ms,
+            q.until_ms,
+            q.limit,
+            q.ewma,
+        )
+        .await?;
+    Ok(Json(answer).into_response())
+}
+
+async fn pairs(State(s): State<Service>) -> ApiResult<Response> {
+    Ok(Json(serde_json::json!({ "pairs": s.pairs().await? })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    from: Option<String>,
+    to: Option<String>,
+    since_ms: Option<i64>,
+    limit: Option<u32>,
+}
+
+async fn events(State(s): State<Service>, q: QueryResult<EventsQuery>) -> ApiResult<Response> {
+    let q = query(q)?;
+    let events = s
+        .events(q.from.as_deref(), q.to.as_deref(), q.since_ms, q.limit)
+        .await?;
+    Ok(Json(serde_json::json!({ "events": events })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RoutesQuery {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+async fn routes(State(s): State<Service>, q: QueryResult<RoutesQuery>) -> ApiResult<Response> {
+    let q = query(q)?;
+    let routes = s.routes(q.from.as_deref(), q.to.as_deref()).await?;
+    Ok(Json(serde_json::json!({ "routes": routes })).into_response())
+}
+
+async fn groups(State(s): State<Service>) -> ApiResult<Response> {
+    Ok(Json(serde_json::json!({ "groups": s.bottleneck_groups().await? })).into_response())
+}
+
+async fn meshes(State(s): State<Service>) -> ApiResult<Response> {
+    Ok(Json(serde_json::json!({ "meshes": s.meshes().await? })).into_response())
+}
+
+async fn put_mesh(
+    State(s): State<Service>,
+    Path(name): Path<String>,
+    ApiJson(mesh): ApiJson<crate::mesh::Mesh>,
+) -> ApiResult<Response> {
+    if mesh.name != name {
+        return Err(Error::BadRequest(format!(
+            "the mesh is named '{}' but was put at '{name}'",
+            mesh.name
+        ))
+        .into());
+    }
+    s.put_mesh(&mesh).await?;
+    Ok((StatusCode::OK, Json(mesh)).into_response())
+}
+
+async fn delete_mesh(State(s): State<Service>, Path(name): Path<String>) -> ApiResult<Response> {
+    s.delete_mesh(&name).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
 async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
@@ -331,7 +445,6 @@ mod tests {
             port: Some(1),
             interval_s: Some(1),
             group: Some("g".into()),
-            probes: None,
         };
         assert_eq!(json_fields(&req), schema_fields("TargetRequest"));
         let target = Target {
@@ -339,7 +452,7 @@ mod tests {
             port: 1,
             address: None,
             group: Some("g".into()),
-            probes: None,
+            probes: Some(vec!["rtt".into()]),
             source: TargetSource::Api,
             interval_s: 1,
             added_ms: 0,

@@ -23,14 +23,17 @@ pub mod api;
 pub mod client;
 pub mod error;
 pub mod estimate;
+pub mod events;
+pub mod mesh;
 pub mod model;
 pub mod probe;
 pub mod report;
 pub mod scheduler;
 pub mod service;
 pub mod store;
+pub mod tomography;
 
-pub use adapters::{EngineSweep, EngineThroughput, UdpTrainCapacity};
+pub use adapters::{EngineSweep, EngineThroughput, UdpEchoLoss, UdpTraceRoute, UdpTrainCapacity};
 pub use advice::Advice;
 pub use client::AdvisorClient;
 pub use error::Error;

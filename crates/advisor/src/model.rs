@@ -192,6 +192,9 @@ pub enum TargetSource {
     Api,
     /// Seen in a completed transfer (the daemon's sessions, reports).
     Discovered,
+    /// A host of a mesh (`--mesh`, `PUT /api/v1/meshes/{name}`); never
+    /// aged out.
+    Mesh,
 }
 
 impl TargetSource {
@@ -201,6 +204,7 @@ impl TargetSource {
             TargetSource::Config => "config",
             TargetSource::Api => "api",
             TargetSource::Discovered => "discovered",
+            TargetSource::Mesh => "mesh",
         }
     }
 }
@@ -245,7 +249,8 @@ parse_by_name!(
     [
         TargetSource::Config,
         TargetSource::Api,
-        TargetSource::Discovered
+        TargetSource::Discovered,
+        TargetSource::Mesh
     ]
 );
 

@@ -106,6 +106,12 @@ pub trait Probe: Send + Sync {
     fn run<'a>(&'a self, target: &'a ProbeTarget, grant: Grant) -> ProbeFuture<'a>;
 }
 
+/// The test a probe is, as a mesh or a target names it: its name up to
+/// the first `_` (`rtt_tcp_connect` is `rtt`).
+pub fn test_name(probe: &str) -> &str {
+    probe.split('_').next().unwrap_or(probe)
+}
+
 /// RTT from TCP connection setup, unprivileged: the time `connect()` takes
 /// is one round trip (SYN out, SYN-ACK or RST back). Like Enable's ping it
 /// takes 5 samples and discards the first, which pays for ARP, route and

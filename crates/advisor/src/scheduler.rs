@@ -222,6 +222,16 @@ impl Planner {
         }
     }
 
+    /// Every pair of `host` not running is due at `now` (its route
+    /// changed: what was measured before may no longer hold).
+    pub fn due_now(&mut self, host: &str, now: Duration) {
+        for ((h, _), s) in self.slots.iter_mut() {
+            if h == host && !s.running {
+                s.next = s.next.min(now);
+            }
+        }
+    }
+
     /// When a pair last ran.
     pub fn last_run(&self, host: &str, probe: usize) -> Option<Duration> {
         self.slots
@@ -426,6 +436,7 @@ struct Finished {
     host: String,
     probe: usize,
     outcome: Result<usize, String>,
+    route_changed: bool,
 }
 
 impl Scheduler {
@@ -498,7 +509,7 @@ impl Scheduler {
         loop {
             let now = start.elapsed();
             if dirty || refreshed.is_none_or(|r| r.elapsed() >= opts.refresh) {
-                match store.targets().await {
+                match store.targets_of_site().await {
                     Ok(list) => {
                         let mut fresh = HashMap::new();
                         for t in list {
@@ -575,7 +586,7 @@ impl Scheduler {
                         Err(e) => {
                             // A probe panicked: free what it held.
                             let Some(done) = spawned.remove(&e.id()) else { continue };
-                            Finished { outcome: Err(format!("probe crashed: {e}")), ..done }
+                            Finished { outcome: Err(format!("probe crashed: {e}")), route_changed: false, ..done }
                         }
                     };
                     spawned.retain(|_, f| f.id != done.id);
@@ -586,6 +597,9 @@ impl Scheduler {
                     let interval = slipped(interval, &mut rand::thread_rng());
                     planner.ran(&done.host, done.probe, start.elapsed(), interval);
                     let name = probes[done.probe].name();
+                    if done.route_changed {
+                        planner.due_now(&done.host, start.elapsed());
+                    }
                     let mut s = self.shared.lock().expect("schedule status");
                     s.running_since.remove(&done.id);
                     match done.outcome {
@@ -627,6 +641,15 @@ impl Scheduler {
             };
             let probe = &probes[k];
             let interval = Duration::from_secs(target.interval_s.max(1));
+            let chosen = |tests: &Vec<String>| {
+                tests
+                    .iter()
+                    .any(|t| t == crate::probe::test_name(probe.name()))
+            };
+            if target.probes.as_ref().is_some_and(|tests| !chosen(tests)) {
+                planner.postpone(&host, k, now, interval);
+                continue;
+            }
             if self.covered(opts, targets, planner, target, k, now, interval) {
                 planner.postpone(&host, k, now, interval);
                 self.shared
@@ -687,18 +710,28 @@ impl Scheduler {
                 );
             let (probe, view, store) = (probe.clone(), view.clone(), store.clone());
             let handle = tasks.spawn(async move {
+                let mut route_changed = false;
                 let outcome = match probe.run(&view, Grant { load_bps: load }).await {
-                    Ok(samples) => store
-                        .record(
-                            &view.host,
-                            Origin::Active,
-                            probe.name(),
-                            &samples,
-                            now_ms(),
-                            None,
-                        )
-                        .await
-                        .map_err(|e| format!("storing: {e}")),
+                    Ok(samples) => {
+                        let stored = store
+                            .record(
+                                &view.host,
+                                Origin::Active,
+                                probe.name(),
+                                &samples,
+                                now_ms(),
+                                None,
+                            )
+                            .await
+                            .map_err(|e| format!("storing: {e}"));
+                        if stored.is_ok() {
+                            match crate::events::after_record(&store, &view.host, &samples).await {
+                                Ok(found) => route_changed = found.route_changed,
+                                Err(e) => tracing::warn!("events of {}: {e}", view.host),
+                            }
+                        }
+                        stored
+                    }
                     Err(e) => Err(e.to_string()),
                 };
                 Finished {
@@ -706,6 +739,7 @@ impl Scheduler {
                     host: view.host,
                     probe: k,
                     outcome,
+                    route_changed,
                 }
             });
             spawned.insert(
@@ -715,6 +749,7 @@ impl Scheduler {
                     host: host.clone(),
                     probe: k,
                     outcome: Ok(0),
+                    route_changed: false,
                 },
             );
         }

@@ -16,6 +16,8 @@ use tern_drs::HostCaps;
 use tokio::sync::mpsc;
 
 use crate::Error;
+
+mod mesh;
 use crate::adapters::UdpTrainCapacity;
 use crate::advice::{Advice, AdviceConfig, Evidence, OtherPath, advise};
 use crate::model::{
@@ -25,6 +27,7 @@ use crate::probe::{Probe, TcpConnectRtt};
 use crate::report::TransferReport;
 use crate::scheduler::{ScheduleStatus, Scheduler, SchedulerOptions};
 use crate::store::{NewTarget, Store, StoreOptions};
+pub use mesh::{MAX_POINTS, PairSeriesAnswer, RouteAnswer};
 
 /// Measurements of one kind read to form an estimate (the estimators use
 /// the newest ten after change detection; the rest feeds the detector).
@@ -51,6 +54,11 @@ pub struct AdvisorOptions {
     pub store: StoreOptions,
     /// Largest request body the API reads, bytes.
     pub body_limit: usize,
+    /// This advisor's site name: what it measures is labelled with it, and
+    /// in a mesh it is the host it measures from (empty: unlabelled).
+    pub site: String,
+    /// A mesh definition (JSON) to store in the archive at start.
+    pub mesh_file: Option<PathBuf>,
 }
 
 impl AdvisorOptions {
@@ -66,6 +74,8 @@ impl AdvisorOptions {
             advice: AdviceConfig::default(),
             store: StoreOptions::default(),
             body_limit: 64 << 10,
+            site: String::new(),
+            mesh_file: None,
         }
     }
 }
@@ -263,15 +273,26 @@ impl Service {
     }
 
     async fn advice_from(&self, measured: &str, asked: &str, now: i64) -> Result<Advice, Error> {
-        let rtt = self.store.series(measured, Kind::Rtt, SERIES_READ).await?;
-        let capacity = self
+        // A route change invalidates what was measured on the old route.
+        let since = self
             .store
-            .series(measured, Kind::Capacity, SERIES_READ)
-            .await?;
-        let throughput = self
-            .store
-            .series(measured, Kind::Throughput, SERIES_READ)
-            .await?;
+            .last_event(measured, Kind::Route, crate::store::EventKind::RouteChange)
+            .await?
+            .map_or(i64::MIN, |e| e.at_ms);
+        let on_this_route = |v: Vec<Measurement>| -> Vec<Measurement> {
+            v.into_iter().filter(|m| m.at_ms >= since).collect()
+        };
+        let rtt = on_this_route(self.store.series(measured, Kind::Rtt, SERIES_READ).await?);
+        let capacity = on_this_route(
+            self.store
+                .series(measured, Kind::Capacity, SERIES_READ)
+                .await?,
+        );
+        let throughput = on_this_route(
+            self.store
+                .series(measured, Kind::Throughput, SERIES_READ)
+                .await?,
+        );
         let ev = Evidence {
             rtt: &rtt,
             capacity: &capacity,
@@ -547,8 +568,18 @@ impl Advisor {
         probes: Vec<Arc<dyn Probe>>,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<Advisor, Error> {
-        let store = Store::open(&opts.db, opts.store).await?;
+        let store = Store::open(&opts.db, opts.store)
+            .await?
+            .with_site(&opts.site);
         let mut service = Service::new(store.clone(), HostCaps::read(), opts.clone());
+        if let Some(path) = &opts.mesh_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::Config(format!("reading the mesh {}: {e}", path.display())))?;
+            let mesh = crate::mesh::Mesh::parse(&text)
+                .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+            service.put_mesh(&mesh).await?;
+            tracing::info!("advisor: mesh {} from {}", mesh.name, path.display());
+        }
         if let Some(path) = &opts.targets_file {
             let n = service.load_targets_file(path).await?;
             tracing::info!("advisor: {n} target(s) from {}", path.display());
@@ -642,14 +673,17 @@ impl Advisor {
     }
 }
 
-/// The probes the advisor runs when not told otherwise: RTT from TCP
-/// connects and bottleneck capacity from UDP packet trains, both light.
+/// The probes the advisor runs when not told otherwise, all light: RTT
+/// from TCP connects, bottleneck capacity from UDP packet trains, loss
+/// and delay variation each way from UDP echoes, and the route.
 /// The throughput test ([`crate::EngineThroughput`]) needs the binary's
 /// trust settings, so the binary appends it when asked.
 pub fn default_probes() -> Vec<Arc<dyn Probe>> {
     vec![
         Arc::new(TcpConnectRtt::default()),
         Arc::new(UdpTrainCapacity::default()),
+        Arc::new(crate::adapters::UdpEchoLoss::default()),
+        Arc::new(crate::adapters::UdpTraceRoute::default()),
     ]
 }
 

@@ -31,8 +31,8 @@ use sqlx::{AnyPool, Row};
 use crate::Error;
 
 mod mesh;
-pub use mesh::{Event, EventKind, PairSeries, SeriesPoint};
 use crate::model::{DEFAULT_PORT, Kind, Measurement, Origin, Sample, Target, TargetSource};
+pub use mesh::{Event, EventKind, PairSeries, SeriesPoint};
 
 /// Which database is behind a store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +127,7 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
 
 /// Ranks target sources: a stronger source's settings win over a weaker
 /// one's when the same host comes from two places.
-const RANK: &str = "CASE %s WHEN 'config' THEN 0 WHEN 'api' THEN 1 ELSE 2 END";
+const RANK: &str = "CASE %s WHEN 'config' THEN 0 WHEN 'api' THEN 1 WHEN 'mesh' THEN 1 ELSE 2 END";
 
 fn upsert_target_sql() -> String {
     let new = RANK.replace("%s", "excluded.source");
@@ -619,7 +619,7 @@ impl Store {
     pub async fn purge_unused(&self, before_ms: i64) -> Result<Vec<String>, Error> {
         let mut tx = self.write_tx().await?;
         let hosts: Vec<String> = sqlx::query(
-            "SELECT host FROM targets WHERE last_used_ms < $1 AND source <> 'config' ORDER BY host",
+            "SELECT host FROM targets WHERE last_used_ms < $1 AND source NOT IN ('config', 'mesh') ORDER BY host",
         )
         .bind(before_ms)
         .fetch_all(&mut *tx)

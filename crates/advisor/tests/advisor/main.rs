@@ -9,5 +9,6 @@
 mod ageing;
 mod api;
 mod fixtures;
+mod mesh;
 mod scheduler;
 mod store;

@@ -24,13 +24,13 @@ fn target(host: &str, source: TargetSource, port: u16) -> NewTarget {
 async fn migrations_run_once_and_reopen_cleanly() {
     for db in every_db().await {
         let s = db.open(quick()).await;
-        assert_eq!(s.schema_version().await.unwrap(), 3, "{}", db.name);
+        assert_eq!(s.schema_version().await.unwrap(), 4, "{}", db.name);
         s.upsert_target(&target("a", TargetSource::Api, 1), 1)
             .await
             .unwrap();
         s.close().await;
         let again = db.open(quick()).await;
-        assert_eq!(again.schema_version().await.unwrap(), 3, "{}", db.name);
+        assert_eq!(again.schema_version().await.unwrap(), 4, "{}", db.name);
         assert_eq!(
             again.targets().await.unwrap().len(),
             1,
