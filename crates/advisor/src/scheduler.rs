@@ -770,6 +770,10 @@ impl Scheduler {
         interval: Duration,
     ) -> bool {
         let policy = &opts.aggregation;
+        // A mesh asks for every pair: none answers for another.
+        if target.source == crate::model::TargetSource::Mesh {
+            return false;
+        }
         let Some(group) = policy.group_of_target(target) else {
             return false;
         };

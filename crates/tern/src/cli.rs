@@ -572,6 +572,17 @@ pub struct AdvisorArgs {
     /// all, as with --aggregate subnet, even under --aggregate none.
     #[arg(long, value_name = "FILE")]
     pub targets: Option<PathBuf>,
+    /// This advisor's site name: what it measures is labelled with it (the
+    /// `from` of every series), and in a mesh it is the host it measures
+    /// from [default: the host name].
+    #[arg(long, value_name = "NAME")]
+    pub site: Option<String>,
+    /// A mesh to store in the archive and measure (JSON: name, hosts, and
+    /// groups with members, tests and interval_s; see docs/ADVISOR.md).
+    /// Every advisor sharing the archive reads it, and measures the hosts
+    /// that share a group with its --site.
+    #[arg(long, value_name = "FILE")]
+    pub mesh: Option<PathBuf>,
     /// Seconds between active measurements of a target that does not say.
     #[arg(long, default_value_t = 21_600, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=31_622_400))]
     pub probe_interval: u64,

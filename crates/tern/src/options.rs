@@ -434,6 +434,12 @@ pub fn advisor_options(args: &AdvisorArgs, state_dir: &Path) -> AdvisorOptions {
         .unwrap_or_else(|| state_dir.join("advisor.db").to_string_lossy().into_owned());
     let mut o = AdvisorOptions::new(db);
     o.targets_file = args.targets.clone();
+    o.mesh_file = args.mesh.clone();
+    o.site = args.site.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default()
+    });
     o.default_interval = Duration::from_secs(args.probe_interval);
     o.max_age = Duration::from_secs_f64(args.target_max_age * 86_400.0);
     o.probes_enabled = !args.no_probes;
