@@ -157,3 +157,92 @@ fn probe_measures_rtt_within_5_and_capacity_within_10_percent_on_500mbit_180ms()
     assert!(crossed("a_to_b") >= 1000 && crossed("b_to_a") >= 1000);
     assert!(v["capacity"]["load_bps"].as_f64().unwrap() <= 8e6);
 }
+
+/// Loss each way within 0.05 percentage points of netlab's, at 1 % and
+/// 0.1 %: 500 000 echoes a run (the binomial σ at 1 % is 0.014 points,
+/// so the bound is 3.5 σ), one run with 1 % forward and 0.1 % back, one
+/// the other way round. The emulator runs at normal priority: at 50 000
+/// packets/s a real-time one starved the endpoints here.
+#[test]
+fn loss_each_way_is_within_0_05_points_at_1_and_0_1_percent() {
+    let name = "loss_each_way_is_within_0_05_points_at_1_and_0_1_percent";
+    let Some(tern) = common::tern_or_skip(name) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let lab = Lab::up_at_normal_priority(
+        "loss1",
+        &[
+            "--rtt",
+            "10",
+            "--rate",
+            "200",
+            "--loss-fwd",
+            "1%",
+            "--loss-rev",
+            "0.1%",
+        ],
+    );
+    let _daemon = lab.serve_tern(&tern, work.path(), &[]);
+    let env_cfg = format!("XDG_CONFIG_HOME={}", work.path().join("cfg").display());
+    for (fwd, rev) in [(1.0, 0.1), (0.1, 1.0)] {
+        let (f, r) = (format!("{fwd}%"), format!("{rev}%"));
+        let set = lab.netlab(&["set", "--loss-fwd", &f, "--loss-rev", &r]);
+        assert!(
+            set.status.success(),
+            "{}",
+            String::from_utf8_lossy(&set.stderr)
+        );
+        let out = lab
+            .command(
+                "A",
+                &[
+                    "env",
+                    &env_cfg,
+                    &tern,
+                    "probe",
+                    "10.47.0.2",
+                    "--json",
+                    "--loss",
+                    "--trains",
+                    "1",
+                    "--echoes",
+                    "500000",
+                    "--echo-rate",
+                    "25000",
+                    "--echo-size",
+                    "40",
+                ],
+            )
+            .output()
+            .unwrap();
+        let v = probe_json(&out);
+        let l = &v["loss"];
+        let pct = |d: &str| l[d]["loss_pct"].as_f64().unwrap();
+        eprintln!(
+            "configured {fwd} % → and {rev} % ←; measured {:.4} % ({} of {}) and {:.4} % ({} of {}); \
+             jitter {:.3}/{:.3} ms; {} echoes in {:.1} s",
+            pct("forward"),
+            l["forward"]["lost"],
+            l["forward"]["packets"],
+            pct("reverse"),
+            l["reverse"]["lost"],
+            l["reverse"]["packets"],
+            l["forward"]["ipdv_ms"].as_f64().unwrap_or(f64::NAN),
+            l["reverse"]["ipdv_ms"].as_f64().unwrap_or(f64::NAN),
+            l["sent"],
+            l["elapsed_s"].as_f64().unwrap(),
+        );
+        assert!(l["forward"]["packets"].as_u64().unwrap() > 490_000, "{l}");
+        assert!(
+            (pct("forward") - fwd).abs() <= 0.05,
+            "forward {} for {fwd}: {l}",
+            pct("forward")
+        );
+        assert!(
+            (pct("reverse") - rev).abs() <= 0.05,
+            "reverse {} for {rev}: {l}",
+            pct("reverse")
+        );
+    }
+}
