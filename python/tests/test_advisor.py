@@ -42,8 +42,11 @@ def skip(reason):
     raise unittest.SkipTest(reason)
 
 
+SITE = "test-site"
+
+
 class Daemon:
-    """`tern serve --http` in a temporary directory."""
+    """`tern serve --http --site test-site` in a temporary directory."""
 
     def __init__(self, db=None):
         self.dir = tempfile.mkdtemp(prefix="tern-py-")
@@ -51,7 +54,7 @@ class Daemon:
         args = [TERN, "serve", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
                 "--root", os.path.join(self.dir, "root"),
                 "--state-dir", os.path.join(self.dir, "state"),
-                "--probe-jitter", "0", "--json"]
+                "--site", SITE, "--probe-jitter", "0", "--json"]
         if db:
             args += ["--db", db]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -172,6 +175,81 @@ class ClientTests:
             self.adv.add_target("192.0.2.21", group="not a group")
         self.adv.remove_target("192.0.2.20")
 
+    def test_a_report_shows_up_in_pairs_and_series_from_this_site(self):
+        host = "py-%s.test" % uuid.uuid4().hex[:12]
+        self.adv.report(host, throughput_bps=2.5e8, rtt_ms=42.0, command="python test")
+        mine = [p for p in self.adv.pairs() if p["to"] == host]
+        self.assertEqual(sorted(p["kind"] for p in mine), ["rtt", "throughput"], mine)
+        for p in mine:
+            self.assertEqual(p["from"], SITE)
+            self.assertEqual(p["count"], 1)
+            self.assertGreater(p["last_ms"], 0)
+        self.assertEqual({m["from"] for m in self.adv.history(host)}, {SITE})
+        s = self.adv.series(host, "rtt")
+        self.assertEqual((s["from"], s["to"], s["kind"], s["unit"]), (SITE, host, "rtt", "ms"))
+        self.assertEqual([p["value"] for p in s["points"]], [42.0])
+        self.assertEqual(self.adv.series(host, "rtt", from_="elsewhere")["points"], [])
+        self.assertEqual(self.adv.events(to=host), [])
+        self.assertEqual(self.adv.routes(from_=SITE, to=host), [])
+
+    def test_a_series_without_measurements_is_empty_and_bad_ones_refused(self):
+        host = "py-%s.test" % uuid.uuid4().hex[:12]
+        s = self.adv.series(host, "loss")
+        self.assertEqual((s["from"], s["to"], s["kind"]), (SITE, host, "loss"))
+        self.assertEqual((s["unit"], s["smoothing"], s["points"]), ("%", "raw", []))
+        s = self.adv.series(host, "loss", ewma=0.5, since_ms=0, until_ms=2**62, limit=10)
+        self.assertEqual((s["smoothing"], s["points"]), ("ewma 0.5", []))
+        self.assertEqual(self.adv.series(host, "route")["unit"], "hops")
+        with self.assertRaises(BadRequest) as cm:
+            self.adv.series(host, "bogus")
+        self.assertEqual(cm.exception.status, 400)
+        with self.assertRaises(BadRequest) as cm:
+            self.adv.series(host, "rtt", ewma=0)
+        self.assertEqual(cm.exception.status, 400)
+        with self.assertRaises(BadRequest):
+            self.adv.series("not a host", "rtt")
+
+    def test_a_mesh_is_put_listed_and_deleted(self):
+        # Names of their own: a PostgreSQL archive may outlive a run. The
+        # site (test-site) is in no group, so nothing probes the hosts.
+        tag = uuid.uuid4().hex[:12]
+        a, b = "a-%s.example" % tag, "b-%s.example" % tag
+        mesh = {"name": "py-" + tag,
+                "hosts": [{"name": a}, {"name": b, "port": 4848}],
+                "groups": [{"name": "all", "members": [a, b],
+                            "tests": ["rtt", "loss", "route", "capacity"], "interval_s": 600}]}
+        try:
+            self.assertEqual(self.adv.put_mesh(mesh), mesh)
+            self.assertIn(mesh, self.adv.meshes())
+            targets = {t["host"]: t for t in self.adv.targets() if t["host"] in (a, b)}
+            self.assertEqual(sorted(targets), [a, b])
+            for t in targets.values():
+                self.assertEqual(t["source"], "mesh")
+                self.assertEqual(t["interval_s"], 600)
+                self.assertEqual(sorted(t["probes"]), ["capacity", "loss", "route", "rtt"])
+            self.assertEqual(targets[b]["port"], 4848)
+        finally:
+            self.adv.delete_mesh(mesh["name"])
+        self.assertNotIn(mesh["name"], [m["name"] for m in self.adv.meshes()])
+        self.assertFalse({a, b} & {t["host"] for t in self.adv.targets()})
+        with self.assertRaises(NotFound) as cm:
+            self.adv.delete_mesh(mesh["name"])
+        self.assertEqual(cm.exception.status, 404)
+
+    def test_a_mesh_with_a_bad_test_is_refused(self):
+        tag = uuid.uuid4().hex[:12]
+        mesh = {"name": "py-" + tag,
+                "hosts": [{"name": "a.example"}, {"name": "b.example"}],
+                "groups": [{"name": "all", "members": ["a.example", "b.example"],
+                            "tests": ["rtt", "ping"], "interval_s": 600}]}
+        with self.assertRaises(BadRequest) as cm:
+            self.adv.put_mesh(mesh)
+        self.assertEqual(cm.exception.status, 400)
+        self.assertIn("ping", cm.exception.message)
+        self.assertNotIn(mesh["name"], [m["name"] for m in self.adv.meshes()])
+        with self.assertRaises(BadRequest):
+            self.adv.put_mesh({"hosts": []})
+
 
 class SqliteTests(ClientTests, unittest.TestCase):
     db = None
@@ -180,6 +258,30 @@ class SqliteTests(ClientTests, unittest.TestCase):
 class PostgresTests(ClientTests, unittest.TestCase):
     db = PG
     needs_pg = True
+
+
+class FreshArchiveTests(unittest.TestCase):
+    """A daemon of its own on an empty SQLite archive: nothing measured,
+    nothing defined."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not have_tern():
+            skip("SKIP: no tern binary at %s (cargo build --release, or set TERN_BIN)" % TERN)
+        cls.daemon = Daemon()
+        cls.adv = Advisor(cls.daemon.url)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def test_a_fresh_archive_has_empty_lists(self):
+        self.assertEqual(self.adv.pairs(), [])
+        self.assertEqual(self.adv.events(), [])
+        self.assertEqual(self.adv.events(from_=SITE, since_ms=0, limit=5), [])
+        self.assertEqual(self.adv.routes(), [])
+        self.assertEqual(self.adv.groups(), [])
+        self.assertEqual(self.adv.meshes(), [])
 
 
 class NoAdvisorTests(unittest.TestCase):

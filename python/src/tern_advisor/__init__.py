@@ -109,10 +109,30 @@ class Advisor:
         return json.loads(raw) if raw else None
 
     @staticmethod
-    def _host(host):
+    def _valid_host(host):
         if not isinstance(host, str) or not host:
             raise BadRequest("a host name or address is needed, not %r" % (host,))
-        return urllib.parse.quote(host, safe=":")
+        return host
+
+    @classmethod
+    def _host(cls, host):
+        return urllib.parse.quote(cls._valid_host(host), safe=":")
+
+    @staticmethod
+    def _name(name):
+        if not isinstance(name, str) or not name:
+            raise BadRequest("a mesh name is needed, not %r" % (name,))
+        return urllib.parse.quote(name, safe="")
+
+    @staticmethod
+    def _query(**params):
+        """The query string of the parameters that are not None; `from_`
+        is sent as `from`."""
+        query = {}
+        for name, value in params.items():
+            if value is not None:
+                query[name.rstrip("_")] = value
+        return "?" + urllib.parse.urlencode(query) if query else ""
 
     def advice(self, host):
         """Tuning advice for the path to `host`: buffer_bytes (per stream),
@@ -127,8 +147,9 @@ class Advisor:
         return int(self.advice(host)["buffer_bytes"])
 
     def history(self, host, kind=None, limit=100):
-        """Measurements of `host`, newest first; `kind` is rtt, capacity or
-        throughput."""
+        """Measurements of `host`, newest first, each with the site that
+        measured it (`from`); `kind` is rtt, capacity, throughput, loss,
+        loss_reverse, jitter, jitter_reverse or route."""
         query = {"limit": int(limit)}
         if kind is not None:
             query["kind"] = kind
@@ -136,7 +157,9 @@ class Advisor:
         return self._call("GET", path)["measurements"]
 
     def targets(self):
-        """Every target the advisor measures."""
+        """Every target the advisor measures: host, port, source (config,
+        api, discovered or mesh), interval_s and, when a mesh sets them,
+        probes (the tests run against it)."""
         return self._call("GET", "/api/v1/targets")["targets"]
 
     def add_target(self, host, port=None, interval_s=None, group=None):
@@ -165,3 +188,58 @@ class Advisor:
     def schedule(self):
         """How busy the advisor's probe scheduler is."""
         return self._call("GET", "/api/v1/schedule")
+
+    def series(self, to, kind, from_=None, since_ms=None, until_ms=None, limit=None, ewma=None):
+        """The series of one kind on the path from the site `from_` (default:
+        this advisor's) to `to`, oldest first: from, to, kind, unit,
+        smoothing ("raw", or "ewma W" when `ewma` is a weight W, 0 < W <= 1)
+        and points, each at_ms and value. `since_ms` and `until_ms` bound
+        it (ms since the epoch); `limit` keeps the newest points (1000 by
+        default, at most 10000)."""
+        query = self._query(from_=from_, to=self._valid_host(to), kind=kind, since_ms=since_ms,
+                            until_ms=until_ms, limit=limit, ewma=ewma)
+        return self._call("GET", "/api/v1/series" + query)
+
+    def pairs(self):
+        """Every (site, target, kind) with measurements: from, to, kind,
+        count and last_ms."""
+        return self._call("GET", "/api/v1/pairs")["pairs"]
+
+    def events(self, from_=None, to=None, since_ms=None, limit=None):
+        """Route changes and level shifts, newest first, of the paths from
+        the site `from_` and to the target `to` (default: all): from, host,
+        kind, event (route_change or level_shift), at_ms and details."""
+        if to is not None:
+            to = self._valid_host(to)
+        query = self._query(from_=from_, to=to, since_ms=since_ms, limit=limit)
+        return self._call("GET", "/api/v1/events" + query)["events"]
+
+    def routes(self, from_=None, to=None):
+        """The newest route of every path (of the site `from_`, to `to`):
+        from, to, at_ms, reached and hops (ttl, addr, rtt_ms)."""
+        if to is not None:
+            to = self._valid_host(to)
+        return self._call("GET", "/api/v1/routes" + self._query(from_=from_, to=to))["routes"]
+
+    def groups(self):
+        """Bottleneck groups, paths whose newest routes share a router: name,
+        paths ([from, to] pairs) and shared_hops."""
+        return self._call("GET", "/api/v1/groups")["groups"]
+
+    def meshes(self):
+        """Every mesh in the archive, as dicts: name, hosts (name, port) and
+        groups (name, members, tests, interval_s)."""
+        return self._call("GET", "/api/v1/meshes")["meshes"]
+
+    def put_mesh(self, mesh):
+        """Stores (or replaces) the mesh `mesh` (a dict: name, hosts and
+        groups, as meshes() returns them); returns it as stored. The hosts
+        of its groups become targets (source mesh); every advisor sharing
+        the archive measures the hosts that share a group with its site."""
+        if not isinstance(mesh, dict):
+            raise BadRequest("a mesh is a dict with name, hosts and groups, not %r" % (mesh,))
+        return self._call("PUT", "/api/v1/meshes/" + self._name(mesh.get("name")), mesh)
+
+    def delete_mesh(self, name):
+        """Removes a mesh, and its hosts that no other mesh lists."""
+        self._call("DELETE", "/api/v1/meshes/" + self._name(name))
