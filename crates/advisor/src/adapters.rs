@@ -28,10 +28,6 @@ fn failed(e: tern_probe::Error) -> ProbeError {
     }
 }
 
-/// A forward estimate above this share of the rate at which this host got
-/// its trains out says more about the sender than the path.
-const LOWER_BOUND_SHARE: f64 = 0.8;
-
 /// Interquartile range over this is a normal distribution's σ.
 const IQR_PER_SIGMA: f64 = 1.349;
 
@@ -74,14 +70,17 @@ impl Probe for UdpTrainCapacity {
                 .await
                 .map_err(failed)?;
             let (Some(bps), Some(spread)) = (c.forward.estimate_bps, c.forward.spread) else {
+                let floor = c.forward.lower_bound_bps.map_or(String::new(), |f| {
+                    format!("; at least {:.0} Mbit/s", f / 1e6)
+                });
                 return Err(ProbeError::Failed(format!(
-                    "no usable train toward {} of {} sent ({})",
+                    "no usable train toward {} of {} sent ({}){floor}",
                     c.target,
                     c.trains_sent,
                     discarded(&c.forward)
                 )));
             };
-            let lower_bound = c.send_bps.is_some_and(|s| bps > LOWER_BOUND_SHARE * s);
+            let lower_bound = c.forward.lower_bound_bps.is_some();
             Ok(vec![
                 Sample::capacity_bps(bps, (spread.p75 - spread.p25) / IQR_PER_SIGMA)
                     .with("method", "udp_packet_train")
@@ -92,6 +91,7 @@ impl Probe for UdpTrainCapacity {
                     .with("reverse_bps", c.reverse.estimate_bps)
                     .with("send_bps", c.send_bps)
                     .with("lower_bound", lower_bound)
+                    .with("lower_bound_reason", &c.forward.lower_bound_reason)
                     .with("packet_bytes", c.packet_bytes)
                     .with("load_bps", c.load_bps),
             ])

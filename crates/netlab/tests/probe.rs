@@ -246,3 +246,61 @@ fn loss_each_way_is_within_0_05_points_at_1_and_0_1_percent() {
         );
     }
 }
+
+/// Capacity above 1 Gbit/s (MTU 9000, 30 ms): on 2 and 5 Gbit/s each
+/// direction's estimate is within 10 %, or is marked as a lower bound with
+/// its reason, and a floor never claims more than the path has.
+#[test]
+fn capacity_at_2_and_5_gbit_is_within_10_percent_or_an_honest_lower_bound() {
+    let name = "capacity_at_2_and_5_gbit_is_within_10_percent_or_an_honest_lower_bound";
+    let Some(tern) = common::tern_or_skip(name) else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let lab = Lab::up("cap1", &["--rtt", "30", "--rate", "2000", "--mtu", "9000"]);
+    let _daemon = lab.serve_tern(&tern, work.path(), &[]);
+    let env_cfg = format!("XDG_CONFIG_HOME={}", work.path().join("cfg").display());
+    for gbit in [2.0, 5.0] {
+        let rate = (gbit * 1000.0).to_string();
+        let set = lab.netlab(&["set", "--rate", &rate]);
+        assert!(
+            set.status.success(),
+            "{}",
+            String::from_utf8_lossy(&set.stderr)
+        );
+        let out = lab
+            .command(
+                "A",
+                &["env", &env_cfg, &tern, "probe", "10.47.0.2", "--json"],
+            )
+            .output()
+            .unwrap();
+        // Exit 6 (no estimate one way) is an answer too, when it names a floor.
+        assert!(
+            out.status.success() || out.status.code() == Some(6),
+            "tern probe: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["capacity"]["packet_bytes"], 9000);
+        for d in ["forward", "reverse"] {
+            let c = &v["capacity"][d];
+            let est = c["estimate_bps"].as_f64().map(|b| b / 1e9);
+            let floor = c["lower_bound_bps"].as_f64().map(|b| b / 1e9);
+            eprintln!(
+                "{gbit} Gbit/s {d}: estimate {est:?}, lower bound {floor:?} ({}), {} of {} trains",
+                c["lower_bound_reason"], c["trains_used"], v["capacity"]["trains_sent"]
+            );
+            let within = est.is_some_and(|e| (e - gbit).abs() <= 0.1 * gbit);
+            let honest = floor.is_some_and(|f| f <= 1.1 * gbit)
+                && c["lower_bound_reason"]
+                    .as_str()
+                    .is_some_and(|r| !r.is_empty());
+            assert!(
+                within || honest,
+                "{gbit} Gbit/s {d}: neither within 10 % nor an honest floor: {c}"
+            );
+        }
+    }
+}

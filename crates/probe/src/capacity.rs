@@ -121,6 +121,37 @@ pub struct DirectionCapacity {
     pub trains_disturbed: usize,
     /// Every usable train's rate, bits/s, in the order sent.
     pub per_train_bps: Vec<f64>,
+    /// The capacity is at least this, bits/s, and may be more: set when
+    /// the estimate is only a lower bound, or when there is no estimate
+    /// but the trains still show a floor. `lower_bound_reason` says why.
+    pub lower_bound_bps: Option<f64>,
+    /// Why the figure is only a lower bound.
+    pub lower_bound_reason: Option<String>,
+}
+
+/// Usable trains whose quartiles differ by more than this factor were
+/// spread by something besides the path.
+pub const DISAGREE: f64 = 1.2;
+
+/// A forward estimate above this share of the rate at which this host
+/// got its trains out says more about the sender than the path.
+pub const LOWER_BOUND_SHARE: f64 = 0.8;
+
+/// The rate at which a complete, in-order train arrived from its first
+/// packet to its last: however its arrivals were bunched or stalled on
+/// the way, at most one packet of it left the bottleneck per
+/// serialization time, and a stall only spreads them further.
+fn overall_rate_bps(arrivals: &[Option<u64>], packet_bytes: usize) -> Option<f64> {
+    let times: Vec<u64> = arrivals.iter().copied().collect::<Option<Vec<u64>>>()?;
+    let (first, last) = (*times.first()?, *times.last()?);
+    if times.windows(2).any(|w| w[1] < w[0]) || last <= first {
+        return None;
+    }
+    Some(train_rate_bps(
+        packet_bytes,
+        times.len(),
+        Duration::from_nanos(last - first),
+    ))
 }
 
 impl DirectionCapacity {
@@ -138,6 +169,8 @@ impl DirectionCapacity {
             trains_unresolved: 0,
             trains_disturbed: 0,
             per_train_bps: Vec::new(),
+            lower_bound_bps: None,
+            lower_bound_reason: None,
         };
         for arrivals in trains {
             match examine_train(arrivals, max_stray) {
@@ -154,7 +187,51 @@ impl DirectionCapacity {
         d.trains_used = d.per_train_bps.len();
         d.spread = spread(&d.per_train_bps);
         d.estimate_bps = d.spread.map(|s| s.median);
+        if let Some(sp) = d.spread
+            && d.trains_used >= 3
+            && sp.p75 > DISAGREE * sp.p25
+        {
+            d.lower_bound_bps = Some(sp.p75);
+            d.lower_bound_reason = Some(format!(
+                "the usable trains disagree (quartiles {:.0} to {:.0} Mbit/s): something besides \
+                 the path, a busy sender or cross traffic, spread some of them, and a train is \
+                 only ever spread, so the capacity is at least the upper quartile",
+                sp.p25 / 1e6,
+                sp.p75 / 1e6
+            ));
+        }
+        if d.estimate_bps.is_none() && d.trains_disturbed > 0 {
+            let overall: Vec<f64> = trains
+                .iter()
+                .filter_map(|a| overall_rate_bps(a, packet_bytes))
+                .collect();
+            if let Some(s) = spread(&overall) {
+                d.lower_bound_bps = Some(s.median);
+                d.lower_bound_reason = Some(format!(
+                    "no train arrived evenly spaced ({} of {} came in bursts or with stalls, as \
+                     when a host, an emulator or a NIC batches deliveries): the rate the trains \
+                     arrived at overall is a floor",
+                    d.trains_disturbed,
+                    trains.len()
+                ));
+            }
+        }
         d
+    }
+
+    /// Marks a forward estimate close to the rate the trains left at: the
+    /// path may be faster than this host could send.
+    fn bounded_by_sender(&mut self, send_bps: Option<f64>) {
+        if let (Some(est), Some(sent)) = (self.estimate_bps, send_bps)
+            && est > LOWER_BOUND_SHARE * sent
+        {
+            self.lower_bound_bps = Some(est);
+            self.lower_bound_reason = Some(format!(
+                "the trains left this host at {:.0} Mbit/s, hardly faster than they arrived: \
+                 the path may be faster than this host sends",
+                sent / 1e6
+            ));
+        }
     }
 }
 
@@ -302,9 +379,12 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
     }
     let elapsed = started.elapsed();
     let bytes_each_way = train_bytes * u64::from(sent);
+    let send_bps = spread(&send_rates).map(|s| s.median);
+    let mut forward = DirectionCapacity::from_trains(&forward, packet_bytes, opts.max_stray);
+    forward.bounded_by_sender(send_bps);
     Ok(Capacity {
         target,
-        forward: DirectionCapacity::from_trains(&forward, packet_bytes, opts.max_stray),
+        forward,
         reverse: DirectionCapacity::from_trains(&reverse, packet_bytes, opts.max_stray),
         packet_bytes,
         train_len: opts.train_len,
@@ -312,7 +392,7 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
         trains_answered: answered,
         kernel_timestamps: kernel && answered > 0,
         bytes_each_way,
-        send_bps: spread(&send_rates).map(|s| s.median),
+        send_bps,
         load_bps: bytes_each_way as f64 * 8.0 / elapsed.as_secs_f64().max(1e-9),
         elapsed_s: elapsed.as_secs_f64(),
     })

@@ -227,11 +227,12 @@ fn human(r: &ProbeReport) -> String {
             c.packet_bytes,
             c.send_bps.map_or_else(|| "?".into(), human_rate),
         );
-        if let (Some(sent), Some(fwd)) = (c.send_bps, c.forward.estimate_bps) {
-            if fwd > 0.8 * sent {
+        for (arrow, d) in [("→", &c.forward), ("←", &c.reverse)] {
+            if let (Some(floor), Some(why)) = (d.lower_bound_bps, &d.lower_bound_reason) {
                 let _ = writeln!(
                     out,
-                    "  note        trains left this host hardly faster than they arrived: → is a lower bound"
+                    "  note        {arrow} is a lower bound, at least {}: {why}",
+                    human_rate(floor)
                 );
             }
         }
