@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
-use crate::model::{TargetSource, validate_group, validate_host};
-use crate::store::NewTarget;
+use crate::model::{Target, TargetSource, validate_group, validate_host};
+use crate::store::{NewTarget, Store};
 
 /// The tests a group may run.
 pub const TESTS: [&str; 6] = ["rtt", "capacity", "loss", "route", "throughput", "sweep"];
@@ -154,6 +154,26 @@ impl Mesh {
             })
             .collect()
     }
+}
+
+/// The targets `store`'s site measures: in a shared archive not itself,
+/// and of the meshes' hosts only those that share a group with it.
+pub async fn targets_of_site(store: &Store) -> Result<Vec<Target>, Error> {
+    let meshes: Vec<Mesh> = store
+        .meshes()
+        .await?
+        .into_iter()
+        .filter_map(|(_, v)| serde_json::from_value(v).ok())
+        .collect();
+    let site = store.site();
+    let peers = peers_of(&meshes, site);
+    Ok(store
+        .targets()
+        .await?
+        .into_iter()
+        .filter(|t| site.is_empty() || t.host != site)
+        .filter(|t| t.source != TargetSource::Mesh || peers.contains(&t.host))
+        .collect())
 }
 
 /// The hosts `site` measures over every mesh.

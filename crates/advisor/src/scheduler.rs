@@ -509,7 +509,7 @@ impl Scheduler {
         loop {
             let now = start.elapsed();
             if dirty || refreshed.is_none_or(|r| r.elapsed() >= opts.refresh) {
-                match store.targets_of_site().await {
+                match crate::mesh::targets_of_site(&store).await {
                     Ok(list) => {
                         let mut fresh = HashMap::new();
                         for t in list {

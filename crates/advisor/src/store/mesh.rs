@@ -244,26 +244,6 @@ impl Store {
             .collect())
     }
 
-    /// The targets this site measures: in a shared archive not itself,
-    /// and of the meshes' hosts only those that share a group with it.
-    pub async fn targets_of_site(&self) -> Result<Vec<crate::model::Target>, Error> {
-        let meshes: Vec<crate::mesh::Mesh> = self
-            .meshes()
-            .await?
-            .into_iter()
-            .filter_map(|(_, v)| serde_json::from_value(v).ok())
-            .collect();
-        let site = self.site.as_str();
-        let peers = crate::mesh::peers_of(&meshes, site);
-        Ok(self
-            .targets()
-            .await?
-            .into_iter()
-            .filter(|t| site.is_empty() || t.host != site)
-            .filter(|t| t.source != crate::model::TargetSource::Mesh || peers.contains(&t.host))
-            .collect())
-    }
-
     /// Stores (or replaces) a mesh definition.
     pub async fn put_mesh(
         &self,

@@ -175,8 +175,7 @@ async fn a_mesh_in_the_archive_gives_each_site_its_peers() {
         let store = db.open(quick()).await.with_site("a");
         let service = Service::new(store.clone(), tern_drs::HostCaps::read(), opts);
         service.put_mesh(&Mesh::parse(MESH).unwrap()).await.unwrap();
-        let mine: Vec<String> = store
-            .targets_of_site()
+        let mine: Vec<String> = tern_advisor::mesh::targets_of_site(&store)
             .await
             .unwrap()
             .into_iter()
@@ -190,8 +189,7 @@ async fn a_mesh_in_the_archive_gives_each_site_its_peers() {
         );
         // Another site sharing the archive reads the same mesh.
         let b = db.open(quick()).await.with_site("b");
-        let theirs: Vec<String> = b
-            .targets_of_site()
+        let theirs: Vec<String> = tern_advisor::mesh::targets_of_site(&b)
             .await
             .unwrap()
             .into_iter()
