@@ -247,7 +247,7 @@ impl Service {
         };
         let policy = &self.opts.scheduler.aggregation;
         let Some(group) = policy.group_of_target(target) else {
-            return Err(Error::NotFound(missing));
+            return self.advice_by_route(target, host, now, missing).await;
         };
         let mut neighbours: Vec<Target> = self
             .store
@@ -269,7 +269,7 @@ impl Service {
                 return Ok(a);
             }
         }
-        Err(Error::NotFound(missing))
+        self.advice_by_route(target, host, now, missing).await
     }
 
     async fn advice_from(&self, measured: &str, asked: &str, now: i64) -> Result<Advice, Error> {

@@ -224,6 +224,41 @@ impl Service {
             .collect())
     }
 
+    /// Advice for `target` from another path of this site in its
+    /// bottleneck group found by route (one that shares a router with
+    /// it), when neither it nor a subnet or declared neighbour has numbers;
+    /// `NotFound(missing)` otherwise.
+    pub(super) async fn advice_by_route(
+        &self,
+        target: &crate::model::Target,
+        host: &str,
+        now: i64,
+        missing: String,
+    ) -> Result<crate::advice::Advice, Error> {
+        let site = self.store.site().to_string();
+        let me = [site.clone(), target.host.clone()];
+        let groups = self.bottleneck_groups().await?;
+        let Some(group) = groups.iter().find(|g| g.paths.contains(&me)) else {
+            return Err(Error::NotFound(missing));
+        };
+        for [from, other] in &group.paths {
+            if *from != site || *other == target.host {
+                continue;
+            }
+            if let Ok(mut a) = self.advice_from(other, host, now).await {
+                a.notes.push(format!(
+                    "no measurements of {host} yet: this is the advice for {other}, whose route \
+                     shares router {} with it",
+                    group.shared_hops.join(", ")
+                ));
+                a.aggregated_from = Some(other.clone());
+                a.aggregated_by = Some(format!("bottleneck group {} (routes)", group.name));
+                return Ok(a);
+            }
+        }
+        Err(Error::NotFound(missing))
+    }
+
     /// Paths that share routers, from the newest routes.
     pub async fn bottleneck_groups(&self) -> Result<Vec<BottleneckGroup>, Error> {
         let routes: Vec<PathRoute> = self

@@ -209,3 +209,44 @@ async fn a_mesh_in_the_archive_gives_each_site_its_peers() {
         assert!(service.delete_mesh("lab").await.is_err());
     }
 }
+
+#[tokio::test]
+async fn a_path_without_numbers_borrows_advice_from_one_that_shares_its_router() {
+    for db in every_db().await {
+        let mut opts = AdvisorOptions::new(db.url.clone());
+        opts.site = "a".into();
+        let store = db.open(quick()).await.with_site("a");
+        let service = Service::new(store.clone(), tern_drs::HostCaps::read(), opts);
+        for h in ["b", "c", "d"] {
+            store.upsert_target(&target(h), 1).await.unwrap();
+        }
+        let now = tern_advisor::model::now_ms();
+        let rec = |h: &'static str, s: Sample, at: i64| {
+            let store = store.clone();
+            async move {
+                store
+                    .record(h, Origin::Active, "t", &[s], at, None)
+                    .await
+                    .unwrap()
+            }
+        };
+        rec("b", route(&["r1", "r2", "b"]), now - 5000).await;
+        rec("c", route(&["r1", "r3", "c"]), now - 5000).await;
+        rec("d", route(&["r7", "d"]), now - 5000).await;
+        for i in 0..3 {
+            rec("b", Sample::rtt_ms(40.0), now - 4000 + i).await;
+            rec("b", Sample::capacity_bps(1e9, 1e7), now - 4000 + i).await;
+        }
+        let a = service.advice("c").await.unwrap();
+        assert_eq!(a.aggregated_from.as_deref(), Some("b"), "{}", db.name);
+        assert!(
+            a.aggregated_by
+                .as_deref()
+                .is_some_and(|g| g.contains("shared-r1")),
+            "{:?}",
+            a.aggregated_by
+        );
+        // d shares no router with b: no advice to borrow.
+        assert!(service.advice("d").await.is_err(), "{}", db.name);
+    }
+}
