@@ -19,10 +19,11 @@ need=()
 # Python client and its tests; postgresql the advisor's store tests on
 # PostgreSQL (scripts/pg-test.sh starts a throwaway cluster; runuser runs it
 # as the postgres user); rsync the reference of the awkward-tree round trip
-# (crates/tern/tests/awkward.rs compares tern's copies with rsync -a's).
+# (crates/tern/tests/awkward.rs compares tern's copies with rsync -a's);
+# chromium the dashboard's tests in a real (headless) browser.
 for tool in mount:util-linux kill:procps cmp:diffutils ip:iproute2 iperf3:iperf3 ping:iputils-ping gcc:gcc \
     ssh:openssh-client ssh-keygen:openssh-client python3:python3 runuser:util-linux \
-    rsync:rsync; do
+    rsync:rsync chromium:chromium; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
@@ -38,3 +39,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# The dashboard's browser tests drive the system Chromium through Playwright
+# (no browser download: they point it at /usr/bin/chromium), and /metrics is
+# checked with the Prometheus project's own parser.
+python3 -c 'import playwright, prometheus_client' >/dev/null 2>&1 ||
+  python3 -m pip install --quiet --break-system-packages playwright prometheus_client 2>/dev/null ||
+  python3 -m pip install --quiet playwright prometheus_client

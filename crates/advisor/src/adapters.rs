@@ -218,10 +218,11 @@ impl Probe for UdpTraceRoute {
                     })
                 })
                 .collect();
+            let signature = r.signature();
             Ok(vec![
-                Sample::new(Kind::Route, r.hops.len() as f64)
+                Sample::new(Kind::Route, signature.len().max(1) as f64)
                     .with("hops", hops)
-                    .with("signature", r.signature())
+                    .with("signature", signature)
                     .with("reached", r.reached)
                     .with("method", r.method),
             ])

@@ -52,6 +52,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/meshes"),
     ("PUT", "/api/v1/meshes/{name}"),
     ("DELETE", "/api/v1/meshes/{name}"),
+    ("GET", "/api/v1/latest"),
 ];
 
 /// The OpenAPI 3 document of this API.
@@ -169,6 +170,7 @@ pub fn router(service: Service) -> Router {
         .route(ROUTES[12].1, get(groups))
         .route(ROUTES[13].1, get(meshes))
         .route(ROUTES[14].1, put(put_mesh).delete(delete_mesh))
+        .route(ROUTES[16].1, get(latest))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -193,7 +195,18 @@ pub async fn serve(
     service: Service,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let app = router(service).into_make_service_with_connect_info::<SocketAddr>();
+    serve_router(listener, router(service), shutdown).await
+}
+
+/// Serves `app` (the API's router, perhaps merged with others) on
+/// `listener` until `shutdown` completes, telling handlers the caller's
+/// address.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -344,6 +357,10 @@ async fn routes(State(s): State<Service>, q: QueryResult<RoutesQuery>) -> ApiRes
     let q = query(q)?;
     let routes = s.routes(q.from.as_deref(), q.to.as_deref()).await?;
     Ok(Json(serde_json::json!({ "routes": routes })).into_response())
+}
+
+async fn latest(State(s): State<Service>) -> ApiResult<Response> {
+    Ok(Json(serde_json::json!({ "latest": s.latest().await? })).into_response())
 }
 
 async fn groups(State(s): State<Service>) -> ApiResult<Response> {

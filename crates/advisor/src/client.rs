@@ -13,9 +13,8 @@ use serde::de::DeserializeOwned;
 
 use crate::Error;
 use crate::advice::Advice;
-use crate::model::{Measurement, Target};
+use crate::model::{Measurement, ReportOutcome, Target, TargetRequest};
 use crate::report::TransferReport;
-use crate::service::{ReportOutcome, TargetRequest};
 
 /// Where the advisor listens unless told: loopback, tern's port + 1.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:4748";

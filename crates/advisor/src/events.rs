@@ -87,6 +87,20 @@ pub struct Found {
     pub shifted: Vec<Kind>,
 }
 
+impl Found {
+    /// The events found, by kind.
+    pub fn kinds(&self) -> Vec<EventKind> {
+        let mut k = Vec::new();
+        if self.route_changed {
+            k.push(EventKind::RouteChange);
+        }
+        if !self.shifted.is_empty() {
+            k.push(EventKind::LevelShift);
+        }
+        k
+    }
+}
+
 /// Looks for events after `samples` of this site's path to `host` were
 /// stored, and stores what it finds.
 pub async fn after_record(store: &Store, host: &str, samples: &[Sample]) -> Result<Found, Error> {

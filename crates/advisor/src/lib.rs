@@ -19,6 +19,7 @@
 pub mod adapters;
 pub mod advice;
 pub mod aggregate;
+pub mod alerts;
 pub mod api;
 pub mod client;
 pub mod error;

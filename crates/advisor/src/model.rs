@@ -412,6 +412,34 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// A target as the API takes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetRequest {
+    /// Host name or address.
+    pub host: String,
+    /// Port probes connect to [default: 4747].
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Seconds between measurements [default: the advisor's].
+    #[serde(default)]
+    pub interval_s: Option<u64>,
+    /// The bottleneck group it shares with other targets [default: none].
+    #[serde(default)]
+    pub group: Option<String>,
+}
+
+/// What `POST /api/v1/report` answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportOutcome {
+    /// The target the report was filed under.
+    pub host: String,
+    /// Measurements stored.
+    pub stored: usize,
+    /// Parts left out, and why.
+    pub ignored: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -32,6 +31,9 @@ use crate::aggregate::AggregationPolicy;
 use crate::model::{Origin, Target, now_ms};
 use crate::probe::{Concurrency, Grant, Probe, ProbeTarget};
 use crate::store::Store;
+
+mod planner;
+pub use planner::{Planner, SLIP, slipped};
 
 /// Why a probe may not start now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,119 +138,6 @@ impl Admission {
 
 /// A (target, probe) pair's place in the plan; times are since the
 /// scheduler started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Slot {
-    next: Duration,
-    last_run: Option<Duration>,
-    running: bool,
-}
-
-/// Due times per (target, probe). Pure: the caller passes the time.
-#[derive(Debug, Default)]
-pub struct Planner {
-    slots: HashMap<(String, usize), Slot>,
-}
-
-impl Planner {
-    /// Makes sure a pair has a slot; a new one is due after a random part
-    /// of `jitter`.
-    pub fn ensure(
-        &mut self,
-        host: &str,
-        probe: usize,
-        now: Duration,
-        jitter: Duration,
-        rng: &mut impl Rng,
-    ) {
-        self.slots
-            .entry((host.to_string(), probe))
-            .or_insert_with(|| {
-                let max = jitter.as_millis() as u64;
-                let delay = if max == 0 { 0 } else { rng.gen_range(0..=max) };
-                Slot {
-                    next: now + Duration::from_millis(delay),
-                    last_run: None,
-                    running: false,
-                }
-            });
-    }
-
-    /// Forgets the pairs of targets that are gone.
-    pub fn retain_hosts(&mut self, keep: impl Fn(&str) -> bool) {
-        self.slots.retain(|(h, _), _| keep(h));
-    }
-
-    /// Pairs due at `now`, earliest first.
-    pub fn due(&self, now: Duration) -> Vec<(String, usize)> {
-        let mut due: Vec<_> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| !s.running && s.next <= now)
-            .map(|(k, s)| (s.next, k.clone()))
-            .collect();
-        due.sort();
-        due.into_iter().map(|(_, k)| k).collect()
-    }
-
-    /// The earliest due time of a pair not running.
-    pub fn next_due(&self) -> Option<Duration> {
-        self.slots
-            .values()
-            .filter(|s| !s.running)
-            .map(|s| s.next)
-            .min()
-    }
-
-    /// A pair started.
-    pub fn started(&mut self, host: &str, probe: usize) {
-        if let Some(s) = self.slots.get_mut(&(host.to_string(), probe)) {
-            s.running = true;
-        }
-    }
-
-    /// A pair ran (successfully or not) and is due again after `interval`.
-    pub fn ran(&mut self, host: &str, probe: usize, now: Duration, interval: Duration) {
-        if let Some(s) = self.slots.get_mut(&(host.to_string(), probe)) {
-            s.running = false;
-            s.last_run = Some(now);
-            s.next = now + interval;
-        }
-    }
-
-    /// A pair is put off for `interval` without running.
-    pub fn postpone(&mut self, host: &str, probe: usize, now: Duration, interval: Duration) {
-        if let Some(s) = self.slots.get_mut(&(host.to_string(), probe)) {
-            s.next = now + interval;
-        }
-    }
-
-    /// Every pair of `host` not running is due at `now` (its route
-    /// changed: what was measured before may no longer hold).
-    pub fn due_now(&mut self, host: &str, now: Duration) {
-        for ((h, _), s) in self.slots.iter_mut() {
-            if h == host && !s.running {
-                s.next = s.next.min(now);
-            }
-        }
-    }
-
-    /// When a pair last ran.
-    pub fn last_run(&self, host: &str, probe: usize) -> Option<Duration> {
-        self.slots
-            .get(&(host.to_string(), probe))
-            .and_then(|s| s.last_run)
-    }
-}
-
-/// Runs after the first come every interval, give or take this share of
-/// it at random, so targets added together drift apart.
-pub const SLIP: f64 = 0.1;
-
-/// `interval`, moved by up to ±[`SLIP`] of itself.
-pub fn slipped(interval: Duration, rng: &mut impl Rng) -> Duration {
-    interval.mul_f64(1.0 + rng.gen_range(-SLIP..=SLIP))
-}
-
 /// How the scheduler runs probes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SchedulerOptions {
@@ -388,6 +277,8 @@ pub struct Scheduler {
     shared: Arc<Mutex<Shared>>,
     /// Wakes the loop when targets changed.
     wake: Arc<Notify>,
+    /// Checked after every stored run.
+    alerts: Option<crate::alerts::Alerts>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -447,6 +338,17 @@ impl Scheduler {
         opts: SchedulerOptions,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Scheduler {
+        Self::spawn_with_alerts(store, probes, opts, None, shutdown)
+    }
+
+    /// As [`Scheduler::spawn`], checking `alerts` after every stored run.
+    pub fn spawn_with_alerts(
+        store: Store,
+        probes: Vec<Arc<dyn Probe>>,
+        opts: SchedulerOptions,
+        alerts: Option<crate::alerts::Alerts>,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Scheduler {
         let infos = probes
             .iter()
             .map(|p| ProbeInfo {
@@ -461,6 +363,7 @@ impl Scheduler {
                 running_since: HashMap::new(),
             })),
             wake: Arc::new(Notify::new()),
+            alerts,
         };
         let looped = scheduler.clone();
         tokio::spawn(async move { looped.run(store, probes, opts, shutdown).await });
@@ -709,6 +612,7 @@ impl Scheduler {
                     ),
                 );
             let (probe, view, store) = (probe.clone(), view.clone(), store.clone());
+            let alerts = self.alerts.clone();
             let handle = tasks.spawn(async move {
                 let mut route_changed = false;
                 let outcome = match probe.run(&view, Grant { load_bps: load }).await {
@@ -725,9 +629,21 @@ impl Scheduler {
                             .await
                             .map_err(|e| format!("storing: {e}"));
                         if stored.is_ok() {
-                            match crate::events::after_record(&store, &view.host, &samples).await {
-                                Ok(found) => route_changed = found.route_changed,
-                                Err(e) => tracing::warn!("events of {}: {e}", view.host),
+                            let found = crate::events::after_record(&store, &view.host, &samples)
+                                .await
+                                .unwrap_or_else(|e| {
+                                    tracing::warn!("events of {}: {e}", view.host);
+                                    Default::default()
+                                });
+                            route_changed = found.route_changed;
+                            if let Some(alerts) = &alerts {
+                                let kinds: Vec<_> = samples.iter().map(|s| s.kind).collect();
+                                let events = found.kinds();
+                                let checked =
+                                    alerts.after_record(&store, &view.host, &kinds, &events);
+                                if let Err(e) = checked.await {
+                                    tracing::warn!("alerts of {}: {e}", view.host);
+                                }
                             }
                         }
                         stored

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tern_drs::HostCaps;
 use tokio::sync::mpsc;
 
 use crate::Error;
+pub use crate::model::{ReportOutcome, TargetRequest};
 
 mod mesh;
 use crate::adapters::UdpTrainCapacity;
@@ -59,6 +59,8 @@ pub struct AdvisorOptions {
     pub site: String,
     /// A mesh definition (JSON) to store in the archive at start.
     pub mesh_file: Option<PathBuf>,
+    /// Alert rules and their webhook (JSON, see [`crate::alerts`]).
+    pub alerts_file: Option<PathBuf>,
 }
 
 impl AdvisorOptions {
@@ -76,36 +78,9 @@ impl AdvisorOptions {
             body_limit: 64 << 10,
             site: String::new(),
             mesh_file: None,
+            alerts_file: None,
         }
     }
-}
-
-/// A target as the API takes it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TargetRequest {
-    /// Host name or address.
-    pub host: String,
-    /// Port probes connect to [default: 4747].
-    #[serde(default)]
-    pub port: Option<u16>,
-    /// Seconds between measurements [default: the advisor's].
-    #[serde(default)]
-    pub interval_s: Option<u64>,
-    /// The bottleneck group it shares with other targets [default: none].
-    #[serde(default)]
-    pub group: Option<String>,
-}
-
-/// What `POST /api/v1/report` answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReportOutcome {
-    /// The target the report was filed under.
-    pub host: String,
-    /// Measurements stored.
-    pub stored: usize,
-    /// Parts left out, and why.
-    pub ignored: Vec<String>,
 }
 
 /// The operations behind the API.
@@ -599,11 +574,30 @@ impl Advisor {
                 let _ = rx.recv().await;
             }
         };
+        let alerts = match &opts.alerts_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::Config(format!("reading the alert rules {}: {e}", path.display()))
+                })?;
+                let config = crate::alerts::AlertConfig::parse(&text)
+                    .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+                Some(crate::alerts::Alerts::new(config))
+            }
+            None => None,
+        };
+        if let Some(alerts) = alerts.clone() {
+            tokio::spawn(crate::alerts::watch_silence(
+                alerts,
+                store.clone(),
+                until_stop(&stop_tx),
+            ));
+        }
         if opts.probes_enabled && !probes.is_empty() {
-            service.scheduler = Some(Scheduler::spawn(
+            service.scheduler = Some(Scheduler::spawn_with_alerts(
                 store,
                 probes,
                 opts.scheduler,
+                alerts,
                 until_stop(&stop_tx),
             ));
         }

@@ -180,7 +180,8 @@ impl Route {
     ///
     /// Hops that never answered at the end (a silent destination, or the
     /// run that ended the trace) are left out: they are not gaps, and how
-    /// many of them were probed depends on timing. Alternates are left out
+    /// many of them were probed depends on timing; so are silent hops just
+    /// before a destination that answered (see below). Alternates are left out
     /// too, so a hop behind per-flow ECMP may change its address from one
     /// trace to the next without the route changing.
     pub fn signature(&self) -> Vec<String> {
@@ -189,10 +190,22 @@ impl Route {
             .iter()
             .rposition(|h| h.addr.is_some())
             .map_or(0, |i| i + 1);
-        self.hops[..answered]
+        let mut sig: Vec<String> = self.hops[..answered]
             .iter()
             .map(|h| h.addr.map_or_else(|| "*".to_string(), |a| a.to_string()))
-            .collect()
+            .collect();
+        // Silent hops just before the destination were most likely the
+        // destination itself, its ICMP rate limit spent (Linux answers 6 at
+        // once, then one a second): kept, they would differ from run to run
+        // and look like route changes.
+        if self.reached && sig.len() > 1 {
+            let last = sig.pop().expect("more than one");
+            while sig.last().is_some_and(|h| h == "*") {
+                sig.pop();
+            }
+            sig.push(last);
+        }
+        sig
     }
 }
 

@@ -1,5 +1,6 @@
 //! The advisor run by the binary (`tern serve --http`, `tern advisor`):
-//! its probes, its archive and its HTTP API.
+//! its probes, its archive, and its HTTP listener, which serves the API,
+//! the dashboard and `/metrics`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -8,6 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tern_advisor::{Advisor, EngineSweep, EngineThroughput, Probe};
+use tern_dashboard::Dashboard;
+use tern_engine::server::LiveSessions;
 
 use crate::addr::http_addr;
 use crate::cli::AdvisorArgs;
@@ -47,11 +50,14 @@ pub struct Running {
     pub addr: SocketAddr,
 }
 
-/// Starts the advisor and its API on `http`; both stop with `stop`.
+/// Starts the advisor and its HTTP listener on `http` (the API, the
+/// dashboard and `/metrics`, with the daemon's sessions when `live` is
+/// given); both stop with `stop`.
 pub async fn start(
     args: &AdvisorArgs,
     http: &str,
     state_dir: &Path,
+    live: Option<Arc<LiveSessions>>,
     stop: Stop,
 ) -> Result<Running> {
     let want = http_addr(http).map_err(usage)?;
@@ -68,8 +74,13 @@ pub async fn start(
     )
     .await?;
     let service = advisor.service().clone();
+    let dashboard = Dashboard {
+        advisor: Some(service.clone()),
+        live,
+    };
+    let app = tern_advisor::api::router(service).merge(dashboard.router());
     tokio::spawn(async move {
-        if let Err(e) = tern_advisor::api::serve(listener, service, stopped(stop)).await {
+        if let Err(e) = tern_advisor::api::serve_router(listener, app, stopped(stop)).await {
             tracing::error!("advisor API stopped: {e}");
         }
     });

@@ -583,6 +583,13 @@ pub struct AdvisorArgs {
     /// that share a group with its --site.
     #[arg(long, value_name = "FILE")]
     pub mesh: Option<PathBuf>,
+    /// Alert rules and the webhook they POST to (JSON: webhook, and rules
+    /// with a name, an optional target and one trigger: kind with
+    /// below_share, above or jump_share; event; or no_data_intervals; see
+    /// docs/DASHBOARD.md). A firing rule is an event on the dashboard and
+    /// a POST, retried with backoff.
+    #[arg(long, value_name = "FILE")]
+    pub alerts: Option<PathBuf>,
     /// Seconds between active measurements of a target that does not say.
     #[arg(long, default_value_t = 21_600, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=31_622_400))]
     pub probe_interval: u64,

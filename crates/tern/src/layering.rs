@@ -22,6 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["ssh_session", "consult", "advisor"],
     &["options", "retry"],
     &["ssh", "console"],
+    &["cli::probe"],
     &["cli"],
     &["exit", "addr", "advice", "report", "path_memory"],
     &["report::paths"],

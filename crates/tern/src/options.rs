@@ -435,6 +435,7 @@ pub fn advisor_options(args: &AdvisorArgs, state_dir: &Path) -> AdvisorOptions {
     let mut o = AdvisorOptions::new(db);
     o.targets_file = args.targets.clone();
     o.mesh_file = args.mesh.clone();
+    o.alerts_file = args.alerts.clone();
     o.site = args.site.clone().unwrap_or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())

@@ -900,6 +900,8 @@ fn the_binary_runs_the_capacity_throughput_and_sweep_probes() {
         [
             ("rtt_tcp_connect", "light"),
             ("capacity_udp_train", "light"),
+            ("loss_udp_echo", "light"),
+            ("route_udp", "light"),
             ("throughput_tern_perf", "exclusive_per_path"),
             ("sweep_tern_perf", "exclusive_per_path")
         ],

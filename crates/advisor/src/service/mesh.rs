@@ -182,6 +182,11 @@ impl Service {
         })
     }
 
+    /// The newest measurement of every (site, target, kind).
+    pub async fn latest(&self) -> Result<Vec<Measurement>, Error> {
+        self.store.latest().await
+    }
+
     /// Every (site, target, kind) with measurements.
     pub async fn pairs(&self) -> Result<Vec<PairSeries>, Error> {
         self.store.pairs().await

@@ -21,6 +21,8 @@ pub enum EventKind {
     /// A series moved to another level and stayed there (a drop in
     /// capacity or throughput, a rise in RTT or loss).
     LevelShift,
+    /// An alert rule fired ([`crate::alerts`]).
+    Alert,
 }
 
 impl EventKind {
@@ -29,6 +31,7 @@ impl EventKind {
         match self {
             EventKind::RouteChange => "route_change",
             EventKind::LevelShift => "level_shift",
+            EventKind::Alert => "alert",
         }
     }
 
@@ -36,6 +39,7 @@ impl EventKind {
         match s {
             "route_change" => Ok(EventKind::RouteChange),
             "level_shift" => Ok(EventKind::LevelShift),
+            "alert" => Ok(EventKind::Alert),
             _ => Err(Error::Store(format!("unknown event '{s}' in store"))),
         }
     }
@@ -220,6 +224,27 @@ impl Store {
             })
         })
         .collect()
+    }
+
+    /// The newest measurement of every (site, target, kind).
+    pub async fn latest(&self) -> Result<Vec<Measurement>, Error> {
+        let sql = format!(
+            "SELECT {MEASUREMENT_COLUMNS} FROM measurements m
+             WHERE at_ms = (SELECT MAX(at_ms) FROM measurements n WHERE n.kind = m.kind
+                 AND n.from_site = m.from_site AND n.host = m.host)
+             ORDER BY from_site, host, kind"
+        );
+        let rows: Vec<Measurement> = sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(measurement_of)
+            .collect::<Result<_, _>>()?;
+        let mut seen = std::collections::HashSet::new();
+        Ok(rows
+            .into_iter()
+            .filter(|m| seen.insert((m.from.clone(), m.host.clone(), m.kind)))
+            .collect())
     }
 
     /// The newest route measurement of every (site, target) pair.

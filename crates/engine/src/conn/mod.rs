@@ -13,15 +13,14 @@
 //!   the addresses a daemon names and the path each data stream takes;
 //! - [`client`], [`server`] (with its admission limits, data joins and
 //!   roles), [`once`] (with the one-session gate): the three ends that
-//!   open sessions; [`observe`]: what a daemon tells its
-//!   owner about each finished session.
+//!   open sessions; `server::observe`: what a daemon tells its owner
+//!   about its sessions (each finished one, the running ones).
 
 pub mod authz;
 pub mod client;
 mod gate;
 pub mod known_hosts;
 pub mod net;
-pub mod observe;
 pub mod once;
 pub mod open;
 pub mod paths;

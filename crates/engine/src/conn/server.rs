@@ -54,15 +54,16 @@ use crate::{Error, Result};
 use tern_drs::WindowMode;
 use tern_session::open::{CongestionPolicy, ServerEvent, ServerOpen, ServerPolicy, SessionRequest};
 
-pub use crate::conn::observe::{SessionDone, SessionHook};
+pub mod observe;
 pub use limits::{
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_JOIN_TIMEOUT, DEFAULT_MAX_HANDSHAKES,
     DEFAULT_MAX_HANDSHAKES_PER_ADDRESS, DEFAULT_MAX_SESSIONS_PER_ADDRESS, Limit, Refusals,
     raise_open_file_limit,
 };
+pub use observe::{LiveGuard, LiveSession, LiveSessions, SessionDone, SessionHook};
 
 mod join;
-mod limits;
+pub(crate) mod limits;
 mod role;
 
 use role::{Role, prepare_role};
@@ -107,6 +108,8 @@ pub struct ServerOptions {
     pub site: Option<SiteAuth>,
     /// Told about every completed session (the advisor's discovery feed).
     pub on_session_done: Option<SessionHook>,
+    /// Keeps the running sessions and counts of all (a live view, metrics).
+    pub live: Option<Arc<LiveSessions>>,
     /// Apply set-user-ID, set-group-ID and sticky bits that clients send
     /// (`--allow-special-bits`), and send those of served files; without
     /// it they are dropped both ways.
@@ -152,6 +155,7 @@ impl ServerOptions {
             stream_script: Vec::new(),
             site: None,
             on_session_done: None,
+            live: None,
             allow_special_bits: false,
             advertise: Advertise::default(),
         }
@@ -191,19 +195,23 @@ impl Context {
         opts: ServerOptions,
         once: Option<Arc<Gate>>,
     ) -> Result<Arc<Context>> {
+        let limiter = Limiter::new(limits::Caps {
+            handshakes: opts.max_handshakes,
+            handshakes_per_address: opts.max_handshakes_per_address,
+            sessions_per_address: opts.max_sessions_per_address,
+            entitled_per_address: limits::ENTITLED_PER_ADDRESS,
+            handshake_timeout: opts.handshake_timeout,
+        });
+        if let Some(live) = &opts.live {
+            live.watch_limits(limiter.clone());
+        }
         Ok(Arc::new(Context {
             root,
             acceptor: TlsAcceptor::from(
                 identity.server_config(opts.site.as_ref().map(|s| s.client_roots.clone()))?,
             ),
             sessions: Semaphore::new(opts.max_sessions),
-            limiter: Limiter::new(limits::Caps {
-                handshakes: opts.max_handshakes,
-                handshakes_per_address: opts.max_handshakes_per_address,
-                sessions_per_address: opts.max_sessions_per_address,
-                entitled_per_address: limits::ENTITLED_PER_ADDRESS,
-                handshake_timeout: opts.handshake_timeout,
-            }),
+            limiter,
             pending: Mutex::new(HashMap::new()),
             opts,
             once,
@@ -669,10 +677,18 @@ async fn run_control(
     params.tuning.other_paths = paths.len() as u16;
     let started = Instant::now();
     let sent = matches!(role, Role::Send(..));
-    let result = run_role(ctx, role, control, streams, supply, params).await;
+    let progress = Arc::new(Progress::default());
+    let live = ctx.opts.live.as_ref().map(|l| {
+        let count = u16::try_from(streams.len()).unwrap_or(u16::MAX);
+        l.begin(peer, sent, count, progress.clone())
+    });
+    let result = run_role(ctx, role, control, streams, supply, params, progress).await;
     ctx.pending.lock().expect("pending").remove(&token);
     late_joins.abort();
     let stats = result?;
+    if let Some(live) = live {
+        live.completed(&stats);
+    }
     if let Some(claim) = claim {
         claim.succeeded();
     }
@@ -714,8 +730,8 @@ async fn run_role(
     streams: Vec<Joined>,
     supply: StreamSupply,
     mut params: TransferParams,
+    progress: Arc<Progress>,
 ) -> Result<transfer::TransferStats> {
-    let progress = Arc::new(Progress::default());
     match role {
         Role::Send(source, deadline) => {
             params.deadline = deadline.map(|d| Instant::now() + d);

@@ -360,6 +360,21 @@ fn the_signature_keeps_gaps_but_not_a_silent_end() {
             .is_empty()
     );
     assert!(route(vec![]).signature().is_empty());
+    // Reached after silent hops: the destination's ICMP rate limit, not
+    // routers; left out, or every trace would differ.
+    let mut reached = route(vec![
+        router_hop(1),
+        silent_hop(2),
+        router_hop(3),
+        silent_hop(4),
+        silent_hop(5),
+        dest_hop(6),
+    ]);
+    reached.reached = true;
+    assert_eq!(
+        reached.signature(),
+        vec!["192.0.2.1", "*", "192.0.2.1", "198.51.100.7"]
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ pub async fn run(args: AdvisorCmdArgs) -> Result<()> {
     let state_dir = host::state_dir(args.state_dir.as_deref())?;
     let stop = signals::stop_on_signal();
     let running =
-        crate::advisor::start(&args.advisor, &args.http, &state_dir, stop.clone()).await?;
+        crate::advisor::start(&args.advisor, &args.http, &state_dir, None, stop.clone()).await?;
     let store = running.advisor.service().store().location().to_string();
     Console::for_advisor(&args).banner(
         serde_json::json!({"http": running.addr.to_string(), "db": store}),

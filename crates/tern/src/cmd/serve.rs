@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use tern_engine::authz::Authz;
 use tern_engine::client::Endpoint;
 use tern_engine::once::{OnceOptions, OnceServer};
-use tern_engine::server::{SiteAuth, serve};
+use tern_engine::server::{LiveSessions, SiteAuth, serve};
 use tern_engine::tls::{ServerIdentity, load_roots};
 
 use crate::addr::{http_addr, listen_addr};
@@ -43,10 +43,18 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .map_err(|e| tern_engine::Error::io("listen", listen, e))?;
     let bound = listener.local_addr()?;
     let stop = signals::stop_on_signal();
+    let live = Arc::new(LiveSessions::default());
     let advisor = match &args.http {
-        Some(http) => {
-            Some(crate::advisor::start(&args.advisor, http, &state_dir, stop.clone()).await?)
-        }
+        Some(http) => Some(
+            crate::advisor::start(
+                &args.advisor,
+                http,
+                &state_dir,
+                Some(live.clone()),
+                stop.clone(),
+            )
+            .await?,
+        ),
         None => None,
     };
     let site_rules = site.as_ref().map(|s| s.authz.len());
@@ -67,6 +75,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         responder::start_responder(bound).await
     };
     opts.on_session_done = advisor.as_ref().map(|a| a.advisor.session_hook());
+    opts.live = Some(live);
     serve(listener, &identity, opts, stopped(stop)).await?;
     tracing::info!("stopped");
     Ok(())

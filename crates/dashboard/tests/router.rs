@@ -1,0 +1,106 @@
+//! The dashboard's routes through the router, no sockets: the page and
+//! its embedded files, `/metrics` of a daemon and its content type, and
+//! the live view with and without a daemon.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use tern_dashboard::Dashboard;
+use tern_engine::server::LiveSessions;
+use tern_engine::transfer::Progress;
+use tower::ServiceExt;
+
+async fn get(d: &Dashboard, path: &str) -> (StatusCode, String, Vec<u8>) {
+    let resp = d
+        .clone()
+        .router()
+        .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let ctype = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    (status, ctype, body)
+}
+
+#[tokio::test]
+async fn the_page_and_every_file_it_names_are_served_from_the_binary() {
+    let d = Dashboard::default();
+    let (status, ctype, page) = get(&d, "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(ctype.starts_with("text/html"), "{ctype}");
+    let page = String::from_utf8(page).unwrap();
+    // Every asset the page loads is embedded, nothing points off the host.
+    for needle in ["src=\"/assets/", "href=\"/assets/"] {
+        for (i, _) in page.match_indices(needle) {
+            let rest = &page[i + needle.len() - "/assets/".len()..];
+            let path = &rest[..rest.find('"').unwrap()];
+            let (status, _, body) = get(&d, path).await;
+            assert_eq!(status, StatusCode::OK, "{path}");
+            assert!(!body.is_empty(), "{path}");
+        }
+    }
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "nothing fetched from elsewhere"
+    );
+    let (status, ctype, _) = get(&d, "/assets/vendor/uPlot.iife.min.js").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(ctype.starts_with("text/javascript"));
+    let (status, _, _) = get(&d, "/assets/../Cargo.toml").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = get(&d, "/assets/nothing.js").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn metrics_and_the_live_view_follow_the_daemons_sessions() {
+    let live = Arc::new(LiveSessions::default());
+    let d = Dashboard {
+        advisor: None,
+        live: Some(live.clone()),
+    };
+    let progress = Arc::new(Progress::default());
+    progress
+        .bytes
+        .store(4096, std::sync::atomic::Ordering::Relaxed);
+    let peer: SocketAddr = "192.0.2.7:50000".parse().unwrap();
+    let guard = live.begin(peer, false, 4, progress);
+    let (status, ctype, body) = get(&d, "/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+    let text = String::from_utf8(body).unwrap();
+    assert!(text.contains("tern_sessions_active 1\n"), "{text}");
+    assert!(text.contains("tern_streams_active 4\n"), "{text}");
+    assert!(text.contains("tern_transfers_started_total 1\n"), "{text}");
+    assert!(
+        !text.contains("192.0.2.7"),
+        "no peer addresses as labels: {text}"
+    );
+    let (_, _, body) = get(&d, "/api/v1/live").await;
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["sessions"][0]["bytes"], 4096);
+    assert_eq!(v["sessions"][0]["direction"], "receive");
+    // Dropped without completing: a failed session, gone from the list.
+    drop(guard);
+    let (_, _, body) = get(&d, "/metrics").await;
+    let text = String::from_utf8(body).unwrap();
+    assert!(text.contains("tern_transfers_failed_total 1\n"), "{text}");
+    assert!(text.contains("tern_sessions_active 0\n"), "{text}");
+    let (_, _, body) = get(&Dashboard::default(), "/api/v1/live").await;
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["daemon"], false);
+}
