@@ -311,4 +311,51 @@ mod tests {
         let bare = Snapshot::default().encode();
         assert!(!bare.contains("tern_"), "{bare}");
     }
+
+    #[test]
+    fn every_family_the_grafana_dashboard_queries_is_exported() {
+        let all = [
+            Kind::Rtt,
+            Kind::Capacity,
+            Kind::Throughput,
+            Kind::Loss,
+            Kind::LossReverse,
+            Kind::Jitter,
+            Kind::JitterReverse,
+            Kind::Route,
+        ];
+        let text = Snapshot {
+            daemon: Some(DaemonCounts {
+                refused: vec![("handshakes", 0)],
+                ..DaemonCounts::default()
+            }),
+            probes: Some(ProbeCounts::default()),
+            latest: all.iter().map(|&k| m(k, 1.0)).collect(),
+        }
+        .encode();
+        let grafana = include_str!("../../../docs/grafana/tern-dashboard.json");
+        let dashboard: serde_json::Value = serde_json::from_str(grafana).unwrap();
+        let mut queried = Vec::new();
+        for panel in dashboard["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"].as_str().unwrap();
+                for (i, _) in expr.match_indices("tern_") {
+                    let name: String = expr[i..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    queried.push(name);
+                }
+            }
+        }
+        assert!(queried.len() >= 15, "{queried:?}");
+        for name in queried {
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(&format!("{name} "))
+                        || l.starts_with(&format!("{name}{{"))),
+                "Grafana queries {name}, which /metrics does not export"
+            );
+        }
+    }
 }
