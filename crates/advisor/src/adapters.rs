@@ -136,6 +136,14 @@ impl Probe for UdpEchoLoss {
             let l = tern_probe::loss(target.addr()?, &self.options)
                 .await
                 .map_err(failed)?;
+            // A path that went away during the run leaves its last echoes
+            // unanswered; the losses before it would read as a healthy 0 %.
+            if u64::from(l.unresolved) * 10 > u64::from(l.sent) {
+                return Err(ProbeError::Failed(format!(
+                    "{} of {} echoes unanswered at the end of the run: the path went away during it",
+                    l.unresolved, l.sent
+                )));
+            }
             let direction = |kind, d: &tern_probe::DirectionLoss, way: &str| {
                 Sample::new(kind, d.loss_pct)
                     .with("direction", way)
@@ -144,6 +152,7 @@ impl Probe for UdpEchoLoss {
                     .with("reordered", d.reordered)
                     .with("duplicates", d.duplicates)
                     .with("pdv_p95_ms", d.pdv_p95_ms)
+                    .with("unresolved", l.unresolved)
                     .with("packet_bytes", l.packet_bytes)
                     .with("method", "udp_echo")
             };

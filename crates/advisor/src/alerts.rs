@@ -20,7 +20,7 @@
 //! `below_share` compares the newest value with the median of the ones
 //! before it (up to 9, at least 3): its baseline. [`Rule::holds`] is pure.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -124,12 +124,23 @@ impl Rule {
     /// Whether it holds for a series of `kind` whose values are `values`,
     /// oldest first; with the baseline it compared against.
     pub fn holds(&self, kind: Kind, values: &[f64]) -> Option<(f64, Option<f64>)> {
+        self.holds_against(kind, values, None)
+    }
+
+    /// As [`Rule::holds`], against `baseline` when given (the one it fired
+    /// against) rather than the median before the newest value.
+    pub fn holds_against(
+        &self,
+        kind: Kind,
+        values: &[f64],
+        baseline: Option<f64>,
+    ) -> Option<(f64, Option<f64>)> {
         if self.kind != Some(kind) {
             return None;
         }
         let (&newest, before) = values.split_last()?;
         let before = &before[before.len().saturating_sub(9)..];
-        let baseline = (before.len() >= MIN_BASELINE).then(|| median(before));
+        let baseline = baseline.or_else(|| (before.len() >= MIN_BASELINE).then(|| median(before)));
         let fires = match (self.below_share, self.above, self.jump_share, baseline) {
             (Some(share), _, _, Some(b)) => newest < share * b,
             (_, Some(level), _, _) => newest > level,
@@ -182,7 +193,10 @@ pub struct Notice {
 #[derive(Debug, Clone)]
 pub struct Alerts {
     config: Arc<AlertConfig>,
-    firing: Arc<Mutex<HashSet<(String, String, String)>>>,
+    /// What fires now, with the baseline it fired against: while it fires,
+    /// it is judged against that, not against a median its own values
+    /// have pulled down.
+    firing: Arc<Mutex<HashMap<Key, Option<f64>>>>,
 }
 
 /// Webhook tries, and the first wait between them (doubling).
@@ -230,7 +244,14 @@ impl Alerts {
                 .pair_series(&site, host, kind, 0, i64::MAX, 10)
                 .await?;
             let values: Vec<f64> = series.iter().map(|m| m.value).collect();
-            match rule.holds(kind, &values) {
+            let frozen = self
+                .firing
+                .lock()
+                .expect("alerts")
+                .get(&key(rule, host, kind.name()))
+                .copied()
+                .flatten();
+            match rule.holds_against(kind, &values, frozen) {
                 Some((value, baseline)) => {
                     let msg = format!(
                         "{}: {} {site} → {host} is {value:.4} {}{}",
@@ -294,11 +315,11 @@ impl Alerts {
         baseline: Option<f64>,
         message: String,
     ) -> Result<(), Error> {
-        if !self
+        if self
             .firing
             .lock()
             .expect("alerts")
-            .insert(key(rule, host, what))
+            .contains_key(&key(rule, host, what))
         {
             return Ok(());
         }
@@ -320,16 +341,22 @@ impl Alerts {
         store
             .record_event(host, kind, EventKind::Alert, notice.at_ms, &details)
             .await?;
+        // Firing once recorded: a store that failed leaves it to fire again.
+        self.firing
+            .lock()
+            .expect("alerts")
+            .insert(key(rule, host, what), baseline);
         self.post(notice);
         Ok(())
     }
 
     async fn resolve(&self, store: &Store, rule: &Rule, host: &str, what: &str) {
-        if !self
+        if self
             .firing
             .lock()
             .expect("alerts")
             .remove(&key(rule, host, what))
+            .is_none()
         {
             return;
         }
@@ -410,7 +437,10 @@ pub async fn watch_silence(
     }
 }
 
-fn key(rule: &Rule, host: &str, what: &str) -> (String, String, String) {
+/// What fires: a rule, a target, and the series or event.
+type Key = (String, String, String);
+
+fn key(rule: &Rule, host: &str, what: &str) -> Key {
     (rule.name.clone(), host.to_string(), what.to_string())
 }
 
@@ -447,6 +477,21 @@ mod tests {
         );
         let lossy = rule(r#"{"name": "lossy", "kind": "loss", "above": 1.0}"#);
         assert_eq!(lossy.holds(Kind::Loss, &[2.5]), Some((2.5, None)));
+        // Once fired, against the baseline it fired at: still 40 of 100.
+        let later = [40.0; 9].iter().copied().chain([41.0]).collect::<Vec<_>>();
+        assert_eq!(
+            slow.holds(Kind::Capacity, &later),
+            None,
+            "its own values pulled the median down"
+        );
+        assert!(
+            slow.holds_against(Kind::Capacity, &later, Some(100.0))
+                .is_some()
+        );
+        assert!(
+            slow.holds_against(Kind::Capacity, &[40.0, 95.0], Some(100.0))
+                .is_none()
+        );
         let jump = rule(r#"{"name": "j", "kind": "rtt", "jump_share": 0.2}"#);
         assert!(jump.holds(Kind::Rtt, &[10.0, 10.0, 10.0, 12.5]).is_some());
         assert!(jump.holds(Kind::Rtt, &[10.0, 10.0, 10.0, 11.5]).is_none());

@@ -132,15 +132,21 @@ pub async fn after_record(store: &Store, host: &str, samples: &[Sample]) -> Resu
         let Some(shift) = level_shift(kind, &values) else {
             continue;
         };
-        // Reported once: not again while the shift is still in the window.
+        // Reported once: not again while the same shift is in the window
+        // (a shift back, a recovery, is news).
+        let direction = if shift.after > shift.before {
+            "rise"
+        } else {
+            "drop"
+        };
         let window_start = recent.first().map_or(0, |m| m.at_ms);
         let last = store.last_event(host, kind, EventKind::LevelShift).await?;
-        if last.is_some_and(|e| e.at_ms >= window_start) {
+        if last.is_some_and(|e| e.at_ms >= window_start && e.details["direction"] == direction) {
             continue;
         }
         let details = json!({
             "before": shift.before, "after": shift.after, "unit": kind.unit(),
-            "direction": if shift.after > shift.before { "rise" } else { "drop" },
+            "direction": direction,
         });
         store
             .record_event(host, kind, EventKind::LevelShift, now, &details)

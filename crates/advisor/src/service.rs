@@ -90,6 +90,8 @@ pub struct Service {
     caps: Arc<HostCaps>,
     opts: Arc<AdvisorOptions>,
     scheduler: Option<Scheduler>,
+    /// Checked after every stored report too.
+    alerts: Option<crate::alerts::Alerts>,
     /// A daemon feeds this advisor its completed sessions.
     beside_daemon: Arc<AtomicBool>,
 }
@@ -129,6 +131,7 @@ impl Service {
             caps: Arc::new(caps),
             opts: Arc::new(opts),
             scheduler: None,
+            alerts: None,
             beside_daemon: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -409,11 +412,32 @@ impl Service {
         if existing.is_none() {
             self.changed();
         }
+        self.look_for_events(&host, &extracted.samples).await;
         Ok(ReportOutcome {
             host,
             stored,
             ignored: extracted.ignored,
         })
+    }
+
+    /// Events and alerts after a report's samples were stored: best
+    /// effort, the report is stored whatever they find.
+    async fn look_for_events(&self, host: &str, samples: &[crate::model::Sample]) {
+        let found = crate::events::after_record(&self.store, host, samples)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!("events of {host}: {e}");
+                Default::default()
+            });
+        if let Some(alerts) = &self.alerts {
+            let kinds: Vec<Kind> = samples.iter().map(|s| s.kind).collect();
+            if let Err(e) = alerts
+                .after_record(&self.store, host, &kinds, &found.kinds())
+                .await
+            {
+                tracing::warn!("alerts of {host}: {e}");
+            }
+        }
     }
 
     /// How busy the scheduler is (an idle status when probes are off).
@@ -543,6 +567,10 @@ impl Advisor {
         probes: Vec<Arc<dyn Probe>>,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<Advisor, Error> {
+        if !opts.site.is_empty() {
+            validate_host(&opts.site)
+                .map_err(|e| Error::Config(format!("--site {}: {e}", opts.site)))?;
+        }
         let store = Store::open(&opts.db, opts.store)
             .await?
             .with_site(&opts.site);
@@ -552,6 +580,14 @@ impl Advisor {
                 .map_err(|e| Error::Config(format!("reading the mesh {}: {e}", path.display())))?;
             let mesh = crate::mesh::Mesh::parse(&text)
                 .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+            if !mesh.hosts.iter().any(|h| h.name == opts.site) {
+                return Err(Error::Config(format!(
+                    "--site {} is not a host of mesh {} ({}): name this site as the mesh does",
+                    opts.site,
+                    mesh.name,
+                    path.display()
+                )));
+            }
             service.put_mesh(&mesh).await?;
             tracing::info!("advisor: mesh {} from {}", mesh.name, path.display());
         }
@@ -585,6 +621,7 @@ impl Advisor {
             }
             None => None,
         };
+        service.alerts = alerts.clone();
         if let Some(alerts) = alerts.clone() {
             tokio::spawn(crate::alerts::watch_silence(
                 alerts,

@@ -127,7 +127,9 @@ const MIGRATIONS: &[(i64, &[&str])] = &[
 
 /// Ranks target sources: a stronger source's settings win over a weaker
 /// one's when the same host comes from two places.
-const RANK: &str = "CASE %s WHEN 'config' THEN 0 WHEN 'api' THEN 1 WHEN 'mesh' THEN 1 ELSE 2 END";
+/// A mesh ranks below the API: a target someone added by hand keeps its
+/// settings when a mesh lists it too, and is not the mesh's to remove.
+const RANK: &str = "CASE %s WHEN 'config' THEN 0 WHEN 'api' THEN 1 WHEN 'mesh' THEN 2 ELSE 3 END";
 
 fn upsert_target_sql() -> String {
     let new = RANK.replace("%s", "excluded.source");

@@ -23,7 +23,7 @@ pub struct PathRoute {
 
 impl PathRoute {
     /// The routers on the way: not the target, not silent hops.
-    fn routers(&self) -> impl Iterator<Item = &str> {
+    pub fn routers(&self) -> impl Iterator<Item = &str> {
         let end = if self.reached {
             self.hops.len().saturating_sub(1)
         } else {

@@ -255,6 +255,26 @@ impl Collector for Snapshot {
             "Hops of a path's newest route.",
             &path_samples(l, Kind::Route, 1.0),
         )?;
+        let mut newest: std::collections::BTreeMap<(&str, &str), i64> = Default::default();
+        for m in l {
+            let at = newest
+                .entry((m.from.as_str(), m.host.as_str()))
+                .or_insert(m.at_ms);
+            *at = (*at).max(m.at_ms);
+        }
+        let stamps: Vec<(Labels, f64)> = newest
+            .into_iter()
+            .map(|((from, target), at)| {
+                let labels = vec![("from", from.to_string()), ("target", target.to_string())];
+                (labels, at as f64 / 1e3)
+            })
+            .collect();
+        gauges(
+            &mut e,
+            "tern_path_measured_timestamp_seconds",
+            "When a path was last measured (Unix time): the gauges above are that old.",
+            &stamps,
+        )?;
         Ok(())
     }
 }

@@ -111,6 +111,10 @@ pub struct Loss {
     pub sent: u32,
     /// Reply datagrams received.
     pub replies: u32,
+    /// Echoes after the last one answered: lost one way or the other, no
+    /// reply says which, so they are in neither direction's figures. Many
+    /// of them mean the path went away during the run.
+    pub unresolved: u32,
     /// IP packet size, bytes.
     pub packet_bytes: usize,
     /// Echoes per second asked for.
@@ -172,8 +176,19 @@ pub fn analyse(sent_ns: &[u64], replies: &[ReplyRecord]) -> Analysis {
             Some(_) => forward_dups += 1,
         }
     }
-    let best = first_reply.iter().flatten().max_by_key(|r| r.received);
-    let (window, counted) = best.map_or((0, 0), |b| (u64::from(b.seq) + 1, b.received));
+    // The responder's newest count, over every reply (a doubled echo's
+    // second reply is its newest); every echo up to the highest one
+    // answered had its fate decided by then, reordered ones included.
+    let counted = replies
+        .iter()
+        .filter(|r| (r.seq as usize) < sent_ns.len())
+        .map(|r| r.received)
+        .max()
+        .unwrap_or(0);
+    let window = first_reply
+        .iter()
+        .rposition(Option::is_some)
+        .map_or(0, |s| s as u64 + 1);
     let arrived_there = u64::from(counted).saturating_sub(forward_dups).min(window);
     let delivered_back = datagrams
         .saturating_sub(reverse_dups)
@@ -320,7 +335,6 @@ pub async fn loss(target: SocketAddr, opts: &LossOptions) -> Result<Loss> {
             });
         }
         tokio::select! {
-            biased;
             got = socket.async_io(Interest::READABLE, || sys::recv_timestamped(fd, &mut buf)) => {
                 let got = match got {
                     Ok(got) => got,
@@ -331,8 +345,11 @@ pub async fn loss(target: SocketAddr, opts: &LossOptions) -> Result<Loss> {
                 };
                 let here = since(Instant::now());
                 let Ok(reply) = Echo::decode(&buf[..got.len]) else { continue };
+                // A responder that answers more than twice per echo is
+                // not measured further.
                 if got.truncated || !reply.reply || reply.nonce != nonce
-                    || reply.seq as usize >= sent_ns.len() {
+                    || reply.seq as usize >= sent_ns.len()
+                    || records.len() >= 2 * opts.count as usize {
                     continue;
                 }
                 // Kernel times are on another clock: carry them onto this
@@ -386,6 +403,7 @@ pub async fn loss(target: SocketAddr, opts: &LossOptions) -> Result<Loss> {
         });
     }
     let mut a = analyse(&sent_ns, &records);
+    let unresolved = (sent_ns.len() as u64).saturating_sub(a.forward.packets) as u32;
     let headers = match target {
         SocketAddr::V4(_) => 28,
         SocketAddr::V6(_) => 48,
@@ -394,6 +412,7 @@ pub async fn loss(target: SocketAddr, opts: &LossOptions) -> Result<Loss> {
         target,
         sent: sent_ns.len() as u32,
         replies: records.len() as u32,
+        unresolved,
         packet_bytes: usize::from(opts.packet_size) + headers,
         rate_pps: opts.rate_pps,
         rtt_min_ms: a.rtts_ms.iter().copied().min_by(f64::total_cmp),
@@ -490,6 +509,38 @@ mod tests {
         assert_eq!((a.forward.duplicates, a.reverse.duplicates), (1, 1));
         assert_eq!((a.forward.lost, a.reverse.lost), (0, 0));
         assert_eq!((a.forward.packets, a.reverse.packets), (3, 4));
+    }
+
+    #[test]
+    fn a_doubled_last_echo_is_no_loss_and_reordering_does_not_hide_one() {
+        let r = |seq, received| ReplyRecord {
+            seq,
+            received,
+            offset_ns: 0,
+            arrival_ns: 0,
+        };
+        // 0..9 all arrive, 9 twice (counted 10 and 11), every reply back.
+        let mut doubled: Vec<_> = (0..10).map(|s| r(s, s + 1)).collect();
+        doubled.push(r(9, 11));
+        let a = analyse(&[0; 10], &doubled);
+        assert_eq!((a.forward.lost, a.forward.duplicates), (0, 1), "{a:?}");
+        assert_eq!((a.reverse.packets, a.reverse.lost), (11, 0), "{a:?}");
+        // 5 lost on the way there; 9 overtook 8 (counted 8th, 8 counted 9th).
+        let order = [
+            (0, 1),
+            (1, 2),
+            (2, 3),
+            (3, 4),
+            (4, 5),
+            (6, 6),
+            (7, 7),
+            (9, 8),
+            (8, 9),
+        ];
+        let reordered: Vec<_> = order.iter().map(|&(s, c)| r(s, c)).collect();
+        let a = analyse(&[0; 10], &reordered);
+        assert_eq!((a.forward.packets, a.forward.lost), (10, 1), "{a:?}");
+        assert_eq!(a.forward.reordered, 1);
     }
 
     #[test]

@@ -75,7 +75,7 @@ impl Default for ResponderConfig {
             max_trains_per_source: 4,
             train_timeout: Duration::from_secs(2),
             max_sources: 4096,
-            max_echo_sessions: 64,
+            max_echo_sessions: 4096,
             echo_idle: Duration::from_secs(10),
         }
     }
@@ -272,7 +272,10 @@ impl Responder {
             ResponderStats::bump(&self.stats.busy);
             return Vec::new();
         }
-        if !self.charge(now, source_of(from), u64::from(e.len)) {
+        // Echoes are small: charge their IP and UDP headers too, so a flood
+        // of tiny ones cannot make the responder send more than its limit.
+        let headers = if from.is_ipv6() { 48 } else { 28 };
+        if !self.charge(now, source_of(from), u64::from(e.len) + headers) {
             ResponderStats::bump(&self.stats.rate_limited);
             return Vec::new();
         }
@@ -788,7 +791,10 @@ mod tests {
         let answered = (0..20)
             .filter(|&seq| echo(&mut r, t0, addr(1, 7), 1, seq, 0).is_some())
             .count();
-        assert_eq!(answered, 10, "640 bytes of burst are ten 64-byte echoes");
-        assert_eq!(ResponderStats::get(&r.stats().rate_limited), 10);
+        assert_eq!(
+            answered, 6,
+            "640 bytes of burst are six 64-byte echoes with their 28 bytes of headers"
+        );
+        assert_eq!(ResponderStats::get(&r.stats().rate_limited), 14);
     }
 }

@@ -241,5 +241,6 @@ class Advisor:
         return self._call("PUT", "/api/v1/meshes/" + self._name(mesh.get("name")), mesh)
 
     def delete_mesh(self, name):
-        """Removes a mesh, and its hosts that no other mesh lists."""
+        """Removes a mesh; its hosts that no other mesh lists age like
+        discovered targets, and no measurement is deleted."""
         self._call("DELETE", "/api/v1/meshes/" + self._name(name))

@@ -100,7 +100,9 @@ impl Service {
             .collect()
     }
 
-    /// Removes a mesh, and its hosts that no other mesh lists.
+    /// Removes a mesh. Its hosts that no other mesh lists go back to
+    /// ageing like discovered targets; no measurement is deleted (in a
+    /// shared archive they are every site's).
     pub async fn delete_mesh(&self, name: &str) -> Result<(), Error> {
         validate_group(name)?;
         let gone = self
@@ -116,14 +118,7 @@ impl Service {
             .flat_map(|m| m.hosts.iter().map(|h| h.name.clone()))
             .collect();
         for h in gone.hosts.iter().filter(|h| !kept.contains(&h.name)) {
-            let is_mesh = self
-                .store
-                .target(&h.name)
-                .await?
-                .is_some_and(|t| t.source == crate::model::TargetSource::Mesh);
-            if is_mesh {
-                self.store.delete_target(&h.name).await?;
-            }
+            self.store.release_mesh_target(&h.name).await?;
         }
         self.changed();
         Ok(())
@@ -229,10 +224,11 @@ impl Service {
             .collect())
     }
 
-    /// Advice for `target` from another path of this site in its
-    /// bottleneck group found by route (one that shares a router with
-    /// it), when neither it nor a subnet or declared neighbour has numbers;
-    /// `NotFound(missing)` otherwise.
+    /// Advice for `target` from another of this site's paths whose route
+    /// shares a router with its route beyond their first hop (every path
+    /// of a site leaves through its own gateway, which says nothing about
+    /// where they go), when neither it nor a subnet or declared neighbour
+    /// has numbers; `NotFound(missing)` otherwise.
     pub(super) async fn advice_by_route(
         &self,
         target: &crate::model::Target,
@@ -241,32 +237,43 @@ impl Service {
         missing: String,
     ) -> Result<crate::advice::Advice, Error> {
         let site = self.store.site().to_string();
-        let me = [site.clone(), target.host.clone()];
-        let groups = self.bottleneck_groups().await?;
-        let Some(group) = groups.iter().find(|g| g.paths.contains(&me)) else {
+        let routes: Vec<PathRoute> = self
+            .path_routes()
+            .await?
+            .into_iter()
+            .filter(|r| r.from == site)
+            .collect();
+        let Some(mine) = routes.iter().find(|r| r.to == target.host) else {
             return Err(Error::NotFound(missing));
         };
-        for [from, other] in &group.paths {
-            if *from != site || *other == target.host {
+        let far: std::collections::HashSet<&str> = mine.routers().skip(1).collect();
+        for other in routes.iter().filter(|r| r.to != target.host) {
+            let shared: Vec<&str> = other
+                .routers()
+                .skip(1)
+                .filter(|h| far.contains(h))
+                .collect();
+            if shared.is_empty() {
                 continue;
             }
-            if let Ok(mut a) = self.advice_from(other, host, now).await {
+            if let Ok(mut a) = self.advice_from(&other.to, host, now).await {
                 a.notes.push(format!(
-                    "no measurements of {host} yet: this is the advice for {other}, whose route \
+                    "no measurements of {host} yet: this is the advice for {}, whose route \
                      shares router {} with it",
-                    group.shared_hops.join(", ")
+                    other.to,
+                    shared.join(", ")
                 ));
-                a.aggregated_from = Some(other.clone());
-                a.aggregated_by = Some(format!("bottleneck group {} (routes)", group.name));
+                a.aggregated_from = Some(other.to.clone());
+                a.aggregated_by = Some(format!("shared router {} (routes)", shared[0]));
                 return Ok(a);
             }
         }
         Err(Error::NotFound(missing))
     }
 
-    /// Paths that share routers, from the newest routes.
-    pub async fn bottleneck_groups(&self) -> Result<Vec<BottleneckGroup>, Error> {
-        let routes: Vec<PathRoute> = self
+    /// The newest route of every pair, as tomography reads them.
+    async fn path_routes(&self) -> Result<Vec<PathRoute>, Error> {
+        Ok(self
             .store
             .latest_routes()
             .await?
@@ -281,8 +288,12 @@ impl Service {
                     .unwrap_or_default(),
                 reached: m.details.get("reached") == Some(&serde_json::Value::Bool(true)),
             })
-            .collect();
-        Ok(groups(&routes))
+            .collect())
+    }
+
+    /// Paths that share routers, from the newest routes.
+    pub async fn bottleneck_groups(&self) -> Result<Vec<BottleneckGroup>, Error> {
+        Ok(groups(&self.path_routes().await?))
     }
 }
 

@@ -304,6 +304,20 @@ impl Store {
             .collect()
     }
 
+    /// Hands a host a removed mesh listed back to ageing: its source becomes
+    /// `discovered` (forgotten once unused for the maximum age) and its
+    /// tests all; its history stays. Only a target the mesh owns changes.
+    pub async fn release_mesh_target(&self, host: &str) -> Result<(), Error> {
+        sqlx::query(
+            "UPDATE targets SET source = 'discovered', probes = NULL
+             WHERE host = $1 AND source = 'mesh'",
+        )
+        .bind(host)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Removes a mesh definition; whether it was there.
     pub async fn delete_mesh(&self, name: &str) -> Result<bool, Error> {
         let done = sqlx::query("DELETE FROM meshes WHERE name = $1")

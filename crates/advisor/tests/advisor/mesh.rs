@@ -200,13 +200,38 @@ async fn a_mesh_in_the_archive_gives_each_site_its_peers() {
         assert_eq!((t.source, t.interval_s), (TargetSource::Mesh, 30));
         assert_eq!(t.probes, Some(vec!["route".to_string(), "rtt".into()]));
         assert_eq!(service.meshes().await.unwrap().len(), 1);
+        store
+            .record("c", Origin::Active, "t", &[Sample::rtt_ms(9.0)], 1, None)
+            .await
+            .unwrap();
         service.delete_mesh("lab").await.unwrap();
+        let left = store.targets().await.unwrap();
         assert!(
-            store.targets().await.unwrap().is_empty(),
-            "{}: its hosts went with it",
+            left.iter()
+                .all(|t| t.source == TargetSource::Discovered && t.probes.is_none()),
+            "{}: its hosts age like discovered ones: {left:?}",
             db.name
         );
+        assert_eq!(
+            store.history("c", None, 10).await.unwrap().len(),
+            1,
+            "history kept"
+        );
         assert!(service.delete_mesh("lab").await.is_err());
+        // A target added by hand keeps its settings when a mesh lists it.
+        let by_hand = NewTarget {
+            interval_s: 7,
+            ..target("a")
+        };
+        store.upsert_target(&by_hand, 2).await.unwrap();
+        service.put_mesh(&Mesh::parse(MESH).unwrap()).await.unwrap();
+        let a = store.target("a").await.unwrap().unwrap();
+        assert_eq!(
+            (a.source, a.interval_s, a.probes),
+            (TargetSource::Api, 7, None),
+            "{}",
+            db.name
+        );
     }
 }
 
@@ -230,9 +255,9 @@ async fn a_path_without_numbers_borrows_advice_from_one_that_shares_its_router()
                     .unwrap()
             }
         };
-        rec("b", route(&["r1", "r2", "b"]), now - 5000).await;
-        rec("c", route(&["r1", "r3", "c"]), now - 5000).await;
-        rec("d", route(&["r7", "d"]), now - 5000).await;
+        rec("b", route(&["gw", "r1", "r2", "b"]), now - 5000).await;
+        rec("c", route(&["gw", "r1", "r3", "c"]), now - 5000).await;
+        rec("d", route(&["gw", "r7", "d"]), now - 5000).await;
         for i in 0..3 {
             rec("b", Sample::rtt_ms(40.0), now - 4000 + i).await;
             rec("b", Sample::capacity_bps(1e9, 1e7), now - 4000 + i).await;
@@ -240,13 +265,11 @@ async fn a_path_without_numbers_borrows_advice_from_one_that_shares_its_router()
         let a = service.advice("c").await.unwrap();
         assert_eq!(a.aggregated_from.as_deref(), Some("b"), "{}", db.name);
         assert!(
-            a.aggregated_by
-                .as_deref()
-                .is_some_and(|g| g.contains("shared-r1")),
+            a.aggregated_by.as_deref().is_some_and(|g| g.contains("r1")),
             "{:?}",
             a.aggregated_by
         );
-        // d shares no router with b: no advice to borrow.
+        // d shares only the site's gateway with b: no advice to borrow.
         assert!(service.advice("d").await.is_err(), "{}", db.name);
     }
 }
