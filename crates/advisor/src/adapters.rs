@@ -90,6 +90,8 @@ impl Probe for UdpTrainCapacity {
                     .with("trains_sent", c.trains_sent)
                     .with("reverse_bps", c.reverse.estimate_bps)
                     .with("send_bps", c.send_bps)
+                    .with("responder_send_bps", c.responder_send_bps)
+                    .with("reverse_lower_bound_bps", c.reverse.lower_bound_bps)
                     .with("lower_bound", lower_bound)
                     .with("lower_bound_reason", &c.forward.lower_bound_reason)
                     .with("packet_bytes", c.packet_bytes)

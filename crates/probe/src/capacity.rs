@@ -219,16 +219,19 @@ impl DirectionCapacity {
         d
     }
 
-    /// Marks a forward estimate close to the rate the trains left at: the
-    /// path may be faster than this host could send.
-    fn bounded_by_sender(&mut self, send_bps: Option<f64>) {
+    /// Marks an estimate close to the rate the trains left their sender
+    /// at (`sender`: "this host" forward, "the responder" reverse): the
+    /// path may be faster than that host could send. A floor found
+    /// otherwise is kept when it is higher.
+    fn bounded_by_sender(&mut self, send_bps: Option<f64>, sender: &str) {
         if let (Some(est), Some(sent)) = (self.estimate_bps, send_bps)
             && est > LOWER_BOUND_SHARE * sent
+            && self.lower_bound_bps.is_none_or(|floor| floor <= est)
         {
             self.lower_bound_bps = Some(est);
             self.lower_bound_reason = Some(format!(
-                "the trains left this host at {:.0} Mbit/s, hardly faster than they arrived: \
-                 the path may be faster than this host sends",
+                "the trains left {sender} at {:.0} Mbit/s, no faster than they arrived: \
+                 the path may be faster than {sender} sends",
                 sent / 1e6
             ));
         }
@@ -258,6 +261,10 @@ pub struct Capacity {
     /// forward estimate close to it is a lower bound: the train left no
     /// faster than it arrived.
     pub send_bps: Option<f64>,
+    /// Median rate at which the responder got its replies out, bits/s,
+    /// when it said (it stamps each reply as it sends it): the same
+    /// ceiling for the reverse estimate.
+    pub responder_send_bps: Option<f64>,
     /// IP bytes sent in each direction.
     pub bytes_each_way: u64,
     /// Average rate sent in each direction over the measurement, bits/s.
@@ -276,6 +283,9 @@ struct TrainResult {
     refused: bool,
     /// From the first send to the last returning.
     send_span: Duration,
+    /// From the responder sending its first reply to its last, when every
+    /// reply came back stamped.
+    reply_span: Option<Duration>,
 }
 
 fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> Error {
@@ -341,7 +351,7 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
         )
     };
     let (mut usable_forward, mut usable_reverse) = (0, 0);
-    let mut send_rates = Vec::new();
+    let (mut send_rates, mut reply_rates) = (Vec::new(), Vec::new());
     for train in 0u32.. {
         // Every train owns a whole period, the last one too: so the
         // average over the measurement never exceeds the budget.
@@ -364,6 +374,13 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
             usize::from(opts.train_len),
             r.send_span,
         ));
+        if let Some(span) = r.reply_span {
+            reply_rates.push(train_rate_bps(
+                packet_bytes,
+                usize::from(opts.train_len),
+                span,
+            ));
+        }
         usable_forward += usize::from(usable(&r.forward));
         usable_reverse += usize::from(usable(&r.reverse));
         forward.push(r.forward);
@@ -380,12 +397,15 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
     let elapsed = started.elapsed();
     let bytes_each_way = train_bytes * u64::from(sent);
     let send_bps = spread(&send_rates).map(|s| s.median);
+    let responder_send_bps = spread(&reply_rates).map(|s| s.median);
     let mut forward = DirectionCapacity::from_trains(&forward, packet_bytes, opts.max_stray);
-    forward.bounded_by_sender(send_bps);
+    forward.bounded_by_sender(send_bps, "this host");
+    let mut reverse = DirectionCapacity::from_trains(&reverse, packet_bytes, opts.max_stray);
+    reverse.bounded_by_sender(responder_send_bps, "the responder");
     Ok(Capacity {
         target,
         forward,
-        reverse: DirectionCapacity::from_trains(&reverse, packet_bytes, opts.max_stray),
+        reverse,
         packet_bytes,
         train_len: opts.train_len,
         trains_sent: sent,
@@ -393,6 +413,7 @@ pub async fn capacity(target: SocketAddr, opts: &CapacityOptions) -> Result<Capa
         kernel_timestamps: kernel && answered > 0,
         bytes_each_way,
         send_bps,
+        responder_send_bps,
         load_bps: bytes_each_way as f64 * 8.0 / elapsed.as_secs_f64().max(1e-9),
         elapsed_s: elapsed.as_secs_f64(),
     })
@@ -416,7 +437,9 @@ async fn run_train(
         kernel_timestamps: true,
         refused: false,
         send_span: Duration::ZERO,
+        reply_span: None,
     };
+    let mut last_sent_ns = 0u32;
     let clock = Instant::now();
     for p in &packets {
         match socket.send(p).await {
@@ -469,7 +492,54 @@ async fn run_train(
         r.forward[seq] = Some(reply.offset_ns);
         r.reverse[seq] = Some(arrival);
         r.replies += 1;
+        last_sent_ns = last_sent_ns.max(reply.sent_ns);
         expected = Some(usize::from(reply.received));
     }
+    if r.replies == usize::from(n) && last_sent_ns > 0 {
+        r.reply_span = Some(Duration::from_nanos(u64::from(last_sent_ns)));
+    }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Five trains of ten 1000-byte packets arriving `gap_us` apart.
+    fn even_trains(gap_us: u64) -> Vec<Vec<Option<u64>>> {
+        vec![(0..10).map(|i| Some(i * gap_us * 1000)).collect(); 5]
+    }
+
+    #[test]
+    fn an_estimate_near_the_senders_rate_is_a_floor_named_for_that_sender() {
+        // 8 kbit every 10 us: 800 Mbit/s.
+        let mut d = DirectionCapacity::from_trains(&even_trains(10), 1000, 0.5);
+        let est = d.estimate_bps.expect("even trains are usable");
+        assert!((est - 800e6).abs() < 1e6, "{est}");
+        d.bounded_by_sender(Some(2.0 * est), "the responder");
+        assert_eq!(
+            d.lower_bound_bps, None,
+            "a sender twice as fast bounds nothing"
+        );
+        d.bounded_by_sender(Some(est / 0.9), "the responder");
+        assert_eq!(d.lower_bound_bps, Some(est));
+        let why = d.lower_bound_reason.clone().expect("a reason");
+        assert!(why.contains("left the responder at 889 Mbit/s"), "{why}");
+        d.bounded_by_sender(None, "this host");
+        assert_eq!(
+            d.lower_bound_bps,
+            Some(est),
+            "an unknown rate changes nothing"
+        );
+    }
+
+    #[test]
+    fn a_higher_floor_found_otherwise_is_kept() {
+        let mut d = DirectionCapacity::from_trains(&even_trains(10), 1000, 0.5);
+        d.lower_bound_bps = Some(1e9);
+        d.lower_bound_reason = Some("quartiles".into());
+        d.bounded_by_sender(d.estimate_bps, "this host");
+        assert_eq!(d.lower_bound_bps, Some(1e9));
+        assert_eq!(d.lower_bound_reason.as_deref(), Some("quartiles"));
+    }
 }

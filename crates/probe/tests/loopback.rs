@@ -84,6 +84,12 @@ async fn capacity_over_loopback_is_positive_and_finite_both_ways() {
         c.send_bps.is_some_and(|b| b.is_finite() && b > 0.0),
         "{c:?}"
     );
+    // The responder stamps its replies, so how fast it answered is known.
+    assert!(
+        c.responder_send_bps
+            .is_some_and(|b| b.is_finite() && b > 0.0),
+        "{c:?}"
+    );
     r.shut_down().await;
 }
 

@@ -21,12 +21,20 @@
 //! 24  train                 4   train number within the measurement
 //! 28  reserved, zero        4
 //! 32  offset_ns             8   reply: arrival of `seq` after the first
-//! 40  padding (ignored)
+//! 40  sent_ns               4   reply: when the responder handed this reply
+//!                               to its kernel, after the train's first
+//!                               reply (0: not told)
+//! 44  padding (ignored)
 //! ```
 //!
 //! Requests carry zero in `received` and `offset_ns`; a decoder refuses
 //! anything else, so that junk that happens to start with the magic is
-//! still turned away.
+//! still turned away. `sent_ns` lies in what version 1 first called
+//! padding, which was always zero: a responder that does not stamp its
+//! replies is read as "not told", and a client that does not read the
+//! stamp ignores it. It tells how fast the responder got its replies out,
+//! the reverse trains' ceiling: a slow responder host, not the path, may
+//! have set their rate.
 //!
 //! An [`Echo`] is the loss probe's packet (kinds 3 and 4): one request,
 //! answered at once by one reply of the same length, in the manner of
@@ -51,8 +59,11 @@
 pub const MAGIC: [u8; 4] = *b"TRNP";
 /// The one version spoken.
 pub const VERSION: u8 = 1;
-/// Bytes before the padding.
+/// Bytes before the padding (an echo's whole header; a train packet's
+/// `sent_ns` follows).
 pub const HEADER_LEN: usize = 40;
+/// Where a train reply's `sent_ns` lies.
+const SENT_AT: usize = HEADER_LEN;
 /// Smallest probe datagram: smaller packets measure per-packet overheads,
 /// not capacity.
 pub const MIN_PACKET: usize = 256;
@@ -102,6 +113,9 @@ pub struct Probe {
     /// Reply: nanoseconds from the arrival of the train's first received
     /// request to the arrival of this one.
     pub offset_ns: u64,
+    /// Reply: nanoseconds from the responder handing the train's first
+    /// reply to its kernel to handing this one (0: not told).
+    pub sent_ns: u32,
 }
 
 /// Why bytes are not a probe packet.
@@ -272,6 +286,7 @@ impl Probe {
             nonce,
             train,
             offset_ns: 0,
+            sent_ns: 0,
         }
     }
 
@@ -302,6 +317,11 @@ impl Probe {
             nonce: u64_at(b, 16),
             train: u32_at(b, 24),
             offset_ns: u64_at(b, 32),
+            sent_ns: if kind == Kind::Reply {
+                u32_at(b, SENT_AT)
+            } else {
+                0
+            },
         };
         if !(2..=MAX_TRAIN).contains(&p.count) || p.seq >= p.count || p.received > p.count {
             return Err(WireError::Train {
@@ -330,7 +350,18 @@ impl Probe {
         b[16..24].copy_from_slice(&self.nonce.to_be_bytes());
         b[24..28].copy_from_slice(&self.train.to_be_bytes());
         b[32..40].copy_from_slice(&self.offset_ns.to_be_bytes());
+        stamp_sent(&mut b, self.sent_ns);
         b
+    }
+}
+
+/// Writes a train reply's `sent_ns` into its encoded datagram: done by
+/// the responder's I/O just before the send, so that the stamp is when
+/// the reply really went, not when it was composed. Datagrams too short
+/// to hold it are left alone.
+pub fn stamp_sent(datagram: &mut [u8], sent_ns: u32) {
+    if let Some(field) = datagram.get_mut(SENT_AT..SENT_AT + 4) {
+        field.copy_from_slice(&sent_ns.to_be_bytes());
     }
 }
 
@@ -347,12 +378,16 @@ mod tests {
             any::<u64>(),
             any::<u32>(),
             any::<u64>(),
+            any::<u32>(),
         )
-            .prop_flat_map(|(reply, len, count, nonce, train, offset)| {
+            .prop_flat_map(|(reply, len, count, nonce, train, offset, sent)| {
                 (0..count, 0..=count).prop_map(move |(seq, received)| {
                     let req = Probe::request(nonce, train, seq, count, len);
                     if reply {
-                        req.reply(received, offset)
+                        Probe {
+                            sent_ns: sent,
+                            ..req.reply(received, offset)
+                        }
                     } else {
                         req
                     }
@@ -483,5 +518,23 @@ mod tests {
         assert_eq!(&b[24..28], &[0x0a, 0x0b, 0x0c, 0x0d]);
         assert_eq!(b[39], 0x11);
         assert!(b[40..].iter().all(|&x| x == 0));
+        let mut stamped = b.clone();
+        stamp_sent(&mut stamped, 0x0102_0304);
+        assert_eq!(&stamped[40..44], &[1, 2, 3, 4]);
+        assert!(stamped[44..].iter().all(|&x| x == 0));
+        assert_eq!(Probe::decode(&stamped).map(|q| q.sent_ns), Ok(0x0102_0304));
+    }
+
+    #[test]
+    fn a_request_never_carries_a_send_stamp_and_short_datagrams_are_not_stamped() {
+        // Requests ignore what lies where a reply's stamp would be: it was
+        // padding to the first responders and clients.
+        let mut request = Probe::request(1, 2, 0, 4, 300).encode();
+        stamp_sent(&mut request, 99);
+        assert_eq!(Probe::decode(&request).map(|q| q.sent_ns), Ok(0));
+        let mut echo = Echo::request(1, 2, ECHO_MIN as u16).encode();
+        let before = echo.clone();
+        stamp_sent(&mut echo, 99);
+        assert_eq!(echo, before);
     }
 }

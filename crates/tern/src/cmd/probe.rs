@@ -219,13 +219,14 @@ fn human(r: &ProbeReport) -> String {
         );
         let _ = writeln!(
             out,
-            "  probe load  {} each way in {:.1} s ({} average), trains of {} × {}-byte packets sent at {}",
+            "  probe load  {} each way in {:.1} s ({} average), trains of {} × {}-byte packets sent at {}, answered at {}",
             human_bytes(c.bytes_each_way),
             c.elapsed_s,
             human_rate(c.load_bps),
             c.train_len,
             c.packet_bytes,
             c.send_bps.map_or_else(|| "?".into(), human_rate),
+            c.responder_send_bps.map_or_else(|| "?".into(), human_rate),
         );
         for (arrow, d) in [("→", &c.forward), ("←", &c.reverse)] {
             if let (Some(floor), Some(why)) = (d.lower_bound_bps, &d.lower_bound_reason) {
