@@ -12,6 +12,7 @@
 //!    {"name": "slow", "kind": "capacity", "below_share": 0.5},
 //!    {"name": "lossy", "target": "dtn1.example.org", "kind": "loss", "above": 1.0},
 //!    {"name": "rtt-jump", "kind": "rtt", "jump_share": 0.2},
+//!    {"name": "ocean", "group": "transatlantic", "kind": "loss", "above": 0.1},
 //!    {"name": "rerouted", "event": "route_change"},
 //!    {"name": "silent", "no_data_intervals": 3}
 //!  ]}
@@ -52,6 +53,10 @@ pub struct Rule {
     /// The target it watches (default: every target).
     #[serde(default)]
     pub target: Option<String>,
+    /// Or the bottleneck group whose targets it watches, each on its own
+    /// (a target's `group`, from the API or a targets file).
+    #[serde(default)]
+    pub group: Option<String>,
     /// The series it reads (for `below_share`, `above`, `jump_share`).
     #[serde(default)]
     pub kind: Option<Kind>,
@@ -113,12 +118,19 @@ impl Rule {
         if self.no_data_intervals == Some(0) {
             return bad("no_data_intervals of at least 1");
         }
+        if self.target.is_some() && self.group.is_some() {
+            return bad("give a target or a group, not both");
+        }
         Ok(())
     }
 
-    /// Whether it watches `host`.
-    pub fn watches(&self, host: &str) -> bool {
-        self.target.as_deref().is_none_or(|t| t == "*" || t == host)
+    /// Whether it watches `host`, a target of bottleneck group `group`.
+    pub fn watches(&self, host: &str, group: Option<&str>) -> bool {
+        match (&self.target, &self.group) {
+            (Some(t), _) => t == "*" || t == host,
+            (None, Some(g)) => group == Some(g.as_str()),
+            (None, None) => true,
+        }
     }
 
     /// Whether it holds for a series of `kind` whose values are `values`,
@@ -223,7 +235,12 @@ impl Alerts {
         events: &[EventKind],
     ) -> Result<(), Error> {
         let site = store.site().to_string();
-        for rule in self.config.rules.iter().filter(|r| r.watches(host)) {
+        let group = if self.config.rules.iter().any(|r| r.group.is_some()) {
+            store.target(host).await?.and_then(|t| t.group)
+        } else {
+            None
+        };
+        for rule in (self.config.rules.iter()).filter(|r| r.watches(host, group.as_deref())) {
             if let Some(ev) = rule.event {
                 if events.contains(&ev) {
                     let msg = format!("{}: {} on {site} → {host}", rule.name, ev.name());
@@ -278,7 +295,10 @@ impl Alerts {
             let Some(n) = rule.no_data_intervals else {
                 continue;
             };
-            for t in targets.iter().filter(|t| rule.watches(&t.host)) {
+            for t in targets
+                .iter()
+                .filter(|t| rule.watches(&t.host, t.group.as_deref()))
+            {
                 let newest = latest
                     .iter()
                     .filter(|m| m.from == site && m.host == t.host)
@@ -507,6 +527,7 @@ mod tests {
             r#"{"rules": [{"name": "x", "no_data_intervals": 0}]}"#,
             r#"{"webhook": "https://x", "rules": []}"#,
             r#"{"rules": [{"name": "x", "kind": "rtt", "above": 1, "typo": 2}]}"#,
+            r#"{"rules": [{"name": "x", "kind": "rtt", "above": 1, "target": "b", "group": "g"}]}"#,
         ] {
             assert!(AlertConfig::parse(bad).is_err(), "{bad}");
         }
@@ -514,6 +535,12 @@ mod tests {
             r#"{"webhook": "http://127.0.0.1:9/hook", "rules": [{"name": "r", "event": "route_change", "target": "b"}]}"#,
         )
         .unwrap();
-        assert!(ok.rules[0].watches("b") && !ok.rules[0].watches("c"));
+        assert!(ok.rules[0].watches("b", None) && !ok.rules[0].watches("c", None));
+        let group = AlertConfig::parse(
+            r#"{"rules": [{"name": "g", "group": "ta", "event": "route_change"}]}"#,
+        )
+        .unwrap();
+        assert!(group.rules[0].watches("c", Some("ta")));
+        assert!(!group.rules[0].watches("c", Some("tb")) && !group.rules[0].watches("c", None));
     }
 }

@@ -47,6 +47,13 @@ pub struct MeshHost {
     /// The daemon's port (default 4747).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// Where it is, degrees north (−90 to 90): places it on the
+    /// dashboard's world map. Give both or neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat: Option<f64>,
+    /// Where it is, degrees east (−180 to 180).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lon: Option<f64>,
 }
 
 /// Hosts that measure each other.
@@ -85,6 +92,23 @@ impl Mesh {
             validate_host(&h.name)?;
             if h.port == Some(0) {
                 return bad(format!("host {}: port 0", h.name));
+            }
+            match (h.lat, h.lon) {
+                (None, None) => {}
+                (Some(lat), Some(lon))
+                    if (-90.0..=90.0).contains(&lat) && (-180.0..=180.0).contains(&lon) => {}
+                (Some(_), Some(_)) => {
+                    return bad(format!(
+                        "host {}: lat must be −90 to 90 and lon −180 to 180",
+                        h.name
+                    ));
+                }
+                _ => {
+                    return bad(format!(
+                        "host {}: give both lat and lon, or neither",
+                        h.name
+                    ));
+                }
             }
             if !names.insert(h.name.as_str()) {
                 return bad(format!("host {} listed twice", h.name));
@@ -210,6 +234,10 @@ mod tests {
             Some(&["loss".to_string(), "route".into(), "rtt".into()][..])
         );
         assert_eq!(b.source, TargetSource::Mesh);
+        let placed =
+            Mesh::parse(&LAB.replace("\"port\": 4848", "\"lat\": 46.23, \"lon\": 6.05")).unwrap();
+        let b = &placed.hosts[1];
+        assert_eq!((b.lat, b.lon), (Some(46.23), Some(6.05)));
     }
 
     #[test]
@@ -229,6 +257,14 @@ mod tests {
                 "listed twice",
             ),
             (LAB.replace("\"groups\"", "\"grops\""), "unknown field"),
+            (
+                LAB.replace("\"port\": 4848", "\"lat\": 46.2"),
+                "give both lat and lon",
+            ),
+            (
+                LAB.replace("\"port\": 4848", "\"lat\": 91, \"lon\": 6.1"),
+                "lat must be −90 to 90",
+            ),
         ];
         for (text, why) in cases {
             let e = Mesh::parse(&text).unwrap_err().to_string();

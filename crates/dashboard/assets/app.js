@@ -2,7 +2,11 @@
 // live stream, routed by the URL's hash so every view is a link.
 'use strict';
 
-const view = document.getElementById('view');
+const main = document.getElementById('view');
+// Each navigation renders into a page of its own: a view still loading
+// when the next one starts writes into its own, detached page, never into
+// the next view's.
+let current = main;
 const statusLine = document.getElementById('status');
 let liveSource = null;
 
@@ -76,6 +80,7 @@ function health(p, now, intervalMs, events) {
 }
 
 async function showGrid() {
+  const view = current;
   const [latest, targets, events] = await Promise.all([
     api('/api/v1/latest'),
     api('/api/v1/targets'),
@@ -195,6 +200,7 @@ async function chart(from, to, kind, title, unit, events, div) {
 }
 
 async function showPath(params) {
+  const view = current;
   const from = params.get('from') || '', to = params.get('to') || '';
   view.replaceChildren(el('h1', {}, from + ' → ' + to), el('p', {}, el('a', { href: '#/grid' }, '← mesh grid'),
     ' · ', el('a', { href: pathHref(to, from) }, 'the other way')));
@@ -256,6 +262,7 @@ function describe(e) {
 // ---- Route graph -------------------------------------------------------------
 
 async function showRoutes() {
+  const view = current;
   const [routes, groups] = await Promise.all([api('/api/v1/routes'), api('/api/v1/groups')]);
   const shared = new Set(groups.groups.flatMap(g => g.shared_hops));
   view.replaceChildren(el('h1', {}, 'Routes'),
@@ -300,22 +307,30 @@ async function showRoutes() {
 // ---- Transfers -------------------------------------------------------------
 
 function showTransfers() {
-  view.replaceChildren(el('h1', {}, 'Transfers'), el('p', { class: 'muted' }, 'Sessions running on this daemon, updated every second.'));
+  const view = current;
+  view.replaceChildren(el('h1', {}, 'Transfers'), el('p', { class: 'muted' }, 'Sessions running on this daemon, updated every second: each stream with its path, rate and what TCP says of it, and the tuning the session runs with.'));
   const table = el('table', { id: 'live', 'aria-label': 'Running sessions' },
     el('thead', {}, el('tr', {}, ...['session', 'peer', 'direction', 'streams', 'moved', 'rate', 'progress', 'running for'].map(h => el('th', {}, h)))));
   const body = el('tbody');
   table.append(body);
   const summary = el('p', { id: 'live-summary', class: 'muted' }, 'waiting for the daemon…');
-  view.append(el('div', { class: 'scroll' }, table), summary);
+  const detail = el('div', { id: 'live-detail' });
+  const recent = el('div', { id: 'recent' });
+  view.append(el('div', { class: 'scroll' }, table), summary, detail, el('h2', {}, 'Recent transfers'), recent);
   const last = new Map();
+  // Rate of a counter between two updates, bits/s.
+  const rateOf = (key, bytes, at) => {
+    const prev = last.get(key);
+    last.set(key, { bytes, at });
+    return prev && at > prev.at ? (bytes - prev.bytes) * 8 / (at - prev.at) : null;
+  };
   liveSource = new EventSource('/api/v1/live/stream');
   liveSource.addEventListener('sessions', ev => {
     const v = JSON.parse(ev.data);
     if (!v.daemon) { summary.textContent = 'No daemon runs beside this advisor.'; return; }
+    const now = performance.now() / 1000;
     body.replaceChildren(...v.sessions.map(s => {
-      const prev = last.get(s.id);
-      const rate = prev ? (s.bytes - prev.bytes) * 8 / Math.max(0.001, s.elapsed_s - prev.elapsed_s) : null;
-      last.set(s.id, s);
+      const rate = rateOf('s' + s.id, s.bytes, now);
       const share = s.total ? Math.min(1, s.bytes / s.total) : 0;
       return el('tr', { 'data-session': s.id, 'data-bytes': s.bytes },
         el('td', {}, s.id), el('td', {}, s.peer), el('td', {}, s.direction), el('td', {}, s.streams),
@@ -323,14 +338,146 @@ function showTransfers() {
         el('td', {}, el('div', { class: 'bar', role: 'progressbar', 'aria-valuenow': Math.round(share * 100) }, el('div', { style: 'width:' + (share * 100).toFixed(1) + '%' }))),
         el('td', {}, s.elapsed_s.toFixed(0) + ' s'));
     }));
+    detail.replaceChildren(...v.sessions.map(s => {
+      const t = s.tuning;
+      const paths = el('table', { class: 'live-paths', 'aria-label': 'Paths of session ' + s.id },
+        el('thead', {}, el('tr', {}, ...['path', 'streams', 'moved', 'rate', 'TCP delivery rate'].map(h => el('th', {}, h)))),
+        el('tbody', {}, ...s.paths.map(p => el('tr', { 'data-path': p.path },
+          el('td', {}, p.path), el('td', {}, p.streams), el('td', {}, fmt.bytes(p.bytes)),
+          el('td', {}, fmt.bps(rateOf('s' + s.id + 'p' + p.path, p.bytes, now))), el('td', {}, p.delivery_bps == null ? '– (this end receives)' : fmt.bps(p.delivery_bps))))));
+      const streams = el('table', { class: 'live-streams', 'aria-label': 'Streams of session ' + s.id },
+        el('thead', {}, el('tr', {}, ...['stream', 'path', 'moved', 'rate', 'RTT', 'cwnd', 'send buffer', 'receive buffer', 'retransmitted'].map(h => el('th', {}, h)))),
+        el('tbody', {}, ...s.stream_detail.map(x => el('tr', { 'data-stream': x.index, 'data-bytes': x.bytes },
+          el('td', {}, x.index), el('td', {}, x.path), el('td', {}, fmt.bytes(x.bytes)),
+          el('td', {}, fmt.bps(rateOf('s' + s.id + 'k' + x.index, x.bytes, now))),
+          el('td', {}, x.rtt_ms == null ? '–' : x.rtt_ms.toFixed(1) + ' ms'),
+          el('td', {}, x.cwnd_bytes == null ? '–' : fmt.bytes(x.cwnd_bytes)),
+          el('td', {}, x.send_buffer_bytes == null ? '–' : fmt.bytes(x.send_buffer_bytes)),
+          el('td', {}, x.receive_buffer_bytes == null ? '–' : fmt.bytes(x.receive_buffer_bytes)),
+          el('td', {}, x.retransmitted_bytes == null ? '–' : fmt.bytes(x.retransmitted_bytes))))));
+      return el('section', { class: 'live-session', 'data-session': s.id },
+        el('h2', {}, 'Session ' + s.id + ' with ' + s.peer),
+        el('p', { class: 'tuning' }, 'Tuning: congestion control ' + t.congestion + ', buffers sized by ' + t.window +
+          (t.auto_streams ? ', the sender may change the stream count (up to ' + t.max_streams + ')' : ', a fixed stream count') +
+          ', blocks of ' + fmt.bytes(t.block_size) + '.'),
+        el('div', { class: 'scroll' }, paths), el('div', { class: 'scroll' }, streams));
+    }));
+    recent.replaceChildren(v.recent.length ? el('div', { class: 'scroll' }, el('table', { id: 'recent-table', 'aria-label': 'Recent transfers' },
+      el('thead', {}, el('tr', {}, ...['session', 'peer', 'direction', 'ended', 'outcome', 'moved', 'files', 'streams', 'rate', 'blocks resent', 'what limited it'].map(h => el('th', {}, h)))),
+      el('tbody', {}, ...v.recent.map(r => el('tr', { 'data-session': r.id, 'data-outcome': r.outcome },
+        el('td', {}, r.id), el('td', {}, r.peer), el('td', {}, r.direction),
+        el('td', {}, fmt.time(r.started_ms + r.elapsed_s * 1000)), el('td', { class: 'outcome-' + r.outcome }, r.outcome),
+        el('td', {}, fmt.bytes(r.bytes)), el('td', {}, r.files), el('td', {}, r.streams),
+        el('td', {}, r.rate_bps ? fmt.bps(r.rate_bps) : '–'), el('td', {}, r.blocks_retransmitted),
+        el('td', {}, r.diagnosis || '–'))))))
+      : el('p', { class: 'muted' }, 'No session has ended since the daemon started.'));
     summary.textContent = v.sessions.length + ' running; ' + v.completed + ' completed and ' + v.failed + ' failed since the daemon started.';
     setStatus('live ' + new Date().toLocaleTimeString());
   });
 }
 
+// ---- World map ----------------------------------------------------------------
+
+const SVG = 'http://www.w3.org/2000/svg';
+function svg(tag, attrs, ...children) {
+  const n = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) n.setAttribute(k, v);
+  n.append(...children);
+  return n;
+}
+
+// Equirectangular: x = lon + 180, y = 90 - lat, in a 360 × 180 box.
+function ringPath(ring) {
+  let d = '', lastLon = null;
+  for (const [lon, lat] of ring) {
+    // A ring that crosses the antimeridian starts again on the other side.
+    const jump = lastLon === null || Math.abs(lon - lastLon) > 180;
+    d += (jump ? 'M' : 'L') + (lon + 180).toFixed(2) + ',' + (90 - lat).toFixed(2);
+    lastLon = lon;
+  }
+  return d + 'Z';
+}
+
+let landPath = null;
+async function land() {
+  if (landPath === null) {
+    const topology = await api('/assets/vendor/land-110m.json');
+    const geometry = topojson.feature(topology, topology.objects.land);
+    const polygons = [];
+    for (const f of geometry.features || [geometry]) {
+      const g = f.geometry || f;
+      if (g.type === 'Polygon') polygons.push(g.coordinates);
+      else if (g.type === 'MultiPolygon') polygons.push(...g.coordinates);
+    }
+    landPath = polygons.map(rings => rings.map(ringPath).join('')).join('');
+  }
+  return landPath;
+}
+
+// A link's colour by RTT (green near, through blue, to purple far: red
+// stays for loss), and its dash by loss.
+function rttColour(ms) {
+  if (ms == null) return '#888';
+  const t = Math.min(1, Math.log10(Math.max(1, ms)) / Math.log10(300));
+  return 'hsl(' + Math.round(130 + 150 * t) + ', 70%, 38%)';
+}
+
+async function showMap() {
+  const view = current;
+  const [meshes, latest, outline] = await Promise.all([api('/api/v1/meshes'), api('/api/v1/latest'), land()]);
+  const hosts = new Map();
+  for (const m of meshes.meshes) for (const h of m.hosts) {
+    if (!hosts.has(h.name) || hosts.get(h.name).lat == null) hosts.set(h.name, h);
+  }
+  const placed = [...hosts.values()].filter(h => h.lat != null && h.lon != null);
+  const unplaced = [...hosts.values()].filter(h => h.lat == null || h.lon == null).map(h => h.name);
+  const pairs = new Map();
+  for (const m of latest.latest) {
+    const key = m.from + '\u0000' + m.host;
+    const p = pairs.get(key) || { from: m.from, to: m.host, newest: 0 };
+    p[m.kind] = m.value;
+    p.newest = Math.max(p.newest, m.at_ms);
+    pairs.set(key, p);
+  }
+  view.replaceChildren(el('h1', {}, 'World map'),
+    el('p', { class: 'muted' }, 'Hosts placed by the coordinates in their mesh (lat, lon); each line is a measured path, coloured by RTT, dashed when it loses packets. Select a line to open its path.'));
+  const map = svg('svg', { id: 'world', viewBox: '0 0 360 180', role: 'img', 'aria-label': 'World map of measured paths' },
+    svg('rect', { x: 0, y: 0, width: 360, height: 180, class: 'sea' }),
+    svg('path', { d: outline, class: 'land' }));
+  const at = h => [h.lon + 180, 90 - h.lat];
+  let links = 0;
+  for (const p of pairs.values()) {
+    const a = hosts.get(p.from), b = hosts.get(p.to);
+    if (!a || !b || a.lat == null || b.lat == null) continue;
+    const [x1, y1] = at(a), [x2, y2] = at(b);
+    const loss = Math.max(p.loss ?? 0, p.loss_reverse ?? 0);
+    const why = p.from + ' → ' + p.to + ': RTT ' + fmt.ms(p.rtt) + ', loss ' + fmt.pct(p.loss) + ' / ' + fmt.pct(p.loss_reverse);
+    // Both directions of a pair are drawn: bend each to its own side.
+    const mx = (x1 + x2) / 2 + (y2 - y1) * 0.08, my = (y1 + y2) / 2 - (x2 - x1) * 0.08;
+    const line = svg('path', { d: `M${x1},${y1} Q${mx},${my} ${x2},${y2}`, class: 'link' + (loss >= 1 ? ' lossy' : loss >= 0.1 ? ' lossish' : ''),
+      stroke: rttColour(p.rtt), 'data-from': p.from, 'data-to': p.to, 'data-rtt': p.rtt ?? '' }, svg('title', {}, why));
+    map.append(svg('a', { href: pathHref(p.from, p.to), 'aria-label': why }, line));
+    links++;
+  }
+  for (const h of placed) {
+    const [x, y] = at(h);
+    map.append(svg('g', { class: 'site', 'data-host': h.name },
+      svg('circle', { cx: x, cy: y, r: 1.6 }), svg('text', { x: x + 2.2, y: y - 1.2 }, h.name)));
+  }
+  view.append(el('div', { class: 'map' }, map));
+  view.append(el('p', { class: 'legend' },
+    el('span', { style: 'background:' + rttColour(5) }, 'RTT 5 ms'),
+    el('span', { style: 'background:' + rttColour(50) }, '50 ms'),
+    el('span', { style: 'background:' + rttColour(300) }, '300 ms'),
+    el('span', { class: 'plain' }, 'dashed: loss ≥ 0.1 %; thick dashes: ≥ 1 %')));
+  view.append(el('p', { id: 'map-summary', class: 'muted' }, placed.length + ' hosts placed, ' + links + ' paths drawn' +
+    (unplaced.length ? '; not placed (no lat/lon in their mesh): ' + unplaced.join(', ') : '') + '. Outline: Natural Earth 1:110m land, public domain.'));
+}
+
 // ---- Events ---------------------------------------------------------------
 
 async function showEvents() {
+  const view = current;
   const events = (await api('/api/v1/events?limit=500')).events;
   view.replaceChildren(el('h1', {}, 'Events'));
   if (!events.length) { view.append(el('p', { class: 'muted' }, 'No route changes or level shifts so far.')); return; }
@@ -348,18 +495,22 @@ async function route() {
     if (a.dataset.view === name) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
   }
   setStatus('loading…');
+  const page = el('div', { class: 'page' });
+  main.replaceChildren(page);
+  current = page;
   try {
     if (name === 'path') await showPath(new URLSearchParams(query));
     else if (name === 'routes') await showRoutes();
+    else if (name === 'map') await showMap();
     else if (name === 'transfers') showTransfers();
     else if (name === 'events') await showEvents();
     else await showGrid();
     if (name !== 'transfers') setStatus('updated ' + new Date().toLocaleTimeString());
   } catch (e) {
-    view.replaceChildren(el('h1', {}, 'Cannot show this view'), el('p', {}, e.message));
+    page.replaceChildren(el('h1', {}, 'Cannot show this view'), el('p', {}, e.message));
     setStatus('error');
   }
-  view.focus({ preventScroll: true });
+  main.focus({ preventScroll: true });
 }
 
 window.addEventListener('hashchange', route);

@@ -1,8 +1,10 @@
 //! The dashboard's files, embedded in the binary: data-transfer nodes are
 //! often offline, so nothing is fetched at run time. The vendored
-//! libraries (uPlot for time series, Cytoscape.js for the route graph)
-//! come from npm unchanged; `assets/vendor/LICENSES.txt` has their
-//! licences.
+//! libraries (uPlot for time series, Cytoscape.js for the route graph,
+//! topojson-client to read the world outline) and the outline itself
+//! (Natural Earth's public-domain 1:110m land, as npm's world-atlas
+//! packages it) come from npm unchanged; `assets/vendor/LICENSES.txt` has
+//! their licences.
 
 /// One embedded file.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +37,11 @@ pub const ASSETS: &[Asset] = &[
     asset!("vendor/uPlot.iife.min.js", "text/javascript; charset=utf-8"),
     asset!("vendor/uPlot.min.css", "text/css; charset=utf-8"),
     asset!("vendor/cytoscape.min.js", "text/javascript; charset=utf-8"),
+    asset!(
+        "vendor/topojson-client.min.js",
+        "text/javascript; charset=utf-8"
+    ),
+    asset!("vendor/land-110m.json", "application/json"),
     asset!("vendor/LICENSES.txt", "text/plain; charset=utf-8"),
 ];
 

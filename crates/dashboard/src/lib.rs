@@ -27,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
 use tern_advisor::service::Service;
-use tern_engine::server::{LiveSession, LiveSessions};
+use tern_engine::server::{LiveSession, LiveSessions, RecentSession};
 
 use crate::metrics::{DaemonCounts, ProbeCounts, Snapshot};
 
@@ -56,6 +56,8 @@ pub struct LiveView {
     pub daemon: bool,
     /// Its running sessions.
     pub sessions: Vec<LiveSession>,
+    /// The sessions that ended last, newest first.
+    pub recent: Vec<RecentSession>,
     /// Sessions completed and failed so far.
     pub completed: u64,
     /// Sessions that failed.
@@ -85,7 +87,7 @@ impl Dashboard {
                 sent_bytes: LiveSessions::get(&l.bytes_sent),
                 received_bytes: LiveSessions::get(&l.bytes_received),
                 blocks_retransmitted: LiveSessions::get(&l.blocks_retransmitted),
-                sessions_active: l.snapshot().len() as u64,
+                sessions_active: l.running() as u64,
                 streams_active: l.streams(),
                 refused: vec![
                     ("handshakes", refusals.handshakes),
@@ -125,12 +127,14 @@ impl Dashboard {
             Some(l) => LiveView {
                 daemon: true,
                 sessions: l.snapshot(),
+                recent: l.recent(),
                 completed: LiveSessions::get(&l.completed),
                 failed: LiveSessions::get(&l.failed),
             },
             None => LiveView {
                 daemon: false,
                 sessions: Vec::new(),
+                recent: Vec::new(),
                 completed: 0,
                 failed: 0,
             },

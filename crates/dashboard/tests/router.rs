@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use tern_dashboard::Dashboard;
-use tern_engine::server::LiveSessions;
+use tern_engine::server::{LiveSessions, LiveTuning, WatchedStream};
 use tern_engine::transfer::Progress;
 use tower::ServiceExt;
 
@@ -73,12 +73,29 @@ async fn metrics_and_the_live_view_follow_the_daemons_sessions() {
         advisor: None,
         live: Some(live.clone()),
     };
-    let progress = Arc::new(Progress::default());
+    let progress = Arc::new(Progress::per_stream(4));
     progress
         .bytes
         .store(4096, std::sync::atomic::Ordering::Relaxed);
+    progress.stream_moved(0, 3000);
+    progress.stream_moved(1, 1096);
+    // Stream 0 on a real TCP connection (its path and TCP_INFO are read),
+    // the others without a socket.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let socket = std::os::fd::OwnedFd::from(client);
+    let watched = (0..4)
+        .map(|i| WatchedStream::of(i, (i == 0).then_some(&socket)))
+        .collect();
+    let tuning = LiveTuning {
+        congestion: "bbr".into(),
+        window: "auto".into(),
+        auto_streams: true,
+        max_streams: 8,
+        block_size: 1 << 20,
+    };
     let peer: SocketAddr = "192.0.2.7:50000".parse().unwrap();
-    let guard = live.begin(peer, false, 4, progress);
+    let guard = live.begin(peer, false, watched, tuning, progress);
     let (status, ctype, body) = get(&d, "/metrics").await;
     assert_eq!(status, StatusCode::OK);
     assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
@@ -94,12 +111,32 @@ async fn metrics_and_the_live_view_follow_the_daemons_sessions() {
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["sessions"][0]["bytes"], 4096);
     assert_eq!(v["sessions"][0]["direction"], "receive");
+    let s0 = &v["sessions"][0];
+    assert_eq!(s0["tuning"]["congestion"], "bbr");
+    assert_eq!(s0["stream_detail"][0]["path"], "127.0.0.1 ↔ 127.0.0.1");
+    assert_eq!(s0["stream_detail"][0]["bytes"], 3000);
+    assert!(s0["stream_detail"][0]["rtt_ms"].is_number(), "{s0}");
+    assert!(
+        s0["stream_detail"][0]["send_buffer_bytes"].as_u64() > Some(0),
+        "{s0}"
+    );
+    assert_eq!(s0["stream_detail"][1]["path"], "local");
+    assert!(s0["stream_detail"][1]["rtt_ms"].is_null());
+    assert_eq!(s0["paths"][0]["streams"], 1);
+    assert_eq!(s0["paths"][1]["streams"], 3);
+    assert_eq!(s0["paths"][1]["bytes"], 1096);
     // Dropped without completing: a failed session, gone from the list.
     drop(guard);
     let (_, _, body) = get(&d, "/metrics").await;
     let text = String::from_utf8(body).unwrap();
     assert!(text.contains("tern_transfers_failed_total 1\n"), "{text}");
     assert!(text.contains("tern_sessions_active 0\n"), "{text}");
+    let (_, _, body) = get(&d, "/api/v1/live").await;
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["sessions"].as_array().map(Vec::len), Some(0));
+    assert_eq!(v["recent"][0]["outcome"], "failed");
+    assert_eq!(v["recent"][0]["bytes"], 4096);
+    assert_eq!(v["recent"][0]["per_stream_bytes"][0], 3000);
     let (_, _, body) = get(&Dashboard::default(), "/api/v1/live").await;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["daemon"], false);

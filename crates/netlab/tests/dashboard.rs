@@ -11,7 +11,10 @@
 //! - a reroute made with `netlab set --hops` is listed on the path page;
 //! - the route graph draws and names the bottleneck group (both paths
 //!   pass router 10.48.0.1);
-//! - the transfers view updates while a copy runs.
+//! - the world map places the hosts a mesh gives coordinates and draws
+//!   each measured path between them;
+//! - the transfers view updates while a copy runs, with its streams,
+//!   paths and tuning, and lists it among the recent transfers once done.
 //!
 //! Screenshots go to a temporary directory, or to `TERN_SCREENSHOTS`
 //! (docs/ holds the committed ones). Needs root, the tern binary, Chromium
@@ -162,7 +165,18 @@ fn the_dashboard_metrics_and_alerts_show_what_the_advisor_measured() {
             "rules": [{"name": "capacity-cut", "target": "10.47.0.2", "kind": "capacity", "below_share": 0.6}]}"#,
     )
     .unwrap();
+    // Where the hosts are, for the world map: a mesh of places only (no
+    // group, so it adds no measurement to the targets file's).
+    std::fs::write(
+        path("places.json"),
+        r#"{"name": "places", "groups": [], "hosts": [
+            {"name": "a", "lat": 46.23, "lon": 6.05},
+            {"name": "10.47.0.2", "lat": 41.88, "lon": -87.63},
+            {"name": "10.47.1.2", "lat": 35.68, "lon": 139.77}]}"#,
+    )
+    .unwrap();
     std::fs::create_dir_all(path("a-root")).unwrap();
+    let places = path("places.json");
     let targets = path("targets");
     let alerts = path("alerts.json");
     let _a = Serve::new(&tern, path("a-root"), path("a-state"))
@@ -174,6 +188,8 @@ fn the_dashboard_metrics_and_alerts_show_what_the_advisor_measured() {
             "a",
             "--targets",
             &targets,
+            "--mesh",
+            &places,
             "--alerts",
             &alerts,
             "--probe-jitter",
@@ -291,6 +307,18 @@ fn the_dashboard_metrics_and_alerts_show_what_the_advisor_measured() {
     let routes = browse(&lab, shots, &["routes"]);
     assert!(routes["groups"].as_u64().unwrap() >= 1, "{routes}");
 
+    // The world map: three placed hosts, a line for each measured path.
+    let map = browse(&lab, shots, &["map"]);
+    assert_eq!(map["sites"], 3, "{map}");
+    let links = map["links"].as_array().unwrap();
+    assert_eq!(links.len(), 2, "a → each of the two targets: {map}");
+    assert!(
+        links
+            .iter()
+            .all(|l| l["rtt"].as_f64().is_some_and(|r| r > 0.0)),
+        "{map}"
+    );
+
     // The transfers view moves while a copy runs (rate-limited to last).
     let big = path("b-root/big.bin");
     // Random bytes: compression would shrink the wire bytes the rate
@@ -331,6 +359,20 @@ fn the_dashboard_metrics_and_alerts_show_what_the_advisor_measured() {
     }
     let live = browse(&lab, shots, &["transfers"]);
     eprintln!("transfers: {live}");
+    let per_stream = live["per_stream"].as_array().unwrap();
+    assert!(!per_stream.is_empty(), "{live}");
+    assert_eq!(
+        live["paths"][0].as_str(),
+        Some("10.47.0.1 ↔ 10.47.0.2"),
+        "the daemon's streams take the path from A to B: {live}"
+    );
     let done = copy.wait().unwrap();
     assert!(done.success(), "the watched copy failed");
+    // The ended session is listed with its report.
+    let recent = api(&lab, "/api/v1/live")["recent"][0].clone();
+    assert_eq!(recent["outcome"], "completed", "{recent}");
+    assert_eq!(recent["bytes"], 48u64 << 20, "{recent}");
+    let listed = browse(&lab, shots, &["recent"]);
+    assert_eq!(listed["session"], recent["id"], "{listed}");
+    assert_eq!(listed["outcome"], "completed", "{listed}");
 }

@@ -273,3 +273,51 @@ async fn a_path_without_numbers_borrows_advice_from_one_that_shares_its_router()
         assert!(service.advice("d").await.is_err(), "{}", db.name);
     }
 }
+
+#[tokio::test]
+async fn an_alert_rule_for_a_bottleneck_group_watches_each_of_its_targets_and_no_other() {
+    use tern_advisor::alerts::{AlertConfig, Alerts};
+    for db in every_db().await {
+        let a = db.open(quick()).await.with_site("a.mesh");
+        let grouped = |host: &str| NewTarget {
+            group: Some("transatlantic".into()),
+            ..target(host)
+        };
+        for t in [grouped("b.mesh"), grouped("c.mesh"), target("d.mesh")] {
+            a.upsert_target(&t, 1).await.unwrap();
+        }
+        let alerts = Alerts::new(
+            AlertConfig::parse(
+                r#"{"rules": [{"name": "lossy-group", "group": "transatlantic", "kind": "loss", "above": 1.0}]}"#,
+            )
+            .unwrap(),
+        );
+        for host in ["b.mesh", "c.mesh", "d.mesh"] {
+            a.record(
+                host,
+                Origin::Active,
+                "t",
+                &[Sample::new(Kind::Loss, 2.5)],
+                5,
+                None,
+            )
+            .await
+            .unwrap();
+            alerts
+                .after_record(&a, host, &[Kind::Loss], &[])
+                .await
+                .unwrap();
+        }
+        let fired: Vec<String> = a
+            .events(Some("a.mesh"), None, 0, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.event == EventKind::Alert)
+            .map(|e| e.host)
+            .collect();
+        let mut fired = fired;
+        fired.sort();
+        assert_eq!(fired, ["b.mesh", "c.mesh"], "{}", db.name);
+    }
+}

@@ -60,7 +60,10 @@ pub use limits::{
     DEFAULT_MAX_HANDSHAKES_PER_ADDRESS, DEFAULT_MAX_SESSIONS_PER_ADDRESS, Limit, Refusals,
     raise_open_file_limit,
 };
-pub use observe::{LiveGuard, LiveSession, LiveSessions, SessionDone, SessionHook};
+pub use observe::{
+    LiveGuard, LiveSession, LiveSessions, LiveTuning, RecentSession, SessionDone, SessionHook,
+    WatchedStream,
+};
 
 mod join;
 pub(crate) mod limits;
@@ -677,10 +680,19 @@ async fn run_control(
     params.tuning.other_paths = paths.len() as u16;
     let started = Instant::now();
     let sent = matches!(role, Role::Send(..));
-    let progress = Arc::new(Progress::default());
+    let progress = Arc::new(Progress::per_stream(max_streams));
     let live = ctx.opts.live.as_ref().map(|l| {
-        let count = u16::try_from(streams.len()).unwrap_or(u16::MAX);
-        l.begin(peer, sent, count, progress.clone())
+        let watched = streams
+            .iter()
+            .map(|j| WatchedStream::of(j.index, j.probe.as_ref()))
+            .collect();
+        l.begin(
+            peer,
+            sent,
+            watched,
+            LiveTuning::of(&params),
+            progress.clone(),
+        )
     });
     let result = run_role(ctx, role, control, streams, supply, params, progress).await;
     ctx.pending.lock().expect("pending").remove(&token);

@@ -155,6 +155,33 @@ pub struct Progress {
     pub total: AtomicU64,
     /// Files completed.
     pub files_done: AtomicU64,
+    /// Payload bytes per stream index (repairs included), when asked for
+    /// ([`Progress::per_stream`]): a live view's per-stream rates.
+    per_stream: Box<[AtomicU64]>,
+}
+
+impl Progress {
+    /// Progress that also counts each of up to `streams` streams.
+    pub fn per_stream(streams: u16) -> Progress {
+        Progress {
+            per_stream: (0..streams).map(|_| AtomicU64::new(0)).collect(),
+            ..Progress::default()
+        }
+    }
+
+    /// Stream `k` moved `bytes` more.
+    pub fn stream_moved(&self, k: usize, bytes: u64) {
+        if let Some(c) = self.per_stream.get(k) {
+            c.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes stream `k` moved so far (0 when not counted).
+    pub fn stream_bytes(&self, k: usize) -> u64 {
+        self.per_stream
+            .get(k)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
 }
 
 /// A stream lost or given up during a session.

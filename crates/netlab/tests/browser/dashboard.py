@@ -9,7 +9,10 @@ CHECK is one of
                        whose charts hold the measured points
     event FROM TO      the path page of FROM → TO lists a route change
     routes             the route graph draws, bottleneck groups are listed
-    transfers          a running session's bytes grow between two updates
+    transfers          a running session's bytes grow between two updates; its
+                       streams show bytes, its paths and tuning are shown
+    map                the world map places the hosts and draws the measured paths
+    recent             the last session that ended is listed with its outcome
 
 Exit 1 with the reason on stderr when a check fails.
 """
@@ -92,9 +95,52 @@ def check_transfers(page, base, shots):
         rows = page.locator("#live tr[data-session]")
         if rows.count() and int(rows.first.get_attribute("data-bytes")) > first:
             later = int(rows.first.get_attribute("data-bytes"))
+            streams = page.locator(".live-session tr[data-stream]")
+            per_stream = [int(streams.nth(i).get_attribute("data-bytes")) for i in range(streams.count())]
+            paths = page.locator(".live-session tr[data-path]")
+            tuning = page.locator(".live-session .tuning").first.inner_text()
+            if not per_stream or sum(per_stream) == 0:
+                fail(f"no stream of the running session shows bytes: {per_stream}")
+            if "congestion control" not in tuning:
+                fail(f"the session's tuning is not shown: {tuning!r}")
             shot(page, shots, "dashboard-transfers.png")
-            return {"bytes_first": first, "bytes_later": later, "summary": page.locator("#live-summary").inner_text()}
+            return {"bytes_first": first, "bytes_later": later, "per_stream": per_stream,
+                    "paths": [paths.nth(i).get_attribute("data-path") for i in range(paths.count())],
+                    "tuning": tuning, "summary": page.locator("#live-summary").inner_text()}
     fail(f"the transfers view did not move past {first} bytes in 10 s")
+
+
+def check_map(page, base, shots):
+    page.goto(base + "/#/map")
+    page.locator("#world .site").first.wait_for(timeout=20000)
+    land = page.locator("#world path.land").get_attribute("d") or ""
+    if land.count("M") < 50:
+        fail(f"the world outline has only {land.count('M')} rings")
+    links = page.locator("#world path.link")
+    out = [{"from": links.nth(i).get_attribute("data-from"), "to": links.nth(i).get_attribute("data-to"),
+            "rtt": float(links.nth(i).get_attribute("data-rtt") or "nan")} for i in range(links.count())]
+    sites = page.locator("#world .site").count()
+    if links.count():
+        # Keyboard: the first path's link opens its path page.
+        page.locator("#world a").first.focus()
+        page.keyboard.press("Enter")
+        page.wait_for_url("**#/path?**", timeout=10000)
+        page.goto(base + "/#/map")
+        page.locator("#world .site").first.wait_for(timeout=20000)
+        # The path page may still have been loading: none of it may land here.
+        time.sleep(1)
+        if page.locator("#view #advice, #view .chart").count():
+            fail("the path page's content showed up on the map page")
+    shot(page, shots, "dashboard-map.png")
+    return {"sites": sites, "links": out, "summary": page.locator("#map-summary").inner_text()}
+
+
+def check_recent(page, base, shots):
+    page.goto(base + "/#/transfers")
+    row = page.locator("#recent-table tr[data-session]").first
+    row.wait_for(timeout=20000)
+    return {"session": int(row.get_attribute("data-session")), "outcome": row.get_attribute("data-outcome"),
+            "text": row.inner_text()}
 
 
 def main():
@@ -122,6 +168,10 @@ def main():
             out = check_routes(page, base, shots)
         elif check == "transfers":
             out = check_transfers(page, base, shots)
+        elif check == "map":
+            out = check_map(page, base, shots)
+        elif check == "recent":
+            out = check_recent(page, base, shots)
         else:
             fail(f"unknown check {check}")
         browser.close()

@@ -1,6 +1,8 @@
 //! Telling someone outside the engine about a daemon's sessions: each one
 //! that completed ([`SessionHook`]), and those running now with counts of
-//! all ([`LiveSessions`], for a live view and metrics).
+//! all ([`LiveSessions`], for a live view and metrics): per stream its
+//! path, bytes and what `TCP_INFO` says now, the session's tuning, and
+//! the last few sessions' reports.
 //!
 //! The engine does not know who listens (the advisor, a metrics
 //! exporter): [`super::ServerOptions`] carries an optional
@@ -8,14 +10,15 @@
 //! task. A hook must return quickly (hand the data to a channel); it
 //! must never block the daemon.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::limits::{Limiter, Refusals};
-use crate::data::transfer::{Progress, TransferStats};
+use crate::data::transfer::{Progress, TransferParams, TransferStats};
 
 /// A session the daemon completed.
 #[derive(Debug)]
@@ -73,16 +76,190 @@ pub struct LiveSessions {
     pub blocks_retransmitted: AtomicU64,
     /// The daemon's accounting of its limits, once it runs.
     limiter: Mutex<Option<Limiter>>,
+    /// The last [`RECENT`] sessions that ended, newest last.
+    recent: Mutex<VecDeque<RecentSession>>,
 }
+
+/// How many ended sessions the live view keeps.
+pub const RECENT: usize = 20;
 
 #[derive(Debug)]
 struct Running {
     peer: SocketAddr,
     sent: bool,
-    streams: u16,
+    streams: Vec<WatchedStream>,
+    tuning: LiveTuning,
     started: Instant,
     started_ms: u64,
     progress: Arc<Progress>,
+}
+
+/// A data stream a live view follows: its path, and a duplicate of its
+/// socket to read `TCP_INFO` from (none for pipes).
+#[derive(Debug)]
+pub struct WatchedStream {
+    /// Its index in the session.
+    pub index: u16,
+    /// The path it takes, `local ↔ peer` by address (no ports).
+    pub path: String,
+    /// A duplicate of its TCP socket.
+    pub socket: Option<OwnedFd>,
+}
+
+impl WatchedStream {
+    /// Follows stream `index` on `socket` (a duplicate is kept).
+    pub fn of(index: u16, socket: Option<&OwnedFd>) -> WatchedStream {
+        let socket = socket.and_then(|fd| fd.try_clone().ok());
+        let path = socket
+            .as_ref()
+            .and_then(|fd| {
+                let sock = socket2::SockRef::from(fd);
+                let ip = |a: socket2::SockAddr| a.as_socket().map(|a| a.ip().to_canonical());
+                Some(format!(
+                    "{} ↔ {}",
+                    ip(sock.local_addr().ok()?)?,
+                    ip(sock.peer_addr().ok()?)?
+                ))
+            })
+            .unwrap_or_else(|| "local".into());
+        WatchedStream {
+            index,
+            path,
+            socket,
+        }
+    }
+}
+
+/// The tuning a session runs with: what tern decided for its sockets.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LiveTuning {
+    /// Congestion control of the data sockets.
+    pub congestion: String,
+    /// Who sizes the buffers: `auto` (tern's DRS), `kernel`, or a fixed
+    /// size.
+    pub window: String,
+    /// The sending side may change the stream count.
+    pub auto_streams: bool,
+    /// The most streams the session may grow to.
+    pub max_streams: u16,
+    /// Block size, bytes.
+    pub block_size: u32,
+}
+
+impl LiveTuning {
+    /// What a live view says of a session's tuning.
+    pub fn of(params: &TransferParams) -> LiveTuning {
+        let t = &params.tuning;
+        LiveTuning {
+            congestion: t.congestion.clone(),
+            window: match t.window {
+                tern_drs::WindowMode::Auto => "auto".into(),
+                tern_drs::WindowMode::Kernel => "kernel".into(),
+                tern_drs::WindowMode::Fixed(b) => format!("fixed {b} bytes"),
+            },
+            auto_streams: t.auto_streams,
+            max_streams: params.max_streams,
+            block_size: params.block_size,
+        }
+    }
+}
+
+/// One stream of a running session, now.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LiveStream {
+    /// Its index in the session.
+    pub index: u16,
+    /// `local ↔ peer` addresses.
+    pub path: String,
+    /// Payload bytes it moved so far.
+    pub bytes: u64,
+    /// Smoothed RTT, ms.
+    pub rtt_ms: Option<f64>,
+    /// Congestion window, bytes (when this end sends).
+    pub cwnd_bytes: Option<u64>,
+    /// The kernel's latest delivery-rate sample, bits/s (when this end
+    /// sends).
+    pub delivery_bps: Option<f64>,
+    /// Its send buffer now, bytes (what DRS sized).
+    pub send_buffer_bytes: Option<u64>,
+    /// Its receive buffer now, bytes.
+    pub receive_buffer_bytes: Option<u64>,
+    /// Bytes retransmitted.
+    pub retransmitted_bytes: Option<u64>,
+}
+
+impl LiveStream {
+    /// What stream `w` shows now; the congestion window and delivery
+    /// rate only where this end sends (`sent`): a receiver's are those of
+    /// its acknowledgements.
+    fn read(w: &WatchedStream, progress: &Progress, sent: bool) -> LiveStream {
+        let fd = w.socket.as_ref().map(|s| s.as_raw_fd());
+        let info = fd.and_then(|fd| tern_drs::TcpInfo::read(fd).ok());
+        LiveStream {
+            index: w.index,
+            path: w.path.clone(),
+            bytes: progress.stream_bytes(usize::from(w.index)),
+            rtt_ms: info.as_ref().map(|i| f64::from(i.rtt_us) / 1e3),
+            cwnd_bytes: info
+                .as_ref()
+                .filter(|_| sent)
+                .map(|i| u64::from(i.snd_cwnd) * u64::from(i.snd_mss)),
+            delivery_bps: info
+                .as_ref()
+                .filter(|_| sent)
+                .and_then(|i| i.delivery_rate)
+                .map(|r| r as f64 * 8.0),
+            send_buffer_bytes: fd.and_then(|fd| tern_drs::socket::sndbuf(fd).ok()),
+            receive_buffer_bytes: fd.and_then(|fd| tern_drs::socket::rcvbuf(fd).ok()),
+            retransmitted_bytes: info.and_then(|i| i.bytes_retrans),
+        }
+    }
+}
+
+/// One path of a running session: its streams together.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LivePath {
+    /// `local ↔ peer` addresses.
+    pub path: String,
+    /// Streams on it.
+    pub streams: u16,
+    /// Payload bytes they moved so far.
+    pub bytes: u64,
+    /// Sum of their delivery-rate samples, bits/s (when this end sends).
+    pub delivery_bps: Option<f64>,
+}
+
+/// A session that ended, as the live view lists it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RecentSession {
+    /// Its number on this daemon.
+    pub id: u64,
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// `send` or `receive`.
+    pub direction: &'static str,
+    /// When it began, ms since the Unix epoch.
+    pub started_ms: u64,
+    /// How long it ran, s.
+    pub elapsed_s: f64,
+    /// `completed` or `failed`.
+    pub outcome: &'static str,
+    /// Payload bytes delivered, or moved before it failed.
+    pub bytes: u64,
+    /// Files delivered.
+    pub files: usize,
+    /// Streams used.
+    pub streams: u16,
+    /// Average payload rate over the network phase, bits/s.
+    pub rate_bps: f64,
+    /// Blocks sent again.
+    pub blocks_retransmitted: u64,
+    /// Streams lost on the way.
+    pub streams_lost: u16,
+    /// Payload bytes per stream.
+    pub per_stream_bytes: Vec<u64>,
+    /// What limited it, in a sentence (DRS's diagnosis), when known.
+    pub diagnosis: Option<String>,
 }
 
 /// One running session as a live view shows it.
@@ -96,6 +273,12 @@ pub struct LiveSession {
     pub direction: &'static str,
     /// Data streams it started with.
     pub streams: u16,
+    /// Each of them now.
+    pub stream_detail: Vec<LiveStream>,
+    /// Its streams by path.
+    pub paths: Vec<LivePath>,
+    /// The tuning it runs with.
+    pub tuning: LiveTuning,
     /// When it began, ms since the Unix epoch.
     pub started_ms: u64,
     /// Seconds since.
@@ -115,7 +298,8 @@ impl LiveSessions {
         self: &Arc<Self>,
         peer: SocketAddr,
         sent: bool,
-        streams: u16,
+        streams: Vec<WatchedStream>,
+        tuning: LiveTuning,
         progress: Arc<Progress>,
     ) -> LiveGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
@@ -129,6 +313,7 @@ impl LiveSessions {
                 peer,
                 sent,
                 streams,
+                tuning,
                 started: Instant::now(),
                 started_ms,
                 progress,
@@ -148,18 +333,42 @@ impl LiveSessions {
             .lock()
             .expect("live sessions")
             .iter()
-            .map(|(&id, r)| LiveSession {
-                id,
-                peer: r.peer,
-                direction: if r.sent { "send" } else { "receive" },
-                streams: r.streams,
-                started_ms: r.started_ms,
-                elapsed_s: r.started.elapsed().as_secs_f64(),
-                bytes: r.progress.bytes.load(Ordering::Relaxed),
-                total: r.progress.total.load(Ordering::Relaxed),
-                files_done: r.progress.files_done.load(Ordering::Relaxed),
+            .map(|(&id, r)| {
+                let stream_detail: Vec<LiveStream> = r
+                    .streams
+                    .iter()
+                    .map(|w| LiveStream::read(w, &r.progress, r.sent))
+                    .collect();
+                LiveSession {
+                    id,
+                    peer: r.peer,
+                    direction: if r.sent { "send" } else { "receive" },
+                    streams: r.streams.len() as u16,
+                    paths: by_path(&stream_detail),
+                    stream_detail,
+                    tuning: r.tuning.clone(),
+                    started_ms: r.started_ms,
+                    elapsed_s: r.started.elapsed().as_secs_f64(),
+                    bytes: r.progress.bytes.load(Ordering::Relaxed),
+                    total: r.progress.total.load(Ordering::Relaxed),
+                    files_done: r.progress.files_done.load(Ordering::Relaxed),
+                }
             })
             .collect()
+    }
+
+    /// The sessions that ended last, newest first.
+    pub fn recent(&self) -> Vec<RecentSession> {
+        let recent = self.recent.lock().expect("live sessions");
+        recent.iter().rev().cloned().collect()
+    }
+
+    fn remember(&self, ended: RecentSession) {
+        let mut recent = self.recent.lock().expect("live sessions");
+        if recent.len() >= RECENT {
+            recent.pop_front();
+        }
+        recent.push_back(ended);
     }
 
     /// Connections refused or ended by each limit so far (all zero
@@ -177,16 +386,47 @@ impl LiveSessions {
         *self.limiter.lock().expect("live sessions") = Some(limiter);
     }
 
+    /// How many sessions run now.
+    pub fn running(&self) -> usize {
+        self.running.lock().expect("live sessions").len()
+    }
+
     /// Data streams of the running sessions.
     pub fn streams(&self) -> u64 {
         let running = self.running.lock().expect("live sessions");
-        running.values().map(|r| u64::from(r.streams)).sum()
+        running.values().map(|r| r.streams.len() as u64).sum()
     }
 
     /// A counter's value.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+}
+
+/// Streams grouped by path, in the order each path first appears.
+fn by_path(streams: &[LiveStream]) -> Vec<LivePath> {
+    let mut paths: Vec<LivePath> = Vec::new();
+    for s in streams {
+        let i = match paths.iter().position(|p| p.path == s.path) {
+            Some(i) => i,
+            None => {
+                paths.push(LivePath {
+                    path: s.path.clone(),
+                    streams: 0,
+                    bytes: 0,
+                    delivery_bps: None,
+                });
+                paths.len() - 1
+            }
+        };
+        let p = &mut paths[i];
+        p.streams += 1;
+        p.bytes += s.bytes;
+        if let Some(d) = s.delivery_bps {
+            *p.delivery_bps.get_or_insert(0.0) += d;
+        }
+    }
+    paths
 }
 
 /// A registered session: dropped without [`LiveGuard::completed`], it
@@ -202,6 +442,24 @@ pub struct LiveGuard {
 impl LiveGuard {
     /// The session completed with these stats.
     pub fn completed(mut self, stats: &TransferStats) {
+        if let Some(r) = self.ended("completed") {
+            let secs = stats.network_elapsed.as_secs_f64();
+            self.sessions.remember(RecentSession {
+                bytes: stats.bytes,
+                files: stats.files.len(),
+                streams: stats.streams_used,
+                rate_bps: if secs > 0.0 {
+                    stats.bytes as f64 * 8.0 / secs
+                } else {
+                    0.0
+                },
+                blocks_retransmitted: stats.blocks_retransmitted,
+                streams_lost: stats.streams_lost,
+                per_stream_bytes: stats.per_stream_bytes.clone(),
+                diagnosis: stats.tuning.as_ref().map(|d| d.summary.clone()),
+                ..r
+            });
+        }
         let s = &self.sessions;
         s.completed.fetch_add(1, Ordering::Relaxed);
         let bytes = if self.sent {
@@ -216,15 +474,45 @@ impl LiveGuard {
     }
 }
 
+impl LiveGuard {
+    /// Takes the session off the running list; what is known of it then.
+    fn ended(&self, outcome: &'static str) -> Option<RecentSession> {
+        let r = self
+            .sessions
+            .running
+            .lock()
+            .expect("live sessions")
+            .remove(&self.id)?;
+        Some(RecentSession {
+            id: self.id,
+            peer: r.peer,
+            direction: if r.sent { "send" } else { "receive" },
+            started_ms: r.started_ms,
+            elapsed_s: r.started.elapsed().as_secs_f64(),
+            outcome,
+            bytes: r.progress.bytes.load(Ordering::Relaxed),
+            files: r.progress.files_done.load(Ordering::Relaxed) as usize,
+            streams: r.streams.len() as u16,
+            rate_bps: 0.0,
+            blocks_retransmitted: 0,
+            streams_lost: 0,
+            per_stream_bytes: r
+                .streams
+                .iter()
+                .map(|w| r.progress.stream_bytes(usize::from(w.index)))
+                .collect(),
+            diagnosis: None,
+        })
+    }
+}
+
 impl Drop for LiveGuard {
     fn drop(&mut self) {
         if !self.done {
             self.sessions.failed.fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = self.ended("failed") {
+                self.sessions.remember(r);
+            }
         }
-        self.sessions
-            .running
-            .lock()
-            .expect("live sessions")
-            .remove(&self.id);
     }
 }

@@ -659,6 +659,7 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                     .progress
                     .bytes
                     .fetch_add(u64::from(h.length), Ordering::Relaxed);
+                shared.progress.stream_moved(k, u64::from(h.length));
                 let judged = {
                     let mut s = shared.session.lock().expect("session");
                     s.block_written(k, &h).and_then(|()| s.poll_judgements())

@@ -767,6 +767,7 @@ async fn stream_worker(shared: Arc<SendShared>, k: usize, mut stream: BoxStream,
             .lock()
             .expect("session")
             .record_sent(k, u64::from(task.len));
+        shared.progress.stream_moved(k, u64::from(task.len));
         if !task.copy {
             shared
                 .progress
