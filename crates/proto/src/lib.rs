@@ -4,6 +4,7 @@
 //! ([`hello`]), the control messages exchanged on the TLS control connection
 //! ([`control`]), the frames carried by data connections ([`data`]), and
 //! the one line `tern serve --once` prints for its ssh client ([`once`]),
+//! the delegation a client signs for a third-party copy ([`delegation`]),
 //! and the UDP packets of the capacity probe ([`probe`]).
 //! It performs no I/O and keeps no state: callers hand it bytes and get typed
 //! frames back, or hand it frames and get bytes. That keeps it small enough to
@@ -15,6 +16,7 @@
 
 pub mod control;
 pub mod data;
+pub mod delegation;
 pub mod hello;
 pub mod once;
 pub mod path;
@@ -93,4 +95,7 @@ pub enum DecodeError {
     /// The line `tern serve --once` printed is not a once line.
     #[error("malformed once line: {0}")]
     OnceLine(String),
+    /// A third-party-copy delegation's body did not decode.
+    #[error("malformed delegation: {0}")]
+    Delegation(String),
 }

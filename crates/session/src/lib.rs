@@ -8,7 +8,8 @@
 //! - [`open`]: the opening of a session, both ends ([`ClientOpen`],
 //!   [`ServerOpen`]): hello features, the session request, tuning and
 //!   transfer options, the server's acceptance or refusal;
-//! - [`SenderSession`] and [`ReceiverSession`]: the data phase.
+//! - [`SenderSession`] and [`ReceiverSession`]: the data phase;
+//! - [`delegation`]: issuing and judging a third-party copy's delegation.
 //!
 //! All are deterministic state machines: the driver (`tern_engine::transfer`
 //! and `tern_engine::conn::open`) feeds them events (control messages, blocks that
@@ -24,6 +25,7 @@
 //! then judges what is missing; whatever a dead stream took with it is then
 //! simply requested again.
 
+pub mod delegation;
 mod error;
 pub mod open;
 mod options;
