@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::delegation::{SignedDelegation, TpcRole};
 use crate::{DecodeError, MAX_CONTROL_FRAME, RelPath, Token};
 
 /// Algorithm for the end-to-end (whole-file) digest.
@@ -437,6 +438,73 @@ pub enum ControlMsg {
     Paths {
         /// Addresses and ports, at most [`MAX_PATHS`].
         addresses: Vec<std::net::SocketAddr>,
+    },
+    /// Client → daemon, instead of `SessionOpen` (needs `TPC`): be one end
+    /// of a third-party copy under this delegation. The daemon judges it
+    /// (`tern_session::delegation`) and whether this client may read (as
+    /// the source) or write (as the destination) what it covers, and
+    /// answers `TpcAccept` or `Error`.
+    TpcOpen {
+        /// The end this daemon is.
+        role: TpcRole,
+        /// What the client signed.
+        delegation: SignedDelegation,
+    },
+    /// Daemon → client: the delegation is accepted.
+    TpcAccept {
+        /// A one-time secret the other daemon must present with the
+        /// delegation when it dials this one (`PeerOpen`): the client
+        /// hands it only to that daemon.
+        ticket: Token,
+        /// Addresses at which the other daemon may reach this one
+        /// (besides the one the client reached), at most [`MAX_PATHS`].
+        addresses: Vec<std::net::SocketAddr>,
+    },
+    /// Client → the daemon that dials: open the data session with the
+    /// other daemon now.
+    TpcDial {
+        /// The other daemon's host, as the client reached it.
+        host: String,
+        /// Its port.
+        port: u16,
+        /// Its other addresses, from its `TpcAccept`.
+        addresses: Vec<std::net::SocketAddr>,
+        /// Its ticket, from its `TpcAccept`.
+        ticket: Token,
+    },
+    /// Dialing daemon → the other, right after the handshake and before
+    /// `SessionOpen` (needs `TPC`): the delegation and ticket that admit
+    /// this one data session.
+    PeerOpen {
+        /// The delegation, as the client signed it.
+        delegation: SignedDelegation,
+        /// The ticket the daemon dialed gave the client.
+        ticket: Token,
+    },
+    /// Dialing daemon → client, about once a second while the copy runs.
+    TpcProgress {
+        /// Payload bytes moved.
+        bytes: u64,
+        /// Payload bytes expected (0 when unknown).
+        total: u64,
+        /// Files completed.
+        files_done: u64,
+    },
+    /// Dialing daemon → client: the copy is over (failures come as
+    /// `Error`).
+    TpcDone {
+        /// Payload bytes delivered.
+        bytes: u64,
+        /// Files delivered.
+        files: u64,
+        /// Data streams used.
+        streams: u16,
+        /// From all streams up to the end, ms.
+        network_elapsed_ms: u64,
+        /// The data connection's local address at the dialer.
+        dialer_address: std::net::SocketAddr,
+        /// The address it reached at the other daemon.
+        peer_address: std::net::SocketAddr,
     },
 }
 

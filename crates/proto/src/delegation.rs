@@ -32,6 +32,15 @@ pub const MAX_LIFE_MS: u64 = 300_000;
 /// Largest encoded body accepted, bytes (paths included).
 pub const MAX_BODY: usize = 64 * 1024;
 
+/// Which end of a third-party copy a daemon is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TpcRole {
+    /// The data comes from here.
+    Source,
+    /// The data goes here.
+    Dest,
+}
+
 /// Which end opens the data connection between the two daemons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Dialer {

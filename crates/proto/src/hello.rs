@@ -70,6 +70,10 @@ impl Features {
     /// addresses its data connections may go to (`Paths`): the client may
     /// spread its streams over every path between the two hosts.
     pub const PATHS: Features = Features(1 << 12);
+    /// Third-party copies: `TpcOpen`, `TpcAccept`, `TpcDial`, `PeerOpen`,
+    /// `TpcProgress`, `TpcDone`. Not in [`Features::ALL`] until the daemon
+    /// carries them out: this build only encodes and judges them.
+    pub const TPC: Features = Features(1 << 13);
 
     /// Everything this build implements.
     pub const ALL: Features = Features(

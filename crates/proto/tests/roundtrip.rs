@@ -14,6 +14,7 @@ use proptest::prelude::*;
 
 use tern_proto::control::control_body_len;
 use tern_proto::data::{HEADER_LEN, JOIN_LEN, JOIN_REPLY_LEN};
+use tern_proto::delegation::{SignedDelegation, TpcRole};
 use tern_proto::hello::HELLO_LEN;
 use tern_proto::{
     BlockFlags, BlockHeader, ChecksumAlg, Codec, Compression, ControlMsg, DataFrame, DataJoin,
@@ -186,7 +187,13 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             | ControlMsg::FileCheck { .. }
             | ControlMsg::EntryAnnounce(_)
             | ControlMsg::EntryFailed { .. }
-            | ControlMsg::Paths { .. } => {}
+            | ControlMsg::Paths { .. }
+            | ControlMsg::TpcOpen { .. }
+            | ControlMsg::TpcAccept { .. }
+            | ControlMsg::TpcDial { .. }
+            | ControlMsg::PeerOpen { .. }
+            | ControlMsg::TpcProgress { .. }
+            | ControlMsg::TpcDone { .. } => {}
         }
     }
     prop_oneof![
@@ -342,6 +349,77 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             0..20
         )
         .prop_map(|addresses| ControlMsg::Paths { addresses }),
+        tpc_message(),
+    ]
+}
+
+/// A socket address as the wire carries it (no flow label or scope id).
+fn wire_addr() -> impl Strategy<Value = std::net::SocketAddr> {
+    any::<std::net::SocketAddr>().prop_map(|a| std::net::SocketAddr::new(a.ip(), a.port()))
+}
+
+fn signed_delegation() -> impl Strategy<Value = SignedDelegation> {
+    (
+        vec(any::<u8>(), 0..200),
+        any::<[u8; 32]>(),
+        vec(any::<u8>(), 0..70),
+    )
+        .prop_map(|(body, key, signature)| SignedDelegation {
+            body,
+            key,
+            signature,
+        })
+}
+
+/// The third-party-copy messages.
+fn tpc_message() -> impl Strategy<Value = ControlMsg> {
+    let role = prop_oneof![Just(TpcRole::Source), Just(TpcRole::Dest)];
+    prop_oneof![
+        (role, signed_delegation())
+            .prop_map(|(role, delegation)| ControlMsg::TpcOpen { role, delegation }),
+        (any::<[u8; 16]>(), vec(wire_addr(), 0..4))
+            .prop_map(|(ticket, addresses)| ControlMsg::TpcAccept { ticket, addresses }),
+        (
+            text(),
+            any::<u16>(),
+            vec(wire_addr(), 0..4),
+            any::<[u8; 16]>()
+        )
+            .prop_map(|(host, port, addresses, ticket)| ControlMsg::TpcDial {
+                host,
+                port,
+                addresses,
+                ticket,
+            }),
+        (signed_delegation(), any::<[u8; 16]>())
+            .prop_map(|(delegation, ticket)| ControlMsg::PeerOpen { delegation, ticket }),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(bytes, total, files_done)| {
+            ControlMsg::TpcProgress {
+                bytes,
+                total,
+                files_done,
+            }
+        }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u16>(),
+            any::<u64>(),
+            wire_addr(),
+            wire_addr()
+        )
+            .prop_map(
+                |(bytes, files, streams, network_elapsed_ms, dialer_address, peer_address)| {
+                    ControlMsg::TpcDone {
+                        bytes,
+                        files,
+                        streams,
+                        network_elapsed_ms,
+                        dialer_address,
+                        peer_address,
+                    }
+                }
+            ),
     ]
 }
 

@@ -5,10 +5,13 @@
 //! time). Each daemon judges it on the client's control connection before
 //! anything else happens ([`Ledger::accept`]): the signature, that it is
 //! meant for this daemon and this very connection, the client identity,
-//! its lifetime, and that its nonce was never accepted before. The daemon
-//! the other one dials then admits the data session only once, only with
-//! the same delegation, only before it expires ([`Ledger::present`]), and
-//! only for what the delegation covers ([`covers`]).
+//! its lifetime, and that its nonce was never accepted before; it answers
+//! with a ticket of its own, which the client hands only to the other
+//! daemon. The daemon the other one dials then admits the data session
+//! only once, only with the same delegation and that ticket, only before
+//! it expires, only from the end the delegation lets dial
+//! ([`Ledger::present`]), and only for what the delegation covers
+//! ([`covers`]).
 //!
 //! Every refusal is a [`Refusal`] whose text says what was wrong; the
 //! engine sends it to whoever asked and moves no data.
@@ -17,6 +20,7 @@ use std::collections::HashMap;
 
 use ring::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
 use tern_proto::SessionMode;
+pub use tern_proto::delegation::TpcRole;
 use tern_proto::delegation::{Delegation, Dialer, MAX_LIFE_MS, SignedDelegation, signing_input};
 
 /// How far the clocks of client and daemon may disagree, ms.
@@ -26,21 +30,10 @@ pub const MAX_SKEW_MS: u64 = 120_000;
 /// authenticated session, so session limits bound how fast they come).
 pub const MAX_REMEMBERED: usize = 4096;
 
-/// Which end of the copy a daemon is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TpcRole {
-    /// The data comes from here.
-    Source,
-    /// The data goes here.
-    Dest,
-}
-
-impl TpcRole {
-    fn name(self) -> &'static str {
-        match self {
-            TpcRole::Source => "source",
-            TpcRole::Dest => "destination",
-        }
+fn role_name(role: TpcRole) -> &'static str {
+    match role {
+        TpcRole::Source => "source",
+        TpcRole::Dest => "destination",
     }
 }
 
@@ -95,8 +88,7 @@ pub enum Refusal {
     /// Its nonce was accepted before, or it was already used.
     #[error("the delegation was already used")]
     Replayed,
-    /// Presented by a daemon it does not name, or for a role it does not
-    /// allow.
+    /// Presented with the wrong ticket, or by the end that may not dial.
     #[error("{0}")]
     WrongPeer(String),
     /// The session asked for is not what it covers.
@@ -180,6 +172,8 @@ pub struct Connection<'a> {
 struct Held {
     /// SHA-256 of the signed body.
     digest: [u8; 32],
+    /// The ticket given for it.
+    ticket: [u8; 16],
     /// Until when it may be presented, ms since the Unix epoch.
     until_ms: u64,
     /// Presented already.
@@ -201,11 +195,13 @@ fn digest(body: &[u8]) -> [u8; 32] {
 
 impl Ledger {
     /// Judges `signed`, given on the client's control connection `conn`;
-    /// remembers it when it is good.
+    /// remembers it with `ticket` (the caller's random bytes, which it
+    /// sends the client) when it is good.
     pub fn accept(
         &mut self,
         signed: &SignedDelegation,
         conn: &Connection<'_>,
+        ticket: [u8; 16],
     ) -> Result<Delegation, Refusal> {
         let d = verify(signed)?;
         let party = match conn.role {
@@ -214,7 +210,7 @@ impl Ledger {
         };
         if party.fingerprint != conn.own_fingerprint {
             return Err(Refusal::OtherDaemon {
-                role: conn.role.name(),
+                role: role_name(conn.role),
                 named: party.fingerprint.clone(),
                 own: conn.own_fingerprint.into(),
             });
@@ -241,6 +237,7 @@ impl Ledger {
             key,
             Held {
                 digest: digest(&signed.body),
+                ticket,
                 until_ms,
                 used: false,
             },
@@ -248,14 +245,13 @@ impl Ledger {
         Ok(d)
     }
 
-    /// The other daemon presents `signed` to open the data session with
-    /// this one, which plays `role`; `presenter` is the fingerprint it
-    /// showed. Admits it once.
+    /// The other daemon presents `signed` and `ticket` to open the data
+    /// session with this one, which plays `role`. Admits it once.
     pub fn present(
         &mut self,
         signed: &SignedDelegation,
+        ticket: &[u8; 16],
         role: TpcRole,
-        presenter: &str,
         now_ms: u64,
     ) -> Result<Delegation, Refusal> {
         let d = verify(signed)?;
@@ -274,21 +270,20 @@ impl Ledger {
                 ago_ms: now_ms - held.until_ms,
             });
         }
-        let (dialer_ok, other) = match role {
-            TpcRole::Source => (d.dialer != Dialer::Source, &d.dest),
-            TpcRole::Dest => (d.dialer != Dialer::Dest, &d.source),
+        let dialer_ok = match role {
+            TpcRole::Source => d.dialer != Dialer::Source,
+            TpcRole::Dest => d.dialer != Dialer::Dest,
         };
         if !dialer_ok {
             return Err(Refusal::WrongPeer(format!(
                 "the delegation lets the {} dial, not the other way",
-                role.name()
+                role_name(role)
             )));
         }
-        if other.fingerprint != presenter {
-            return Err(Refusal::WrongPeer(format!(
-                "the delegation is for {} ({}), but {presenter} presented it",
-                other.name, other.fingerprint
-            )));
+        if !constant_time_eq(&held.ticket, ticket) {
+            return Err(Refusal::WrongPeer(
+                "the ticket presented with the delegation is not the one given for it".into(),
+            ));
         }
         held.used = true;
         Ok(d)
@@ -369,7 +364,7 @@ fn describe(mode: &SessionMode) -> String {
     }
 }
 
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+fn constant_time_eq<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

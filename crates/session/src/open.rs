@@ -35,6 +35,7 @@ use tern_proto::{
     SessionMode, SessionOpen, Token, TransferOptions, TuningRequest, Window,
 };
 
+use tern_proto::delegation::{Delegation, SignedDelegation, TpcRole};
 use tern_proto::hello::Negotiated;
 
 use crate::options::{Agreed, Choices, SPARE_STREAMS};
@@ -121,6 +122,19 @@ pub struct ClientRequest {
     pub choices: Choices,
     /// The one-time token of a `tern serve --once`, presented first.
     pub once_token: Option<Token>,
+    /// A third-party copy's dialing daemon: the delegation and ticket that
+    /// admit this session at the other daemon, presented first
+    /// (`PeerOpen`).
+    pub peer: Option<PeerPass>,
+}
+
+/// What a dialing daemon presents to the other (`PeerOpen`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerPass {
+    /// The client's delegation.
+    pub delegation: SignedDelegation,
+    /// The ticket the other daemon gave the client.
+    pub ticket: Token,
 }
 
 /// What a client and the server agreed.
@@ -180,6 +194,17 @@ impl ClientOpen {
                 ));
             }
             outbox.push_back(ControlMsg::TokenAuth { token });
+        }
+        if let Some(pass) = request.peer {
+            if !features.contains(Features::TPC) {
+                return Err(Error::Protocol(
+                    "the other daemon does not do third-party copies (is its tern older?)".into(),
+                ));
+            }
+            outbox.push_back(ControlMsg::PeerOpen {
+                delegation: pass.delegation,
+                ticket: pass.ticket,
+            });
         }
         outbox.push_back(ControlMsg::SessionOpen(SessionOpen {
             mode: request.mode.clone(),
@@ -398,6 +423,14 @@ pub enum ServerEvent {
     /// The request is valid: the driver judges it (paths, limits) and
     /// then calls [`ServerOpen::accept`] or [`ServerOpen::refuse`].
     Request(Box<SessionRequest>),
+    /// A client asks this daemon to be one end of a third-party copy: the
+    /// driver judges the delegation and the client's rights, then calls
+    /// [`ServerOpen::accept_tpc`] or [`ServerOpen::refuse`].
+    Tpc(TpcRole, Box<SignedDelegation>),
+    /// The other daemon of a third-party copy presents its pass: the
+    /// driver admits it ([`ServerOpen::delegated`]) or refuses it; the
+    /// `SessionOpen` that follows must be what the delegation covers.
+    PeerPresented(Box<PeerPass>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -417,6 +450,10 @@ pub struct ServerOpen {
     congestion: CongestionPolicy,
     outbox: VecDeque<ControlMsg>,
     state: ServerState,
+    /// A `PeerOpen` came: the session must be admitted by it.
+    peer_presented: bool,
+    /// What the admitted delegation covers, and this daemon's end.
+    delegated: Option<(TpcRole, Delegation)>,
 }
 
 impl ServerOpen {
@@ -438,7 +475,30 @@ impl ServerOpen {
             congestion: policy.congestion,
             outbox: VecDeque::new(),
             state,
+            peer_presented: false,
+            delegated: None,
         })
+    }
+
+    /// The other daemon's `PeerOpen` was admitted for delegation `d`, of
+    /// which this daemon is `role`: only the session it covers may open.
+    pub fn delegated(&mut self, role: TpcRole, d: Delegation) {
+        self.delegated = Some((role, d));
+    }
+
+    /// Accepts a third-party-copy request: queues `TpcAccept`.
+    pub fn accept_tpc(&mut self, ticket: Token, addresses: &[SocketAddr]) {
+        if self.state != ServerState::Judging {
+            return;
+        }
+        self.state = ServerState::Done;
+        let addresses = addresses
+            .iter()
+            .take(tern_proto::MAX_PATHS)
+            .copied()
+            .collect();
+        self.outbox
+            .push_back(ControlMsg::TpcAccept { ticket, addresses });
     }
 
     /// The next message to send.
@@ -467,6 +527,22 @@ impl ServerOpen {
                 "this server needs its one-time token first, got {}",
                 name_of(&other)
             )))),
+            (ServerState::AwaitOpen, ControlMsg::TpcOpen { role, delegation })
+                if features.contains(Features::TPC) && !self.peer_presented =>
+            {
+                self.state = ServerState::Judging;
+                Ok(Some(ServerEvent::Tpc(role, Box::new(delegation))))
+            }
+            (ServerState::AwaitOpen, ControlMsg::PeerOpen { delegation, ticket })
+                if features.contains(Features::TPC) && !self.peer_presented =>
+            {
+                self.peer_presented = true;
+                self.state = ServerState::AwaitOpen;
+                Ok(Some(ServerEvent::PeerPresented(Box::new(PeerPass {
+                    delegation,
+                    ticket,
+                }))))
+            }
             (ServerState::AwaitOpen, ControlMsg::SessionOpen(open)) => {
                 if features.contains(Features::TUNING) {
                     self.state = ServerState::AwaitTuning(open);
@@ -511,7 +587,16 @@ impl ServerOpen {
         options: Option<TransferOptions>,
     ) -> Result<ServerEvent> {
         let features = self.negotiated.features;
-        let checked = validate(&open, features)
+        let admitted = match (&self.delegated, self.peer_presented) {
+            (Some((role, d)), _) => crate::delegation::covers(d, *role, &open.mode)
+                .map_err(|r| Error::Unauthorized(r.to_string())),
+            (None, true) => Err(Error::Unauthorized(
+                "the other daemon's delegation was not admitted".into(),
+            )),
+            (None, false) => Ok(()),
+        };
+        let checked = admitted
+            .and_then(|()| validate(&open, features))
             .and_then(|()| agree_tuning(&open, tuning.as_ref(), &self.congestion))
             .and_then(|tuning| {
                 let options =

@@ -443,6 +443,7 @@ fn request_of(opts: &ClientOptions, mode: SessionMode, streams: u16) -> ClientRe
         congestion: opts.tuning.congestion.clone(),
         choices: opts.choices,
         once_token: opts.once_token,
+        peer: None,
     }
 }
 

@@ -561,6 +561,11 @@ async fn read_request<'a>(
                     }
                 }
             }
+            // Not offered yet (TPC is not in Features::ALL): said if asked.
+            Step::Event(ServerEvent::Tpc(..) | ServerEvent::PeerPresented(_)) => {
+                let e = Error::Unauthorized("this daemon does not serve third-party copies".into());
+                return Err(open::refuse(&mut control, e, linger).await);
+            }
             Step::Event(ServerEvent::Request(request)) => {
                 return Ok(Some(Requested {
                     control,

@@ -5,6 +5,7 @@ use super::*;
 const NOW: u64 = 1_800_000_000_000;
 const A: &str = "SHA256:daemon-a";
 const B: &str = "SHA256:daemon-b";
+const TICKET: [u8; 16] = [0x7e; 16];
 
 fn delegation(nonce: u8) -> Delegation {
     Delegation {
@@ -93,11 +94,11 @@ fn a_changed_body_key_or_signature_does_not_verify() {
 fn each_daemon_accepts_it_once_on_the_connection_it_was_made_for() {
     let signed = issuer().sign(&delegation(1));
     let (mut a, mut b) = (Ledger::default(), Ledger::default());
-    assert!(a.accept(&signed, &at(TpcRole::Source, NOW)).is_ok());
-    assert!(b.accept(&signed, &at(TpcRole::Dest, NOW)).is_ok());
+    assert!(a.accept(&signed, &at(TpcRole::Source, NOW), TICKET).is_ok());
+    assert!(b.accept(&signed, &at(TpcRole::Dest, NOW), TICKET).is_ok());
     // Again on either: a replay.
     assert_eq!(
-        a.accept(&signed, &at(TpcRole::Source, NOW + 1)),
+        a.accept(&signed, &at(TpcRole::Source, NOW + 1), TICKET),
         Err(Refusal::Replayed)
     );
     // B's delegation shown to A as if A were the destination: not A's.
@@ -107,7 +108,7 @@ fn each_daemon_accepts_it_once_on_the_connection_it_was_made_for() {
         ..at(TpcRole::Dest, NOW)
     };
     assert!(matches!(
-        c.accept(&signed, &as_dest),
+        c.accept(&signed, &as_dest, TICKET),
         Err(Refusal::OtherDaemon { .. })
     ));
     // Another connection to A (another binding): refused.
@@ -115,14 +116,17 @@ fn each_daemon_accepts_it_once_on_the_connection_it_was_made_for() {
         binding: [3; 32],
         ..at(TpcRole::Source, NOW)
     };
-    assert_eq!(c.accept(&signed, &elsewhere), Err(Refusal::OtherConnection));
+    assert_eq!(
+        c.accept(&signed, &elsewhere, TICKET),
+        Err(Refusal::OtherConnection)
+    );
     // A client certificate other than the one it names.
     let other_client = Connection {
         client: Some("SHA256:someone"),
         ..at(TpcRole::Source, NOW)
     };
     assert!(matches!(
-        c.accept(&signed, &other_client),
+        c.accept(&signed, &other_client, TICKET),
         Err(Refusal::OtherIssuer { .. })
     ));
     assert!(c.is_empty(), "nothing refused is remembered");
@@ -136,7 +140,7 @@ fn lifetimes_are_bounded_and_judged_against_the_daemons_clock() {
         ..delegation(2)
     };
     assert!(matches!(
-        l.accept(&issuer().sign(&too_long), &at(TpcRole::Source, NOW)),
+        l.accept(&issuer().sign(&too_long), &at(TpcRole::Source, NOW), TICKET),
         Err(Refusal::TooLong { .. })
     ));
     let backwards = Delegation {
@@ -144,49 +148,60 @@ fn lifetimes_are_bounded_and_judged_against_the_daemons_clock() {
         ..delegation(3)
     };
     assert!(matches!(
-        l.accept(&issuer().sign(&backwards), &at(TpcRole::Source, NOW)),
+        l.accept(
+            &issuer().sign(&backwards),
+            &at(TpcRole::Source, NOW),
+            TICKET
+        ),
         Err(Refusal::TooLong { .. })
     ));
     let signed = issuer().sign(&delegation(4));
     assert_eq!(
-        l.accept(&signed, &at(TpcRole::Source, NOW + 60_001)),
+        l.accept(&signed, &at(TpcRole::Source, NOW + 60_001), TICKET),
         Err(Refusal::Expired { ago_ms: 1 })
     );
     assert!(matches!(
-        l.accept(&signed, &at(TpcRole::Source, NOW - MAX_SKEW_MS - 1)),
+        l.accept(&signed, &at(TpcRole::Source, NOW - MAX_SKEW_MS - 1), TICKET),
         Err(Refusal::NotYetValid { .. })
     ));
     // Within the skew: fine.
-    assert!(l.accept(&signed, &at(TpcRole::Source, NOW - 1000)).is_ok());
+    assert!(
+        l.accept(&signed, &at(TpcRole::Source, NOW - 1000), TICKET)
+            .is_ok()
+    );
 }
 
 #[test]
-fn the_data_session_is_admitted_once_from_the_named_peer_before_expiry() {
+fn the_data_session_is_admitted_once_with_its_ticket_before_expiry() {
     let signed = issuer().sign(&delegation(5));
     let mut a = Ledger::default();
-    a.accept(&signed, &at(TpcRole::Source, NOW)).unwrap();
-    // Presented by someone other than B.
+    a.accept(&signed, &at(TpcRole::Source, NOW), TICKET)
+        .unwrap();
+    // Presented with another ticket.
     assert!(matches!(
-        a.present(&signed, TpcRole::Source, "SHA256:mallory", NOW + 10),
+        a.present(&signed, &[0; 16], TpcRole::Source, NOW + 10),
         Err(Refusal::WrongPeer(_))
     ));
     // A different delegation (another nonce's body) was never accepted.
     let other = issuer().sign(&delegation(6));
     assert_eq!(
-        a.present(&other, TpcRole::Source, B, NOW + 10),
+        a.present(&other, &TICKET, TpcRole::Source, NOW + 10),
         Err(Refusal::Unknown)
     );
-    assert!(a.present(&signed, TpcRole::Source, B, NOW + 10).is_ok());
+    assert!(
+        a.present(&signed, &TICKET, TpcRole::Source, NOW + 10)
+            .is_ok()
+    );
     assert_eq!(
-        a.present(&signed, TpcRole::Source, B, NOW + 20),
+        a.present(&signed, &TICKET, TpcRole::Source, NOW + 20),
         Err(Refusal::Replayed),
         "used once only"
     );
     // Expired before it was presented.
     let late = issuer().sign(&delegation(7));
-    a.accept(&late, &at(TpcRole::Source, NOW)).unwrap();
+    a.accept(&late, &at(TpcRole::Source, NOW), TICKET).unwrap();
     assert_eq!(
-        a.present(&late, TpcRole::Source, B, NOW + 60_005),
+        a.present(&late, &TICKET, TpcRole::Source, NOW + 60_005),
         Err(Refusal::Expired { ago_ms: 5 })
     );
 }
@@ -197,17 +212,17 @@ fn only_the_end_the_delegation_names_may_dial() {
     // into B is not allowed.
     let signed = issuer().sign(&delegation(8));
     let mut b = Ledger::default();
-    b.accept(&signed, &at(TpcRole::Dest, NOW)).unwrap();
+    b.accept(&signed, &at(TpcRole::Dest, NOW), TICKET).unwrap();
     assert!(matches!(
-        b.present(&signed, TpcRole::Dest, A, NOW + 1),
+        b.present(&signed, &TICKET, TpcRole::Dest, NOW + 1),
         Err(Refusal::WrongPeer(_))
     ));
     let either = issuer().sign(&Delegation {
         dialer: Dialer::Either,
         ..delegation(9)
     });
-    b.accept(&either, &at(TpcRole::Dest, NOW)).unwrap();
-    assert!(b.present(&either, TpcRole::Dest, A, NOW + 1).is_ok());
+    b.accept(&either, &at(TpcRole::Dest, NOW), TICKET).unwrap();
+    assert!(b.present(&either, &TICKET, TpcRole::Dest, NOW + 1).is_ok());
 }
 
 #[test]
@@ -255,12 +270,12 @@ fn the_ledger_is_bounded_and_forgets_what_expired() {
     for i in 0..MAX_REMEMBERED {
         let mut d = delegation(0);
         d.nonce[..8].copy_from_slice(&(i as u64).to_be_bytes());
-        l.accept(&issuer.sign(&d), &at(TpcRole::Source, NOW))
+        l.accept(&issuer.sign(&d), &at(TpcRole::Source, NOW), TICKET)
             .unwrap();
     }
     let one_more = issuer.sign(&delegation(11));
     assert_eq!(
-        l.accept(&one_more, &at(TpcRole::Source, NOW)),
+        l.accept(&one_more, &at(TpcRole::Source, NOW), TICKET),
         Err(Refusal::Busy)
     );
     // Once they expired (and the skew passed), there is room again.
@@ -270,6 +285,9 @@ fn the_ledger_is_bounded_and_forgets_what_expired() {
         not_after_ms: later + 1000,
         ..delegation(12)
     });
-    assert!(l.accept(&fresh, &at(TpcRole::Source, later)).is_ok());
+    assert!(
+        l.accept(&fresh, &at(TpcRole::Source, later), TICKET)
+            .is_ok()
+    );
     assert_eq!(l.len(), 1);
 }

@@ -11,7 +11,10 @@ use tern_proto::{
     MAX_CONTROL_FRAME, SkipExisting, encode_control,
 };
 
+use tern_proto::delegation::{Dialer, Party, SignedDelegation, TpcRole};
+
 use super::*;
+use crate::delegation::Issuer;
 
 const TOKEN: Token = [0x5e; 16];
 const ONCE: Token = [0x0c; 16];
@@ -69,6 +72,7 @@ fn request() -> ClientRequest {
         congestion: "bbr".into(),
         choices: Choices::default(),
         once_token: None,
+        peer: None,
     }
 }
 
@@ -481,6 +485,7 @@ fn without_token_auth_no_token_can_be_used_and_none_is_needed() {
     // A client holding a token will not open a session that ignores it.
     let with_token = ClientRequest {
         once_token: Some(ONCE),
+        peer: None,
         ..request()
     };
     let e = ClientOpen::new(with_token, negotiated(features)).unwrap_err();
@@ -496,6 +501,7 @@ fn without_token_auth_no_token_can_be_used_and_none_is_needed() {
 fn the_right_once_token_is_presented_first_and_opens_the_session() {
     let req = ClientRequest {
         once_token: Some(ONCE),
+        peer: None,
         ..request()
     };
     let p = open_with(req, Features::ALL, once_policy(), Judge::Accept);
@@ -511,6 +517,7 @@ fn the_right_once_token_is_presented_first_and_opens_the_session() {
 fn a_wrong_once_token_is_refused_and_explained() {
     let req = ClientRequest {
         once_token: Some([0x0d; 16]),
+        peer: None,
         ..request()
     };
     let p = open_with(req, Features::ALL, once_policy(), Judge::Accept);
@@ -626,6 +633,20 @@ fn wire_index(msg: &ControlMsg) -> usize {
         ControlMsg::EntryAnnounce(_) => 16,
         ControlMsg::EntryFailed { .. } => 17,
         ControlMsg::Paths { .. } => 18,
+        ControlMsg::TpcOpen { .. } => 19,
+        ControlMsg::TpcAccept { .. } => 20,
+        ControlMsg::TpcDial { .. } => 21,
+        ControlMsg::PeerOpen { .. } => 22,
+        ControlMsg::TpcProgress { .. } => 23,
+        ControlMsg::TpcDone { .. } => 24,
+    }
+}
+
+fn a_signed_delegation() -> SignedDelegation {
+    SignedDelegation {
+        body: vec![1, 2, 3],
+        key: [4; 32],
+        signature: vec![5; 64],
     }
 }
 
@@ -704,12 +725,43 @@ fn every_kind() -> Vec<ControlMsg> {
         ControlMsg::Paths {
             addresses: vec!["10.47.1.2:4747".parse().unwrap()],
         },
+        ControlMsg::TpcOpen {
+            role: TpcRole::Source,
+            delegation: a_signed_delegation(),
+        },
+        ControlMsg::TpcAccept {
+            ticket: ONCE,
+            addresses: vec![],
+        },
+        ControlMsg::TpcDial {
+            host: "a".into(),
+            port: 4747,
+            addresses: vec![],
+            ticket: ONCE,
+        },
+        ControlMsg::PeerOpen {
+            delegation: a_signed_delegation(),
+            ticket: ONCE,
+        },
+        ControlMsg::TpcProgress {
+            bytes: 1,
+            total: 2,
+            files_done: 0,
+        },
+        ControlMsg::TpcDone {
+            bytes: 1,
+            files: 1,
+            streams: 1,
+            network_elapsed_ms: 1,
+            dialer_address: "10.47.0.2:40000".parse().unwrap(),
+            peer_address: "10.47.0.1:4747".parse().unwrap(),
+        },
     ];
     let mut seen: Vec<usize> = all.iter().map(wire_index).collect();
     seen.dedup();
     assert_eq!(
         seen,
-        (0..19).collect::<Vec<_>>(),
+        (0..25).collect::<Vec<_>>(),
         "one of each kind, in order"
     );
     all
@@ -737,6 +789,12 @@ fn kind_name(msg: &ControlMsg) -> &'static str {
         "EntryAnnounce",
         "EntryFailed",
         "Paths",
+        "TpcOpen",
+        "TpcAccept",
+        "TpcDial",
+        "PeerOpen",
+        "TpcProgress",
+        "TpcDone",
     ][wire_index(msg)]
 }
 
@@ -842,7 +900,7 @@ fn the_server_refuses_a_wrong_message_in_every_state_and_then_everything() {
                         .map_or("nothing during the opening", |w| w.0);
                     (
                         ErrorCode::Protocol,
-                        Error::Protocol(format!("expected {expected}, got {msg:?}")),
+                        Error::Protocol(format!("expected {expected}, got {}", quote(&msg))),
                     )
                 }
             };
@@ -985,7 +1043,10 @@ fn the_client_refuses_a_wrong_message_in_every_state_and_then_everything() {
                 .map_or("nothing more during the opening", |w| w.0);
             assert_eq!(
                 c.handle(msg.clone()),
-                Err(Error::Protocol(format!("expected {expected}, got {msg:?}"))),
+                Err(Error::Protocol(format!(
+                    "expected {expected}, got {}",
+                    quote(&msg)
+                ))),
                 "{at:?} fed {msg:?}"
             );
             assert_eq!(c.poll_transmit(), None, "a client refuses by hanging up");
@@ -1485,5 +1546,160 @@ fn a_server_naming_loopback_multicast_or_port_zero_is_not_followed() {
             "10.47.1.2:4747".parse().unwrap(),
             "[2001:db8::2]:4747".parse().unwrap()
         ]
+    );
+}
+
+// ---- third-party copies ----
+
+/// Both ends offer third-party copies (this build does not yet, so the
+/// negotiation is made by hand).
+fn tpc() -> Negotiated {
+    Negotiated {
+        version: 1,
+        features: Features(Features::ALL.0 | Features::TPC.0),
+    }
+}
+
+fn pull_delegation() -> Delegation {
+    Delegation {
+        nonce: [1; 16],
+        issued_at_ms: 0,
+        not_after_ms: 60_000,
+        issuer: None,
+        source: Party {
+            fingerprint: "SHA256:a".into(),
+            name: "a:4747".into(),
+            binding: [1; 32],
+        },
+        dest: Party {
+            fingerprint: "SHA256:b".into(),
+            name: "b:4747".into(),
+            binding: [2; 32],
+        },
+        dialer: Dialer::Dest,
+        sources: vec!["run/big.h5".into()],
+        recursive: false,
+        dest_path: "in/".into(),
+        top_level: 1,
+    }
+}
+
+fn dialer_request(sources: &[&str]) -> ClientRequest {
+    ClientRequest {
+        mode: SessionMode::Pull {
+            sources: sources.iter().map(|s| s.to_string()).collect(),
+            recursive: false,
+        },
+        peer: Some(PeerPass {
+            delegation: Issuer::from_seed(&[3; 32]).sign(&pull_delegation()),
+            ticket: ONCE,
+        }),
+        ..request()
+    }
+}
+
+/// Feeds the dialer's opening to a server that admits its pass (or not).
+fn dial(
+    request: ClientRequest,
+    admit: bool,
+) -> (
+    Vec<ServerEvent>,
+    Result<Option<ServerEvent>>,
+    Vec<ControlMsg>,
+) {
+    let mut client = ClientOpen::new(request, tpc()).unwrap();
+    let mut server = ServerOpen::new(tpc(), policy()).unwrap();
+    let mut events = Vec::new();
+    let mut last = Ok(None);
+    while let Some(msg) = client.poll_transmit() {
+        last = server.handle(msg);
+        match &last {
+            Ok(Some(ServerEvent::PeerPresented(pass))) => {
+                assert_eq!(pass.ticket, ONCE);
+                events.push(ServerEvent::PeerPresented(pass.clone()));
+                if admit {
+                    server.delegated(TpcRole::Source, pull_delegation());
+                }
+            }
+            Ok(Some(e)) => events.push(e.clone()),
+            Ok(None) => {}
+            Err(_) => break,
+        }
+    }
+    let mut sent = Vec::new();
+    while let Some(m) = server.poll_transmit() {
+        sent.push(m);
+    }
+    (events, last, sent)
+}
+
+#[test]
+fn a_dialing_daemon_presents_its_pass_first_and_may_open_only_what_it_covers() {
+    let (events, last, _) = dial(dialer_request(&["run/big.h5"]), true);
+    assert!(matches!(events[0], ServerEvent::PeerPresented(_)));
+    assert!(
+        matches!(last, Ok(Some(ServerEvent::Request(_)))),
+        "{last:?}"
+    );
+
+    let (_, last, sent) = dial(dialer_request(&["run/other.h5"]), true);
+    let want = "not authorized: the delegation covers reading run/big.h5, not reading run/other.h5";
+    assert_eq!(last.unwrap_err().to_string(), want);
+    assert_eq!(
+        sent,
+        vec![refusal(ErrorCode::PermissionDenied, want.into())]
+    );
+
+    // A pass the driver did not admit opens nothing.
+    let (_, last, _) = dial(dialer_request(&["run/big.h5"]), false);
+    assert!(matches!(last, Err(Error::Unauthorized(_))), "{last:?}");
+}
+
+#[test]
+fn a_pass_needs_a_peer_that_does_third_party_copies() {
+    let e =
+        ClientOpen::new(dialer_request(&["run/big.h5"]), negotiated(Features::ALL)).unwrap_err();
+    assert!(matches!(e, Error::Protocol(_)), "{e:?}");
+}
+
+#[test]
+fn a_third_party_request_is_handed_to_the_driver_and_accepted_with_a_ticket() {
+    let mut server = ServerOpen::new(tpc(), policy()).unwrap();
+    let signed = a_signed_delegation();
+    let event = server
+        .handle(ControlMsg::TpcOpen {
+            role: TpcRole::Dest,
+            delegation: signed.clone(),
+        })
+        .unwrap();
+    assert_eq!(
+        event,
+        Some(ServerEvent::Tpc(TpcRole::Dest, Box::new(signed)))
+    );
+    let addr: SocketAddr = "10.47.0.2:4747".parse().unwrap();
+    server.accept_tpc(TOKEN, &[addr]);
+    assert!(server.is_done());
+    assert_eq!(
+        server.poll_transmit(),
+        Some(ControlMsg::TpcAccept {
+            ticket: TOKEN,
+            addresses: vec![addr]
+        })
+    );
+    // After a PeerOpen, a TpcOpen is out of place.
+    let mut server = ServerOpen::new(tpc(), policy()).unwrap();
+    server
+        .handle(ControlMsg::PeerOpen {
+            delegation: a_signed_delegation(),
+            ticket: ONCE,
+        })
+        .unwrap();
+    assert!(
+        server
+            .handle(ControlMsg::TpcOpen {
+                role: TpcRole::Source,
+                delegation: a_signed_delegation(),
+            })
+            .is_err()
     );
 }
