@@ -34,7 +34,7 @@ pub mod integrity;
 pub mod local;
 pub mod store;
 
-pub use conn::{authz, client, net, once, paths, server, tls};
+pub use conn::{authz, client, net, once, paths, server, tls, tpc};
 pub use data::{compress, pace, transfer, tuning};
 pub use error::{Error, ErrorKind, Result};
 pub use store::{fsio, journal, skip};

@@ -71,8 +71,7 @@ impl Features {
     /// spread its streams over every path between the two hosts.
     pub const PATHS: Features = Features(1 << 12);
     /// Third-party copies: `TpcOpen`, `TpcAccept`, `TpcDial`, `PeerOpen`,
-    /// `TpcProgress`, `TpcDone`. Not in [`Features::ALL`] until the daemon
-    /// carries them out: this build only encodes and judges them.
+    /// `TpcProgress`, `TpcDone`.
     pub const TPC: Features = Features(1 << 13);
 
     /// Everything this build implements.
@@ -89,7 +88,8 @@ impl Features {
             | Self::SKIP.0
             | Self::ENTRIES.0
             | Self::AEAD_CHECKS.0
-            | Self::PATHS.0,
+            | Self::PATHS.0
+            | Self::TPC.0,
     );
 
     /// True when every bit of `other` is set in `self`.

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
         "cmd::probe",
         "cmd::serve",
     ],
+    &["cmd::cp::third_party"],
     &["ssh_session", "consult", "advisor"],
     &["options", "retry"],
     &["ssh", "console"],

@@ -13,7 +13,8 @@
 //! 2. `cmd`: the dispatcher, a match on the subcommand.
 //! 3. `cmd::{cp, perf, serve, probe, advise, advisor, docs}`: one module
 //!    per command (`docs`: the generated man pages and completions); they
-//!    never use one another.
+//!    never use one another; `cmd::cp::third_party` is `cp` between two
+//!    daemons.
 //! 4. What commands share: `ssh_session` (one session with a remote tern
 //!    started over ssh), `consult` (`--advisor`: advice a transfer starts
 //!    from, and its report back), `advisor` (running the advisor).

@@ -241,6 +241,7 @@ fn client_options(
         connect_timeout: Duration::from_secs(15),
         io_timeout: Duration::from_secs_f64(t.io_timeout),
         once_token: None,
+        peer_pass: None,
         reach: Reach::Dial,
         choices,
         paths: match (t.paths_mode, t.path.is_empty()) {

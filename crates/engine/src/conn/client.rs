@@ -64,6 +64,9 @@ pub struct ClientOptions {
     /// The one-time token of a `tern serve --once` started through ssh,
     /// presented before the session opens.
     pub once_token: Option<tern_proto::Token>,
+    /// A third-party copy's dialing daemon: the delegation and ticket
+    /// presented before the session opens (`PeerOpen`).
+    pub peer_pass: Option<tern_session::open::PeerPass>,
     /// Dial the daemon, or take the connections it dials back here.
     pub reach: Reach,
     /// Compression, skipping files the destination has, stall timeout.
@@ -95,6 +98,7 @@ impl ClientOptions {
             connect_timeout: Duration::from_secs(15),
             io_timeout: crate::conn::net::DEFAULT_IO_TIMEOUT,
             once_token: None,
+            peer_pass: None,
             reach: Reach::Dial,
             choices: Choices::default(),
             paths: PathChoice::default(),
@@ -137,9 +141,15 @@ pub struct Outcome {
     /// With `--mptcp`: whether the connections were MPTCP (the daemon took
     /// it) or fell back to plain TCP.
     pub mptcp: Option<bool>,
+    /// The control connection's address at this end.
+    pub local: Option<SocketAddr>,
+    /// The daemon's address the control connection reached.
+    pub peer: Option<SocketAddr>,
 }
 
 struct Opened {
+    /// The control connection's two ends: this one, the daemon's.
+    ends: (Option<SocketAddr>, Option<SocketAddr>),
     plan: Option<Arc<PathPlan>>,
     control: Control,
     streams: Vec<Joined>,
@@ -153,26 +163,30 @@ struct Opened {
 }
 
 /// The control connection, verified and past the hello exchange.
-struct Connected {
-    stream: BoxStream,
+pub(crate) struct Connected {
+    pub(crate) stream: BoxStream,
     /// The TCP socket under it, for an RTT sample.
-    control_fd: std::os::fd::RawFd,
+    pub(crate) control_fd: std::os::fd::RawFd,
     /// Where the session's data connections come from.
     route: Route,
     /// The daemon's address the control connection reached.
-    peer: Option<SocketAddr>,
-    negotiated: tern_proto::hello::Negotiated,
-    fingerprint: String,
+    pub(crate) peer: Option<SocketAddr>,
+    /// This end's address of the control connection.
+    pub(crate) local: Option<SocketAddr>,
+    pub(crate) negotiated: tern_proto::hello::Negotiated,
+    pub(crate) fingerprint: String,
     recorded: Option<PathBuf>,
     /// Keying material for `safe` block MACs, when TLS could export it.
     material: Option<[u8; 32]>,
+    /// The connection's third-party-copy binding, when TLS could export it.
+    pub(crate) binding: Option<[u8; 32]>,
     /// The control connection is MPTCP.
     mptcp: bool,
 }
 
 /// Connects to the daemon, checks that it is the one `opts.trust` names,
 /// and exchanges hellos.
-async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
+pub(crate) async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
     let host_port = ep.host_port();
     let expected = opts.trust.expect(&host_port)?;
     let verifier = PinVerifier::for_trust(&expected.verify)?;
@@ -189,6 +203,7 @@ async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
     }
     let control_fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
     let peer = tcp.peer_addr().ok();
+    let local = tcp.local_addr().ok();
     let route = route.for_data(&tcp);
     let _ = tcp.set_nodelay(true);
     let tls = connector
@@ -208,6 +223,12 @@ async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
         .get_ref()
         .1
         .export_keying_material(&mut material, BLOCK_MAC_LABEL, None)
+        .is_ok();
+    let mut binding = [0u8; 32];
+    let bound = tls
+        .get_ref()
+        .1
+        .export_keying_material(&mut binding, tern_proto::delegation::BINDING_LABEL, None)
         .is_ok();
     let mut stream: BoxStream = Box::new(tls);
     let ours = Hello::ours();
@@ -230,10 +251,12 @@ async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
         control_fd,
         route,
         peer,
+        local,
         negotiated,
         fingerprint,
         recorded,
         material: exported.then_some(material),
+        binding: bound.then_some(binding),
         mptcp,
     })
 }
@@ -245,11 +268,13 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         control_fd,
         route,
         peer,
+        local,
         negotiated,
         fingerprint,
         recorded,
         material,
         mptcp,
+        ..
     } = connect(ep, opts).await?;
     let mut control = Control::new(stream);
     // The TLS and hello round trips have given the kernel an RTT sample.
@@ -342,6 +367,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         ))
     });
     Ok(Opened {
+        ends: (local, peer),
         plan,
         control,
         streams,
@@ -443,7 +469,7 @@ fn request_of(opts: &ClientOptions, mode: SessionMode, streams: u16) -> ClientRe
         congestion: opts.tuning.congestion.clone(),
         choices: opts.choices,
         once_token: opts.once_token,
-        peer: None,
+        peer: opts.peer_pass.clone(),
     }
 }
 
@@ -574,6 +600,7 @@ fn tls_failure(host_port: &str, e: &std::io::Error) -> Error {
 
 /// What is left of an [`Opened`] session once its connections are in use.
 struct Identity {
+    ends: (Option<SocketAddr>, Option<SocketAddr>),
     plan: Option<Arc<PathPlan>>,
     fingerprint: String,
     recorded: Option<PathBuf>,
@@ -588,6 +615,7 @@ type Parts = (Control, Vec<Joined>, StreamSupply, TransferParams, Identity);
 impl Opened {
     fn split(self) -> Parts {
         let id = Identity {
+            ends: self.ends,
             plan: self.plan,
             fingerprint: self.fingerprint,
             recorded: self.recorded,
@@ -626,6 +654,8 @@ fn outcome(id: Identity, stats: TransferStats) -> Outcome {
         recorded: id.recorded,
         setup: id.setup,
         mptcp: id.mptcp_asked.then_some(id.mptcp),
+        local: id.ends.0,
+        peer: id.ends.1,
     }
 }
 
@@ -673,6 +703,19 @@ pub async fn pull(
         FsSink::new(Root::Ambient, dest, sources.len() as u32)?
             .keep_special_bits(opts.choices.keep_special_bits),
     );
+    pull_into(ep, opts, sources, recursive, sink, progress).await
+}
+
+/// Fetches `sources` into `sink`: a local destination, or (a third-party
+/// copy's destination daemon) one beneath its root.
+pub(crate) async fn pull_into(
+    ep: &Endpoint,
+    opts: &ClientOptions,
+    sources: Vec<String>,
+    recursive: bool,
+    sink: Arc<dyn crate::store::fsio::Sink>,
+    progress: Arc<Progress>,
+) -> Result<Outcome> {
     // The server chooses the names it announces: only what was asked for
     // is received (crate::store::expect).
     let requested =

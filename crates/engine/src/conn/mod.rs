@@ -27,4 +27,5 @@ pub mod paths;
 pub mod route;
 pub mod server;
 pub mod tls;
+pub mod tpc;
 pub mod trust;

@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tern_proto::data::{JOIN_LEN, JOIN_MAGIC};
+use tern_proto::delegation::{SignedDelegation, TpcRole};
 use tern_proto::hello::{HELLO_LEN, HELLO_MAGIC};
 use tern_proto::{DataJoin, FileMeta, Hello, JoinReply, Protect, SessionMode, SessionOpen, Token};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -65,11 +66,15 @@ pub use observe::{
     WatchedStream,
 };
 
+mod auth;
 mod join;
 pub(crate) mod limits;
 mod role;
+mod tpc;
 
+use auth::{KeyExporter, authorize, export_key_fn, peek_exact};
 use role::{Role, prepare_role};
+use tpc::{ConnFacts, Tpc};
 
 use join::{Admission, Joining, collect_streams, data_join};
 
@@ -180,6 +185,12 @@ pub(crate) struct Context {
     once: Option<Arc<Gate>>,
     /// The address the daemon listens on, once it does.
     pub(crate) bound: std::sync::OnceLock<SocketAddr>,
+    /// This daemon's certificate fingerprint.
+    fingerprint: String,
+    /// Its certificate, to present when it dials another daemon.
+    dial_cert: crate::conn::tls::ClientCert,
+    /// The third-party copies it takes part in.
+    tpc: Tpc,
 }
 
 impl std::fmt::Debug for Context {
@@ -219,6 +230,9 @@ impl Context {
             opts,
             once,
             bound: std::sync::OnceLock::new(),
+            fingerprint: identity.fingerprint.clone(),
+            dial_cert: identity.as_client(),
+            tpc: Tpc::default(),
         }))
     }
 
@@ -368,7 +382,13 @@ async fn serve_connection(
         if magic == HELLO_MAGIC {
             let key = export_key_fn(&tls);
             let authorization = authorize(&ctx, &tls, peer);
-            return control_session(ctx, Box::new(tls), key, authorization, handshaking).await;
+            let facts = ConnFacts::of(&tls);
+            let conn = Conn {
+                key,
+                authorization,
+                facts,
+            };
+            return control_session(ctx, Box::new(tls), conn, handshaking).await;
         }
         if magic == JOIN_MAGIC {
             return data_join(ctx, Box::new(tls), probe, magic, true, handshaking).await;
@@ -408,85 +428,21 @@ impl Handshaking {
     }
 }
 
-/// Looks up the grants of the client certificate the handshake verified.
-fn authorize(
-    ctx: &Context,
-    tls: &tokio_rustls::server::TlsStream<TcpStream>,
-    peer: SocketAddr,
-) -> Authorization {
-    let Some(site) = &ctx.opts.site else {
-        return Authorization::Open;
-    };
-    let subject = tls
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .map(|cert| Subject::from_der(cert));
-    match subject {
-        Some(Ok(subject)) => match site.authz.grants_for(&subject) {
-            Some(grants) => {
-                tracing::info!(
-                    "{peer}: certificate {} granted {}",
-                    subject.slash,
-                    grants.describe()
-                );
-                Authorization::Granted(grants)
-            }
-            None => {
-                tracing::warn!(
-                    "{peer}: refused: certificate {} is not in the authorization file",
-                    subject.slash
-                );
-                Authorization::Denied(subject.slash)
-            }
-        },
-        Some(Err(e)) => {
-            tracing::warn!("{peer}: refused: {e}");
-            Authorization::Denied("an unreadable certificate".into())
-        }
-        None => {
-            tracing::warn!("{peer}: refused: no client certificate");
-            Authorization::Denied("a client without a certificate".into())
-        }
-    }
-}
-
-type KeyExporter = Box<dyn Fn(&Token) -> Option<[u8; 32]> + Send>;
-
-fn export_key_fn(tls: &tokio_rustls::server::TlsStream<TcpStream>) -> KeyExporter {
-    // Exported now, while the concrete connection type is at hand; the
-    // token does not exist yet, so it is bound in afterwards by a keyed hash.
-    let (_, conn) = tls.get_ref();
-    let mut base = [0u8; 32];
-    let ok = conn
-        .export_keying_material(&mut base, BLOCK_MAC_LABEL, None)
-        .is_ok();
-    Box::new(move |token: &Token| ok.then(|| bind_token(&base, token)))
-}
-
-async fn peek_exact(conn: &TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
-    loop {
-        let n = conn.peek(buf).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        if n >= buf.len() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+/// What the TLS handshake established about a control connection.
+struct Conn {
+    key: KeyExporter,
+    authorization: Authorization,
+    facts: ConnFacts,
 }
 
 async fn control_session(
     ctx: Arc<Context>,
     stream: BoxStream,
-    key: KeyExporter,
-    authorization: Authorization,
+    conn: Conn,
     handshaking: Handshaking,
 ) {
     let peer = handshaking.peer;
-    match run_control(&ctx, stream, key, &authorization, handshaking).await {
+    match run_control(&ctx, stream, conn, handshaking).await {
         Ok(()) => {}
         Err(e) => tracing::warn!("{peer}: session failed: {e}"),
     }
@@ -496,9 +452,12 @@ async fn control_session(
 struct Requested<'a> {
     control: Control,
     opening: ServerOpen,
-    request: SessionRequest,
+    /// A session, or a client's third-party copy.
+    request: Result<SessionRequest, (TpcRole, SignedDelegation)>,
     /// A once server's one session, claimed by this connection.
     claim: Option<Claim<'a>>,
+    /// The third-party copy whose destination opens this session.
+    delegated: Option<[u8; 16]>,
 }
 
 /// Exchanges hellos and reads the session request (and a once server's
@@ -540,6 +499,7 @@ async fn read_request<'a>(
         Err(e) => return Err(open::refuse(&mut control, e.into(), linger).await),
     };
     let mut claim = None;
+    let mut delegated = None;
     loop {
         let deadline = Some(handshaking.deadline);
         match open::expect(&mut control, &mut opening, deadline, linger).await? {
@@ -561,17 +521,36 @@ async fn read_request<'a>(
                     }
                 }
             }
-            // Not offered yet (TPC is not in Features::ALL): said if asked.
-            Step::Event(ServerEvent::Tpc(..) | ServerEvent::PeerPresented(_)) => {
-                let e = Error::Unauthorized("this daemon does not serve third-party copies".into());
-                return Err(open::refuse(&mut control, e, linger).await);
+            Step::Event(ServerEvent::Tpc(role, signed)) => {
+                return Ok(Some(Requested {
+                    control,
+                    opening,
+                    request: Err((role, *signed)),
+                    claim,
+                    delegated,
+                }));
             }
+            Step::Event(ServerEvent::PeerPresented(pass)) => match ctx.tpc.present(&pass) {
+                Ok(d) => {
+                    delegated = Some(d.nonce);
+                    opening.delegated(TpcRole::Source, d);
+                }
+                Err(r) => {
+                    tracing::warn!("{}: third-party session refused: {r}", handshaking.peer);
+                    // The dialer has sent its whole opening: read it, so
+                    // the refusal is not lost to a reset.
+                    let e = Error::Unauthorized(r.to_string());
+                    let drain = Linger::For(Duration::from_secs(2));
+                    return Err(open::refuse(&mut control, e, drain).await);
+                }
+            },
             Step::Event(ServerEvent::Request(request)) => {
                 return Ok(Some(Requested {
                     control,
                     opening,
-                    request: *request,
+                    request: Ok(*request),
                     claim,
+                    delegated,
                 }));
             }
         }
@@ -581,10 +560,15 @@ async fn read_request<'a>(
 async fn run_control(
     ctx: &Context,
     stream: BoxStream,
-    key: KeyExporter,
-    authorization: &Authorization,
+    conn: Conn,
     handshaking: Handshaking,
 ) -> Result<()> {
+    let Conn {
+        key,
+        authorization,
+        facts,
+    } = conn;
+    let authorization = &authorization;
     // Until the session request is validated, every step must end before
     // the handshake deadline; a step that does not ends the connection,
     // counted and reported (rate-limited) by the limiter, so `Ok(())`.
@@ -594,12 +578,27 @@ async fn run_control(
         mut opening,
         request,
         claim,
+        delegated,
     }) = read_request(ctx, stream, &handshaking).await?
     else {
         return Ok(());
     };
+    let request = match request {
+        Ok(request) => request,
+        Err((role, signed)) => {
+            let tpc = (role, signed);
+            let (c, o) = (control, opening);
+            return tpc::serve_control(ctx, c, o, tpc, authorization, &facts, handshaking).await;
+        }
+    };
     let max_streams = request.tuning.max_streams;
-    let role = match prepare_role(ctx, &request.open, authorization) {
+    // A third-party copy's source serves what it prepared under the
+    // client's grants; any other session, what this client may.
+    let prepared = match delegated {
+        Some(nonce) => ctx.tpc.take_source(&nonce),
+        None => prepare_role(ctx, &request.open, authorization),
+    };
+    let role = match prepared {
         Ok(role) => role,
         Err(e) => return Err(open::refuse(&mut control, e, Linger::No).await),
     };

@@ -113,6 +113,15 @@ impl ServerIdentity {
         Ok(identity)
     }
 
+    /// The same certificate and key, to present as a client (a daemon
+    /// dialing another for a third-party copy).
+    pub fn as_client(&self) -> ClientCert {
+        ClientCert {
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+
     /// A rustls server configuration presenting this identity; with
     /// `client_roots`, clients must present a certificate those CAs issued.
     pub fn server_config(
@@ -212,6 +221,11 @@ impl Clone for ClientCert {
 }
 
 impl ClientCert {
+    /// `SHA256:…` of the certificate.
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.chain[0])
+    }
+
     /// From PEM files (`--cert`, `--key`).
     pub fn from_pem(cert_path: &Path, key_path: &Path) -> Result<ClientCert> {
         Ok(ClientCert {

@@ -25,6 +25,8 @@ use crate::report::{LastCopy, Report, ReportInput, Via};
 use crate::retry::with_retries;
 use crate::ssh_session::{connect_of, over_ssh};
 
+mod third_party;
+
 /// The sources of a copy: all local, or all at one place.
 enum Sources {
     Local(Vec<PathBuf>),
@@ -93,6 +95,13 @@ pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
     {
         console.note(hint);
     }
+    if let (Location::Remote { endpoint, path }, Sources::Daemon(from, paths)) = (&dst, &sources) {
+        let (source, dest) = (
+            (from.clone(), paths.clone()),
+            (endpoint.clone(), path.clone()),
+        );
+        return third_party::run(&args, source, dest, &progress, &console, started).await;
+    }
     let display = console.progress(&progress, None);
     let result = copy(&args, &dst, sources, &progress, &console).await;
     display.finish();
@@ -136,7 +145,8 @@ async fn copy(
         }
         _ => {
             bail!(usage(
-                "copying from one remote place to another is not supported yet; copy through a local directory"
+                "a third-party copy goes between two daemons (tern://A/… tern://B/…); from or to an \
+                 ssh host it is not supported yet: copy through a local directory"
             ))
         }
     }
@@ -382,5 +392,7 @@ async fn copy_local(
         setup: Duration::ZERO,
         paths: Vec::new(),
         mptcp: None,
+        local: None,
+        peer: None,
     })
 }

@@ -1,0 +1,281 @@
+//! Third-party copies between two daemons in this process (PROTOCOL.md
+//! §8.13): the copy goes from one daemon to the other while the client
+//! only orders it, and a delegation that has expired, is replayed, or is
+//! used for another file is refused before any data moves.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tern_engine::client::{ClientOptions, Endpoint};
+use tern_engine::fsio::{FsSink, Root};
+use tern_engine::server::{ServerOptions, serve};
+use tern_engine::session::open::PeerPass;
+use tern_engine::tls::ServerIdentity;
+use tern_engine::tpc::{
+    DEFAULT_TTL, Leg, TpcOptions, TpcRequest, delegation, dial, sign, third_party,
+};
+use tern_engine::transfer::Progress;
+use tern_proto::Protect;
+use tern_proto::delegation::TpcRole;
+use tern_testkit::client as kit;
+use tern_testkit::files::{file_difference, seeded_random_file};
+
+struct Daemon {
+    ep: Endpoint,
+    _state: tempfile::TempDir,
+}
+
+async fn daemon(root: &Path) -> Daemon {
+    let state = tempfile::tempdir().unwrap();
+    let identity = ServerIdentity::load_or_create(state.path()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let opts = ServerOptions::new(root.to_path_buf());
+    tokio::spawn(async move {
+        serve(listener, &identity, opts, std::future::pending())
+            .await
+            .unwrap();
+    });
+    Daemon {
+        ep: Endpoint {
+            host: "127.0.0.1".into(),
+            port,
+        },
+        _state: state,
+    }
+}
+
+fn client() -> ClientOptions {
+    kit::options(4, Protect::Private, 1 << 20)
+}
+
+/// Two daemons, the source's root holding `big.bin` (`size` bytes) and
+/// `secret.bin`, the destination's an empty `in/`.
+struct Pair {
+    a: Daemon,
+    b: Daemon,
+    a_root: tempfile::TempDir,
+    b_root: tempfile::TempDir,
+}
+
+impl Pair {
+    async fn new(size: u64) -> Pair {
+        let (a_root, b_root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        seeded_random_file(&a_root.path().join("big.bin"), size, 7);
+        std::fs::write(a_root.path().join("secret.bin"), b"not for you").unwrap();
+        std::fs::create_dir(b_root.path().join("in")).unwrap();
+        let (a, b) = (daemon(a_root.path()).await, daemon(b_root.path()).await);
+        Pair {
+            a,
+            b,
+            a_root,
+            b_root,
+        }
+    }
+
+    fn request(&self) -> TpcRequest {
+        TpcRequest {
+            source: self.a.ep.clone(),
+            sources: vec!["big.bin".into()],
+            recursive: false,
+            dest: self.b.ep.clone(),
+            dest_path: "in/".into(),
+        }
+    }
+
+    /// What is in the destination's `in/`, partial files included.
+    fn arrived(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.b_root.path().join("in"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_goes_from_daemon_to_daemon_while_the_client_only_orders_it() {
+    let size = 48 << 20;
+    let pair = Pair::new(size).await;
+    let progress = Arc::new(Progress::default());
+    let opts = TpcOptions {
+        client: client(),
+        ttl: DEFAULT_TTL,
+    };
+    let outcome = third_party(&pair.request(), &opts, progress.clone())
+        .await
+        .unwrap();
+    assert_eq!((outcome.bytes, outcome.files), (size, 1));
+    assert_eq!(
+        file_difference(
+            pair.a_root.path().join("big.bin"),
+            pair.b_root.path().join("in/big.bin")
+        ),
+        None
+    );
+    // The kernel's count of the client's two control connections: the
+    // orders and the reports, nowhere near the file.
+    assert!(
+        outcome.client_bytes > 0 && outcome.client_bytes < 1 << 20,
+        "{} bytes through the client",
+        outcome.client_bytes
+    );
+    assert_eq!(outcome.data_path.1.port(), pair.a.ep.port, "{outcome:?}");
+    assert_eq!(
+        progress.bytes.load(std::sync::atomic::Ordering::Relaxed),
+        size
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_delegation_is_refused_by_both_daemons() {
+    let pair = Pair::new(1 << 20).await;
+    let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
+    let mut b = Leg::open(&pair.b.ep, &client()).await.unwrap();
+    let mut d = delegation(&pair.request(), &a, &b, None, DEFAULT_TTL);
+    d.issued_at_ms -= 120_000;
+    d.not_after_ms = d.issued_at_ms + 60_000;
+    let signed = sign(&d);
+    for (leg, role) in [(&mut a, TpcRole::Source), (&mut b, TpcRole::Dest)] {
+        let e = leg.offer(role, &signed).await.unwrap_err().to_string();
+        assert!(e.contains("the delegation expired"), "{e}");
+    }
+    assert!(pair.arrived().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_delegation_is_refused() {
+    let pair = Pair::new(1 << 20).await;
+    let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
+    let b = Leg::open(&pair.b.ep, &client()).await.unwrap();
+    let d = delegation(&pair.request(), &a, &b, None, DEFAULT_TTL);
+    let signed = sign(&d);
+    let accepted = a.offer(TpcRole::Source, &signed).await.unwrap();
+    // The same delegation again on the same connection's daemon, but
+    // another connection: not the one it was made for.
+    let mut again = Leg::open(&pair.a.ep, &client()).await.unwrap();
+    let e = again
+        .offer(TpcRole::Source, &signed)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("made on another connection"), "{e}");
+    // Presented by a dialer twice: the first session is served, the
+    // second refused before it opens.
+    let pass = PeerPass {
+        delegation: signed,
+        ticket: accepted.ticket,
+    };
+    let into = |dir: &Path| -> Arc<dyn tern_engine::fsio::Sink> {
+        Arc::new(FsSink::new(Root::Ambient, dir.to_path_buf(), 1).unwrap())
+    };
+    let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let at = (pair.a.ep.host.as_str(), pair.a.ep.port, &[][..]);
+    let progress = Arc::new(Progress::default());
+    dial(
+        &d,
+        at,
+        pass.clone(),
+        client(),
+        into(first.path()),
+        progress.clone(),
+    )
+    .await
+    .unwrap();
+    assert!(first.path().join("big.bin").exists());
+    let e = dial(&d, at, pass, client(), into(second.path()), progress)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("already used"), "{e}");
+    assert_eq!(std::fs::read_dir(second.path()).unwrap().count(), 0);
+    drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegation_used_for_another_file_is_refused() {
+    let pair = Pair::new(1 << 20).await;
+    let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
+    let b = Leg::open(&pair.b.ep, &client()).await.unwrap();
+    let d = delegation(&pair.request(), &a, &b, None, DEFAULT_TTL);
+    let signed = sign(&d);
+    let accepted = a.offer(TpcRole::Source, &signed).await.unwrap();
+    // A dialer that holds the delegation for big.bin asks for secret.bin.
+    let mut other = d.clone();
+    other.sources = vec!["secret.bin".into()];
+    let pass = PeerPass {
+        delegation: signed,
+        ticket: accepted.ticket,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Arc::new(FsSink::new(Root::Ambient, dir.path().to_path_buf(), 1).unwrap());
+    let at = (pair.a.ep.host.as_str(), pair.a.ep.port, &[][..]);
+    let e = dial(
+        &other,
+        at,
+        pass,
+        client(),
+        sink,
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("the delegation covers reading big.bin, not reading secret.bin"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_ticket_or_a_delegation_never_given_opens_nothing() {
+    let pair = Pair::new(1 << 20).await;
+    let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
+    let b = Leg::open(&pair.b.ep, &client()).await.unwrap();
+    let d = delegation(&pair.request(), &a, &b, None, DEFAULT_TTL);
+    let signed = sign(&d);
+    let at = (pair.a.ep.host.as_str(), pair.a.ep.port, &[][..]);
+    let dir = tempfile::tempdir().unwrap();
+    let sink = || -> Arc<dyn tern_engine::fsio::Sink> {
+        Arc::new(FsSink::new(Root::Ambient, dir.path().to_path_buf(), 1).unwrap())
+    };
+    // Never offered to A.
+    let pass = PeerPass {
+        delegation: signed.clone(),
+        ticket: [1; 16],
+    };
+    let e = dial(
+        &d,
+        at,
+        pass,
+        client(),
+        sink(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("never given that delegation"), "{e}");
+    // Offered, but presented with another ticket.
+    a.offer(TpcRole::Source, &signed).await.unwrap();
+    let pass = PeerPass {
+        delegation: signed,
+        ticket: [2; 16],
+    };
+    let e = dial(
+        &d,
+        at,
+        pass,
+        client(),
+        sink(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("not the one given for it"), "{e}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
