@@ -586,3 +586,98 @@ fn a_writer_who_may_not_read_is_not_told_what_is_there() {
         2 << 20
     );
 }
+
+/// A site daemon for a third-party copy, under `ca`: its host certificate
+/// also serves as a client certificate (clientAuth), which it presents
+/// when it dials the other site.
+fn tpc_site(dir: &Path, ca: &Ca, name: &str, authz: &str) -> Daemon {
+    let p = |rel: &str| dir.join(name).join(rel);
+    for d in ["root/public", "root/inbox", "pki", "state"] {
+        std::fs::create_dir_all(p(d)).unwrap();
+    }
+    let mut host = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    host.subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    host.distinguished_name
+        .push(DnType::CommonName, format!("dtn-{name}.example.org"));
+    host.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let (cert, key) = ca.issue(&p("pki"), "host", host);
+    ca.write(&p("pki/ca.pem"));
+    std::fs::write(p("authz"), authz).unwrap();
+    common::serve(&p("root"), &p("state"))
+        .arg("--tls-cert")
+        .arg(cert)
+        .arg("--tls-key")
+        .arg(key)
+        .arg("--client-ca")
+        .arg(p("pki/ca.pem"))
+        .arg("--authz")
+        .arg(p("authz"))
+        .start()
+}
+
+#[test]
+fn a_third_party_copy_needs_read_at_the_source_and_write_at_the_destination() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |rel: &str| dir.path().join(rel);
+    let ca = Ca::new("Example Grid CA");
+    let a = tpc_site(
+        dir.path(),
+        &ca,
+        "a",
+        "\"/O=Example/CN=Alice\" public r\n\"/O=Example/CN=Reader\" public r\n",
+    );
+    let b = tpc_site(
+        dir.path(),
+        &ca,
+        "b",
+        "\"/O=Example/CN=Alice\" inbox w\n\"/O=Example/CN=Carol\" inbox w\n",
+    );
+    std::fs::write(p("a/root/public/run7.dat"), vec![5u8; 2 << 20]).unwrap();
+    std::fs::create_dir_all(p("users")).unwrap();
+    std::fs::create_dir_all(p("cfg")).unwrap();
+    ca.write(&p("users/ca.pem"));
+    let copy_as = |user: &str| {
+        let who = ca.user(&p("users"), &user.to_lowercase(), user);
+        let mut c = tern();
+        c.env("XDG_CONFIG_HOME", p("cfg"))
+            .args(["cp", "--cert"])
+            .arg(&who.0)
+            .arg("--key")
+            .arg(&who.1)
+            .arg("--ca")
+            .arg(p("users/ca.pem"))
+            .arg(a.url("public/run7.dat"))
+            .arg(b.url(&format!("inbox/{user}.dat")));
+        c.output().unwrap()
+    };
+    // Alice may read at A and write at B: the copy goes from A to B.
+    let alice = copy_as("Alice");
+    ok(&alice);
+    assert_eq!(
+        content_difference(p("b/root/inbox/Alice.dat"), vec![5u8; 2 << 20]),
+        None
+    );
+    // Carol may write at B but not read at A: A refuses, B is never told
+    // to dial, nothing arrives.
+    let carol = copy_as("Carol");
+    assert_eq!(code(&carol), 4, "{}", stderr(&carol));
+    assert!(
+        stderr(&carol).contains(&format!("the source {} refused", a.addr())),
+        "{}",
+        stderr(&carol)
+    );
+    // Reader may read at A but not write at B: B refuses.
+    let reader = copy_as("Reader");
+    assert_eq!(code(&reader), 4, "{}", stderr(&reader));
+    assert!(
+        stderr(&reader).contains("the destination"),
+        "{}",
+        stderr(&reader)
+    );
+    assert_eq!(tree(&p("b/root/inbox")), ["Alice.dat"]);
+    drop((a, b));
+}

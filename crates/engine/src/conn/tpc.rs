@@ -153,6 +153,17 @@ impl Leg {
             .await?;
         match self.control.recv().await? {
             ControlMsg::TpcAccept { ticket, addresses } => Ok(Accepted { ticket, addresses }),
+            ControlMsg::Error { code, message, .. } => Err(Error::Peer {
+                code,
+                message: format!(
+                    "the {} {} refused: {message}",
+                    match role {
+                        TpcRole::Source => "source",
+                        TpcRole::Dest => "destination",
+                    },
+                    self.name
+                ),
+            }),
             other => Err(self.refused(other)),
         }
     }
