@@ -113,6 +113,12 @@ Examples:
   tern cp run42.root tern://dtn.example.org/incoming/
   tern cp -r -P 8 tern://dtn.example.org/runs/2026 ./runs
   tern cp --checksum adler32 --json big.h5 tern://[2001:db8::7]:4747/data/
+  tern cp tern://dtn1.site-a.org/runs/42.h5 tern://dtn2.site-b.org/incoming/
+
+Between two daemons the copy is third-party: the data goes straight from the
+first to the second over their own streams; this host signs a delegation
+valid for those files, that direction and a minute, and only gives the
+order (docs/THIRD-PARTY.md).
 
 The first connection to a daemon records its certificate fingerprint in
 ~/.config/tern/known_hosts (like ssh); a later change is refused.
