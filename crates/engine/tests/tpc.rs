@@ -12,11 +12,12 @@ use tern_engine::server::{ServerOptions, serve};
 use tern_engine::session::open::PeerPass;
 use tern_engine::tls::ServerIdentity;
 use tern_engine::tpc::{
-    DEFAULT_TTL, Leg, TpcOptions, TpcRequest, delegation, dial, sign, third_party,
+    DEFAULT_TTL, Dialing, Followed, Leg, TpcMode, TpcOptions, TpcRequest, delegation, dial, sign,
+    third_party,
 };
 use tern_engine::transfer::Progress;
 use tern_proto::Protect;
-use tern_proto::delegation::TpcRole;
+use tern_proto::delegation::{Dialer, TpcRole};
 use tern_testkit::client as kit;
 use tern_testkit::files::{file_difference, seeded_random_file};
 
@@ -102,6 +103,7 @@ async fn a_copy_goes_from_daemon_to_daemon_while_the_client_only_orders_it() {
     let opts = TpcOptions {
         client: client(),
         ttl: DEFAULT_TTL,
+        mode: TpcMode::Auto,
     };
     let outcome = third_party(&pair.request(), &opts, progress.clone())
         .await
@@ -133,7 +135,7 @@ async fn an_expired_delegation_is_refused_by_both_daemons() {
     let pair = Pair::new(1 << 20).await;
     let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
     let mut b = Leg::open(&pair.b.ep, &client()).await.unwrap();
-    let mut d = delegation(&pair.request(), &a, &b, None, DEFAULT_TTL);
+    let mut d = delegation(&pair.request(), (&a, &b), Dialer::Dest, None, DEFAULT_TTL);
     d.issued_at_ms -= 120_000;
     d.not_after_ms = d.issued_at_ms + 60_000;
     let signed = sign(&d);
@@ -149,7 +151,7 @@ async fn a_replayed_delegation_is_refused() {
     let pair = Pair::new(1 << 20).await;
     let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
     let b = Leg::open(&pair.b.ep, &client()).await.unwrap();
-    let d = delegation(&pair.request(), &a, &b, None, DEFAULT_TTL);
+    let d = delegation(&pair.request(), (&a, &b), Dialer::Dest, None, DEFAULT_TTL);
     let signed = sign(&d);
     let accepted = a.offer(TpcRole::Source, &signed).await.unwrap();
     // The same delegation again on the same connection's daemon, but
@@ -167,8 +169,10 @@ async fn a_replayed_delegation_is_refused() {
         delegation: signed,
         ticket: accepted.ticket,
     };
-    let into = |dir: &Path| -> Arc<dyn tern_engine::fsio::Sink> {
-        Arc::new(FsSink::new(Root::Ambient, dir.to_path_buf(), 1).unwrap())
+    let into = |dir: &Path| {
+        Dialing::Pull(Arc::new(
+            FsSink::new(Root::Ambient, dir.to_path_buf(), 1).unwrap(),
+        ))
     };
     let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let at = (pair.a.ep.host.as_str(), pair.a.ep.port, &[][..]);
@@ -198,7 +202,7 @@ async fn a_delegation_used_for_another_file_is_refused() {
     let pair = Pair::new(1 << 20).await;
     let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
     let b = Leg::open(&pair.b.ep, &client()).await.unwrap();
-    let d = delegation(&pair.request(), &a, &b, None, DEFAULT_TTL);
+    let d = delegation(&pair.request(), (&a, &b), Dialer::Dest, None, DEFAULT_TTL);
     let signed = sign(&d);
     let accepted = a.offer(TpcRole::Source, &signed).await.unwrap();
     // A dialer that holds the delegation for big.bin asks for secret.bin.
@@ -209,7 +213,9 @@ async fn a_delegation_used_for_another_file_is_refused() {
         ticket: accepted.ticket,
     };
     let dir = tempfile::tempdir().unwrap();
-    let sink = Arc::new(FsSink::new(Root::Ambient, dir.path().to_path_buf(), 1).unwrap());
+    let sink = Dialing::Pull(Arc::new(
+        FsSink::new(Root::Ambient, dir.path().to_path_buf(), 1).unwrap(),
+    ));
     let at = (pair.a.ep.host.as_str(), pair.a.ep.port, &[][..]);
     let e = dial(
         &other,
@@ -235,12 +241,14 @@ async fn a_wrong_ticket_or_a_delegation_never_given_opens_nothing() {
     let pair = Pair::new(1 << 20).await;
     let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
     let b = Leg::open(&pair.b.ep, &client()).await.unwrap();
-    let d = delegation(&pair.request(), &a, &b, None, DEFAULT_TTL);
+    let d = delegation(&pair.request(), (&a, &b), Dialer::Dest, None, DEFAULT_TTL);
     let signed = sign(&d);
     let at = (pair.a.ep.host.as_str(), pair.a.ep.port, &[][..]);
     let dir = tempfile::tempdir().unwrap();
-    let sink = || -> Arc<dyn tern_engine::fsio::Sink> {
-        Arc::new(FsSink::new(Root::Ambient, dir.path().to_path_buf(), 1).unwrap())
+    let sink = || {
+        Dialing::Pull(Arc::new(
+            FsSink::new(Root::Ambient, dir.path().to_path_buf(), 1).unwrap(),
+        ))
     };
     // Never offered to A.
     let pass = PeerPass {
@@ -278,4 +286,53 @@ async fn a_wrong_ticket_or_a_delegation_never_given_opens_nothing() {
     .to_string();
     assert!(e.contains("not the one given for it"), "{e}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_source_pushes_when_told_to_and_when_the_destination_cannot_reach_it() {
+    let size = 4 << 20;
+    let pair = Pair::new(size).await;
+    // --tpc push: the source dials.
+    let opts = TpcOptions {
+        client: client(),
+        ttl: DEFAULT_TTL,
+        mode: TpcMode::Push,
+    };
+    let pushed = third_party(&pair.request(), &opts, Arc::new(Progress::default()))
+        .await
+        .unwrap();
+    assert_eq!((pushed.direction, pushed.bytes), ("push", size));
+    assert_eq!(pushed.data_path.1.port(), pair.b.ep.port, "{pushed:?}");
+    // auto, with the destination told of a source address it cannot reach:
+    // it says so and keeps its end, and the source then pushes.
+    std::fs::remove_file(pair.b_root.path().join("in/big.bin")).unwrap();
+    let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
+    let mut b = Leg::open(&pair.b.ep, &client()).await.unwrap();
+    let d = delegation(&pair.request(), (&a, &b), Dialer::Either, None, DEFAULT_TTL);
+    let signed = sign(&d);
+    let at_a = a.offer(TpcRole::Source, &signed).await.unwrap();
+    let at_b = b.offer(TpcRole::Dest, &signed).await.unwrap();
+    let closed = tern_testkit::net::free_port();
+    let nowhere = Endpoint {
+        host: "127.0.0.1".into(),
+        port: closed,
+    };
+    let unreachable = tern_engine::tpc::Accepted {
+        ticket: at_a.ticket,
+        addresses: vec![],
+    };
+    b.order_dial(&nowhere, &unreachable).await.unwrap();
+    let progress = Progress::default();
+    let followed = b.follow(&mut a, &progress).await.unwrap();
+    assert!(matches!(followed, Followed::Unreachable(_)), "{followed:?}");
+    a.order_dial(&pair.b.ep, &at_b).await.unwrap();
+    let followed = a.follow(&mut b, &progress).await.unwrap();
+    assert!(matches!(followed, Followed::Done(_)), "{followed:?}");
+    assert_eq!(
+        file_difference(
+            pair.a_root.path().join("big.bin"),
+            pair.b_root.path().join("in/big.bin")
+        ),
+        None
+    );
 }

@@ -506,6 +506,13 @@ pub enum ControlMsg {
         /// The address it reached at the other daemon.
         peer_address: std::net::SocketAddr,
     },
+    /// Daemon told to dial → client: it could not reach the other daemon
+    /// at any address it was given; it still holds its end, so the other
+    /// may be told to dial instead.
+    TpcUnreachable {
+        /// What was tried, and why each failed.
+        reason: String,
+    },
 }
 
 /// Most addresses a server advertises; a client ignores the rest.

@@ -193,7 +193,8 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             | ControlMsg::TpcDial { .. }
             | ControlMsg::PeerOpen { .. }
             | ControlMsg::TpcProgress { .. }
-            | ControlMsg::TpcDone { .. } => {}
+            | ControlMsg::TpcDone { .. }
+            | ControlMsg::TpcUnreachable { .. } => {}
         }
     }
     prop_oneof![
@@ -420,6 +421,7 @@ fn tpc_message() -> impl Strategy<Value = ControlMsg> {
                     }
                 }
             ),
+        text().prop_map(|reason| ControlMsg::TpcUnreachable { reason }),
     ]
 }
 

@@ -246,47 +246,56 @@ impl Ledger {
     }
 
     /// The other daemon presents `signed` and `ticket` to open the data
-    /// session with this one, which plays `role`. Admits it once.
+    /// session with this one; the ticket says which end this one is (the
+    /// one it was given for). Admits it once.
     pub fn present(
         &mut self,
         signed: &SignedDelegation,
         ticket: &[u8; 16],
-        role: TpcRole,
         now_ms: u64,
-    ) -> Result<Delegation, Refusal> {
+    ) -> Result<(TpcRole, Delegation), Refusal> {
         let d = verify(signed)?;
-        let held = self
-            .held
-            .get_mut(&(d.nonce, role))
-            .ok_or(Refusal::Unknown)?;
-        if !constant_time_eq(&held.digest, &digest(&signed.body)) {
-            return Err(Refusal::Unknown);
+        let body = digest(&signed.body);
+        let mut known = false;
+        for role in [TpcRole::Source, TpcRole::Dest] {
+            let Some(held) = self.held.get_mut(&(d.nonce, role)) else {
+                continue;
+            };
+            if !constant_time_eq(&held.digest, &body) {
+                continue;
+            }
+            known = true;
+            if !constant_time_eq(&held.ticket, ticket) {
+                continue;
+            }
+            if held.used {
+                return Err(Refusal::Replayed);
+            }
+            if now_ms > held.until_ms {
+                return Err(Refusal::Expired {
+                    ago_ms: now_ms - held.until_ms,
+                });
+            }
+            let dialer_ok = match role {
+                TpcRole::Source => d.dialer != Dialer::Source,
+                TpcRole::Dest => d.dialer != Dialer::Dest,
+            };
+            if !dialer_ok {
+                return Err(Refusal::WrongPeer(format!(
+                    "the delegation lets the {} dial, not the other way",
+                    role_name(role)
+                )));
+            }
+            held.used = true;
+            return Ok((role, d));
         }
-        if held.used {
-            return Err(Refusal::Replayed);
-        }
-        if now_ms > held.until_ms {
-            return Err(Refusal::Expired {
-                ago_ms: now_ms - held.until_ms,
-            });
-        }
-        let dialer_ok = match role {
-            TpcRole::Source => d.dialer != Dialer::Source,
-            TpcRole::Dest => d.dialer != Dialer::Dest,
-        };
-        if !dialer_ok {
-            return Err(Refusal::WrongPeer(format!(
-                "the delegation lets the {} dial, not the other way",
-                role_name(role)
-            )));
-        }
-        if !constant_time_eq(&held.ticket, ticket) {
-            return Err(Refusal::WrongPeer(
+        Err(if known {
+            Refusal::WrongPeer(
                 "the ticket presented with the delegation is not the one given for it".into(),
-            ));
-        }
-        held.used = true;
-        Ok(d)
+            )
+        } else {
+            Refusal::Unknown
+        })
     }
 
     /// Drops what expired more than the allowed skew ago.

@@ -259,6 +259,17 @@ pub enum SkipArg {
     Never,
 }
 
+/// `--tpc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TpcArg {
+    /// The destination dials the source.
+    Pull,
+    /// The source dials the destination.
+    Push,
+    /// Pull; push when the destination cannot reach the source.
+    Auto,
+}
+
 /// How the data connections of a transfer are made, secured and tuned:
 /// every command that moves data through the engine (`cp`, `perf`, and
 /// `probe --throughput`).
@@ -429,6 +440,10 @@ pub struct CpArgs {
     /// (waiting 1 s, 2 s, 4 s, …); partial files resume where they stopped.
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub retries: u32,
+    /// Between two daemons: which one opens the data connections (the
+    /// destination pulls, the source pushes; auto: pull, else push).
+    #[arg(long, value_enum, default_value_t = TpcArg::Auto)]
+    pub tpc: TpcArg,
     #[command(flatten)]
     pub transfer: TransferArgs,
     #[command(flatten)]

@@ -65,3 +65,31 @@ fn one_fingerprint_for_two_daemons_and_ssh_hosts_are_refused_with_the_reason() {
     );
     drop(a);
 }
+
+#[test]
+fn tpc_push_has_the_source_dial_and_the_report_says_so() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.p("b-root/in")).unwrap();
+    seeded_random_file(&env.p("root/run.dat"), 3 << 20, 5);
+    let a = serve(&env.p("root"), &env.p("a-state")).start();
+    let b = serve(&env.p("b-root"), &env.p("b-state")).start();
+    let out = env.run(&[
+        "cp",
+        "--json",
+        "--tpc",
+        "push",
+        &a.url("run.dat"),
+        &b.url("in/"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tpc"]["mode"], "push", "{v}");
+    assert_eq!(v["tpc"]["dialer"], "source", "{v}");
+    assert_eq!(v["tpc"]["chosen_by"], "--tpc", "{v}");
+    assert_eq!(v["tpc"]["data_path"]["to"], b.addr().to_string(), "{v}");
+    assert_eq!(
+        file_difference(env.p("root/run.dat"), env.p("b-root/in/run.dat")),
+        None
+    );
+    drop((a, b));
+}

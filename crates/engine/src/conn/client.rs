@@ -690,6 +690,21 @@ pub async fn push(
     Ok(outcome(id, stats))
 }
 
+/// Sends what `source` holds to `dest` on the daemon (a third-party
+/// copy's source daemon, pushing from beneath its root).
+pub(crate) async fn push_from(
+    ep: &Endpoint,
+    opts: &ClientOptions,
+    source: Arc<dyn crate::store::fsio::Source>,
+    (dest, top_level): (String, u32),
+    progress: Arc<Progress>,
+) -> Result<Outcome> {
+    let mode = SessionMode::Push { dest, top_level };
+    let (control, streams, supply, params, id) = open(ep, opts, mode).await?.split();
+    let stats = transfer::run_sender(control, streams, supply, source, params, progress).await?;
+    Ok(outcome(id, stats))
+}
+
 /// Fetches `sources` (paths under the daemon's root) into local `dest`.
 pub async fn pull(
     ep: &Endpoint,

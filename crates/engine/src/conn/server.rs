@@ -456,8 +456,9 @@ struct Requested<'a> {
     request: Result<SessionRequest, (TpcRole, SignedDelegation)>,
     /// A once server's one session, claimed by this connection.
     claim: Option<Claim<'a>>,
-    /// The third-party copy whose destination opens this session.
-    delegated: Option<[u8; 16]>,
+    /// The third-party copy whose other end opens this session, and this
+    /// daemon's end of it.
+    delegated: Option<([u8; 16], TpcRole)>,
 }
 
 /// Exchanges hellos and reads the session request (and a once server's
@@ -531,9 +532,9 @@ async fn read_request<'a>(
                 }));
             }
             Step::Event(ServerEvent::PeerPresented(pass)) => match ctx.tpc.present(&pass) {
-                Ok(d) => {
-                    delegated = Some(d.nonce);
-                    opening.delegated(TpcRole::Source, d);
+                Ok((role, d)) => {
+                    delegated = Some((d.nonce, role));
+                    opening.delegated(role, d);
                 }
                 Err(r) => {
                     tracing::warn!("{}: third-party session refused: {r}", handshaking.peer);
@@ -592,10 +593,10 @@ async fn run_control(
         }
     };
     let max_streams = request.tuning.max_streams;
-    // A third-party copy's source serves what it prepared under the
-    // client's grants; any other session, what this client may.
+    // A third-party copy's end serves what it prepared under the client's
+    // grants; any other session, what this client may.
     let prepared = match delegated {
-        Some(nonce) => ctx.tpc.take_source(&nonce),
+        Some((nonce, role)) => ctx.tpc.take(&nonce, role),
         None => prepare_role(ctx, &request.open, authorization),
     };
     let role = match prepared {

@@ -1,11 +1,12 @@
 //! Third-party copies, from the client's side and the dialer's: the
 //! client holds a control connection to each daemon ([`Leg`]), signs one
-//! delegation for both, has each judge it, and tells the destination to
-//! dial the source ([`third_party`]); the destination daemon then runs an
-//! ordinary pull from the source, presenting the delegation and the
-//! source's ticket first ([`dial`]). The data never passes through the
-//! client. The daemons' side is `conn::server::tpc`; PROTOCOL.md §8.13
-//! is the protocol.
+//! delegation for both, has each judge it, and tells one to dial the
+//! other ([`third_party`]): the destination, which pulls, or the source,
+//! which pushes, or (`auto`) the destination and, when it cannot reach
+//! the source, the source. The dialing daemon runs an ordinary session
+//! with the other, presenting the delegation and the other's ticket first
+//! ([`dial`]). The data never passes through the client. The daemons'
+//! side is `conn::server::tpc`; PROTOCOL.md §8.13 is the protocol.
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -22,7 +23,7 @@ use super::client::{self, ClientOptions, Outcome};
 use super::route::Endpoint;
 use crate::data::channel::Control;
 use crate::data::transfer::Progress;
-use crate::store::fsio::Sink;
+use crate::store::fsio::{Sink, Source};
 use crate::{Error, Result};
 
 /// How long a delegation is valid unless told otherwise: the time the
@@ -44,6 +45,18 @@ pub struct TpcRequest {
     pub dest_path: String,
 }
 
+/// Which daemon opens the data connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TpcMode {
+    /// The destination dials the source and pulls.
+    Pull,
+    /// The source dials the destination and pushes.
+    Push,
+    /// The destination first; the source when the destination cannot
+    /// reach it.
+    Auto,
+}
+
 /// How the client goes about it.
 #[derive(Debug, Clone)]
 pub struct TpcOptions {
@@ -51,6 +64,8 @@ pub struct TpcOptions {
     pub client: ClientOptions,
     /// How long the delegation is valid.
     pub ttl: Duration,
+    /// Who dials.
+    pub mode: TpcMode,
 }
 
 /// What a third-party copy did.
@@ -78,6 +93,10 @@ pub struct TpcOutcome {
     /// Bytes this client sent and received on its two control
     /// connections, as the kernel counted them.
     pub client_bytes: u64,
+    /// How the data went: `pull` (the destination dialed) or `push`.
+    pub direction: &'static str,
+    /// Under `auto`, why the destination could not dial first.
+    pub pull_failed: Option<String>,
     /// From starting to connect until the destination dialed.
     pub setup: Duration,
 }
@@ -200,11 +219,11 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 /// The delegation for `req` between the daemons of `source` and `dest`,
-/// valid for `ttl` from now, the destination dialing.
+/// valid for `ttl` from now, letting `dialer` dial.
 pub fn delegation(
     req: &TpcRequest,
-    source: &Leg,
-    dest: &Leg,
+    (source, dest): (&Leg, &Leg),
+    dialer: Dialer,
     issuer: Option<String>,
     ttl: Duration,
 ) -> Delegation {
@@ -216,7 +235,7 @@ pub fn delegation(
         issuer,
         source: source.party(),
         dest: dest.party(),
-        dialer: Dialer::Dest,
+        dialer,
         sources: req.sources.clone(),
         recursive: req.recursive,
         dest_path: req.dest_path.clone(),
@@ -229,8 +248,59 @@ pub fn sign(d: &Delegation) -> SignedDelegation {
     Issuer::from_seed(&rand::random()).sign(d)
 }
 
+/// What the dialing daemon said in the end.
+#[derive(Debug)]
+pub enum Followed {
+    /// The copy is over.
+    Done(ControlMsg),
+    /// It could not reach the other daemon.
+    Unreachable(String),
+}
+
+impl Leg {
+    /// Tells this daemon to dial `other` (`endpoint` as the client reached
+    /// it, and what it answered the delegation with).
+    pub async fn order_dial(&mut self, other: &Endpoint, answered: &Accepted) -> Result<()> {
+        self.control
+            .send(&ControlMsg::TpcDial {
+                host: other.host.clone(),
+                port: other.port,
+                addresses: answered.addresses.clone(),
+                ticket: answered.ticket,
+            })
+            .await
+    }
+
+    /// Follows this daemon's dial until it ends, copying its counts into
+    /// `progress`; `other`'s control connection ending, or an error from
+    /// it, ends the copy.
+    pub async fn follow(&mut self, other: &mut Leg, progress: &Progress) -> Result<Followed> {
+        loop {
+            tokio::select! {
+                msg = self.control.recv() => match msg? {
+                    ControlMsg::TpcProgress { bytes, total, files_done } => {
+                        progress.bytes.store(bytes, Ordering::Relaxed);
+                        progress.total.store(total, Ordering::Relaxed);
+                        progress.files_done.store(files_done, Ordering::Relaxed);
+                    }
+                    done @ ControlMsg::TpcDone { .. } => return Ok(Followed::Done(done)),
+                    ControlMsg::TpcUnreachable { reason } => return Ok(Followed::Unreachable(reason)),
+                    other => return Err(self.refused(other)),
+                },
+                msg = other.control.recv() => return Err(match msg {
+                    Ok(ControlMsg::Error { code, message, .. }) => {
+                        Error::Peer { code, message: format!("{}: {message}", other.name) }
+                    }
+                    Ok(m) => other.refused(m),
+                    Err(e) => Error::PeerGone(format!("{}: {e}", other.name)),
+                }),
+            }
+        }
+    }
+}
+
 /// Copies `req` from its source daemon straight to its destination
-/// daemon; `progress` follows the destination's count.
+/// daemon; `progress` follows the dialer's count.
 pub async fn third_party(
     req: &TpcRequest,
     opts: &TpcOptions,
@@ -242,38 +312,51 @@ pub async fn third_party(
         Leg::open(&req.dest, &opts.client)
     )?;
     let issuer = opts.client.client_cert.as_ref().map(|c| c.fingerprint());
-    let signed = sign(&delegation(req, &a, &b, issuer, opts.ttl));
+    let dialer = match opts.mode {
+        TpcMode::Pull => Dialer::Dest,
+        TpcMode::Push => Dialer::Source,
+        TpcMode::Auto => Dialer::Either,
+    };
+    let signed = sign(&delegation(req, (&a, &b), dialer, issuer, opts.ttl));
     // The source judges first: a client that may not read there never
     // involves the destination.
     let at_a = a.offer(TpcRole::Source, &signed).await?;
-    b.offer(TpcRole::Dest, &signed).await?;
-    b.control
-        .send(&ControlMsg::TpcDial {
-            host: req.source.host.clone(),
-            port: req.source.port,
-            addresses: at_a.addresses,
-            ticket: at_a.ticket,
-        })
-        .await?;
+    let at_b = b.offer(TpcRole::Dest, &signed).await?;
     let setup = started.elapsed();
-    let done = loop {
-        tokio::select! {
-            msg = b.control.recv() => match msg? {
-                ControlMsg::TpcProgress { bytes, total, files_done } => {
-                    progress.bytes.store(bytes, Ordering::Relaxed);
-                    progress.total.store(total, Ordering::Relaxed);
-                    progress.files_done.store(files_done, Ordering::Relaxed);
+    let mut pull_failed = None;
+    let (done, direction) = loop {
+        if opts.mode != TpcMode::Push && pull_failed.is_none() {
+            b.order_dial(&req.source, &at_a).await?;
+            match b.follow(&mut a, &progress).await? {
+                Followed::Done(done) => break (done, "pull"),
+                Followed::Unreachable(why) if opts.mode == TpcMode::Auto => {
+                    tracing::info!(
+                        "{} cannot reach {}: {why}; it pushes instead",
+                        b.name,
+                        a.name
+                    );
+                    pull_failed = Some(why);
+                    continue;
                 }
-                done @ ControlMsg::TpcDone { .. } => break done,
-                other => return Err(b.refused(other)),
-            },
-            msg = a.control.recv() => match msg {
-                Ok(ControlMsg::Error { code, message, .. }) => {
-                    return Err(Error::Peer { code, message: format!("{}: {message}", a.name) });
+                Followed::Unreachable(why) => {
+                    return Err(Error::BadRequest(format!(
+                        "{} cannot reach {}: {why} (--tpc push has the source dial instead)",
+                        b.name, a.name
+                    )));
                 }
-                Ok(other) => return Err(a.refused(other)),
-                Err(e) => return Err(Error::PeerGone(format!("{}: {e}", a.name))),
-            },
+            }
+        }
+        a.order_dial(&req.dest, &at_b).await?;
+        match a.follow(&mut b, &progress).await? {
+            Followed::Done(done) => break (done, "push"),
+            Followed::Unreachable(why) => {
+                return Err(Error::BadRequest(format!(
+                    "{} cannot reach {}: {why}{}",
+                    a.name,
+                    b.name,
+                    pull_failed.map_or(String::new(), |p| format!(", nor the other way: {p}"))
+                )));
+            }
         }
     };
     let ControlMsg::TpcDone {
@@ -285,7 +368,7 @@ pub async fn third_party(
         peer_address,
     } = done
     else {
-        unreachable!("the loop breaks on TpcDone only")
+        unreachable!("follow ends in TpcDone only")
     };
     progress.bytes.store(bytes, Ordering::Relaxed);
     progress.files_done.store(files, Ordering::Relaxed);
@@ -302,22 +385,65 @@ pub async fn third_party(
         data_path: (dialer_address, peer_address),
         client_bytes,
         setup,
+        direction,
+        pull_failed,
     })
 }
 
-/// The destination daemon's pull from the source: `host:port` first,
-/// then each of `addresses`, trusting only the fingerprint the
-/// delegation names for the source, presenting `pass`.
+/// Why a dial did not copy.
+#[derive(Debug)]
+pub enum DialError {
+    /// No connection could be opened to the other daemon at any address:
+    /// nothing was presented, and the other may dial instead.
+    Unreachable(String),
+    /// The session failed once it was opened (the pass is spent).
+    Failed(Error),
+}
+
+impl std::fmt::Display for DialError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DialError::Unreachable(why) => write!(f, "the other daemon is unreachable: {why}"),
+            DialError::Failed(e) => e.fmt(f),
+        }
+    }
+}
+
+/// What the dialing daemon brings to the session.
+pub enum Dialing {
+    /// The destination: it pulls into this.
+    Pull(Arc<dyn Sink>),
+    /// The source: it pushes this.
+    Push(Arc<dyn Source>),
+}
+
+impl std::fmt::Debug for Dialing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Dialing::Pull(_) => "Pull",
+            Dialing::Push(_) => "Push",
+        })
+    }
+}
+
+/// The dialing daemon's session with the other: `host:port` first, then
+/// each of `addresses`, trusting only the fingerprint the delegation
+/// names for the other end, presenting `pass`; a pull of the delegated
+/// sources, or a push to the delegated destination.
 pub async fn dial(
     d: &Delegation,
     (host, port, addresses): (&str, u16, &[SocketAddr]),
     pass: PeerPass,
     opts: ClientOptions,
-    sink: Arc<dyn Sink>,
+    dialing: Dialing,
     progress: Arc<Progress>,
-) -> Result<Outcome> {
+) -> std::result::Result<Outcome, DialError> {
     let mut opts = opts;
-    opts.trust = super::trust::Trust::Pinned(d.source.fingerprint.clone());
+    let other = match dialing {
+        Dialing::Pull(_) => &d.source,
+        Dialing::Push(_) => &d.dest,
+    };
+    opts.trust = super::trust::Trust::Pinned(other.fingerprint.clone());
     opts.peer_pass = Some(pass);
     let mut candidates = vec![Endpoint {
         host: host.to_string(),
@@ -327,11 +453,11 @@ pub async fn dial(
         host: a.ip().to_string(),
         port: a.port(),
     }));
-    let mut last = None;
+    let mut tried = Vec::new();
     for ep in &candidates {
-        // Whether it answers at all is learnt first, cheaply: a pull that
-        // fails after connecting must not be retried elsewhere (the pass
-        // would have been used).
+        // Whether it answers at all is learnt first, cheaply: a session
+        // that fails after connecting is not tried elsewhere (the pass is
+        // spent).
         let reachable = tokio::time::timeout(
             opts.connect_timeout,
             tokio::net::TcpStream::connect((ep.host.as_str(), ep.port)),
@@ -339,22 +465,21 @@ pub async fn dial(
         .await;
         match reachable {
             Ok(Ok(_)) => {
-                return client::pull_into(
-                    ep,
-                    &opts,
-                    d.sources.clone(),
-                    d.recursive,
-                    sink,
-                    progress,
-                )
-                .await;
+                let copied = match dialing {
+                    Dialing::Pull(sink) => {
+                        let sources = d.sources.clone();
+                        client::pull_into(ep, &opts, sources, d.recursive, sink, progress).await
+                    }
+                    Dialing::Push(source) => {
+                        let to = (d.dest_path.clone(), d.top_level);
+                        client::push_from(ep, &opts, source, to, progress).await
+                    }
+                };
+                return copied.map_err(DialError::Failed);
             }
-            Ok(Err(e)) => last = Some(format!("{}: {e}", ep.host_port())),
-            Err(_) => last = Some(format!("{}: timed out", ep.host_port())),
+            Ok(Err(e)) => tried.push(format!("{}: {e}", ep.host_port())),
+            Err(_) => tried.push(format!("{}: timed out", ep.host_port())),
         }
     }
-    Err(Error::BadRequest(format!(
-        "the source daemon could not be reached from the destination ({})",
-        last.unwrap_or_else(|| "no address".into())
-    )))
+    Err(DialError::Unreachable(tried.join("; ")))
 }

@@ -179,21 +179,15 @@ fn the_data_session_is_admitted_once_with_its_ticket_before_expiry() {
         .unwrap();
     // Presented with another ticket.
     assert!(matches!(
-        a.present(&signed, &[0; 16], TpcRole::Source, NOW + 10),
+        a.present(&signed, &[0; 16], NOW + 10),
         Err(Refusal::WrongPeer(_))
     ));
     // A different delegation (another nonce's body) was never accepted.
     let other = issuer().sign(&delegation(6));
+    assert_eq!(a.present(&other, &TICKET, NOW + 10), Err(Refusal::Unknown));
+    assert!(a.present(&signed, &TICKET, NOW + 10).is_ok());
     assert_eq!(
-        a.present(&other, &TICKET, TpcRole::Source, NOW + 10),
-        Err(Refusal::Unknown)
-    );
-    assert!(
-        a.present(&signed, &TICKET, TpcRole::Source, NOW + 10)
-            .is_ok()
-    );
-    assert_eq!(
-        a.present(&signed, &TICKET, TpcRole::Source, NOW + 20),
+        a.present(&signed, &TICKET, NOW + 20),
         Err(Refusal::Replayed),
         "used once only"
     );
@@ -201,7 +195,7 @@ fn the_data_session_is_admitted_once_with_its_ticket_before_expiry() {
     let late = issuer().sign(&delegation(7));
     a.accept(&late, &at(TpcRole::Source, NOW), TICKET).unwrap();
     assert_eq!(
-        a.present(&late, &TICKET, TpcRole::Source, NOW + 60_005),
+        a.present(&late, &TICKET, NOW + 60_005),
         Err(Refusal::Expired { ago_ms: 5 })
     );
 }
@@ -214,7 +208,7 @@ fn only_the_end_the_delegation_names_may_dial() {
     let mut b = Ledger::default();
     b.accept(&signed, &at(TpcRole::Dest, NOW), TICKET).unwrap();
     assert!(matches!(
-        b.present(&signed, &TICKET, TpcRole::Dest, NOW + 1),
+        b.present(&signed, &TICKET, NOW + 1),
         Err(Refusal::WrongPeer(_))
     ));
     let either = issuer().sign(&Delegation {
@@ -222,7 +216,10 @@ fn only_the_end_the_delegation_names_may_dial() {
         ..delegation(9)
     });
     b.accept(&either, &at(TpcRole::Dest, NOW), TICKET).unwrap();
-    assert!(b.present(&either, &TICKET, TpcRole::Dest, NOW + 1).is_ok());
+    assert_eq!(
+        b.present(&either, &TICKET, NOW + 1).map(|(role, _)| role),
+        Ok(TpcRole::Dest)
+    );
 }
 
 #[test]
@@ -290,4 +287,40 @@ fn the_ledger_is_bounded_and_forgets_what_expired() {
             .is_ok()
     );
     assert_eq!(l.len(), 1);
+}
+
+#[test]
+fn a_daemon_at_both_ends_tells_its_roles_apart_by_ticket() {
+    let either = issuer().sign(&Delegation {
+        dialer: Dialer::Either,
+        ..delegation(13)
+    });
+    let mut one = Ledger::default();
+    let both = |role| Connection {
+        own_fingerprint: A,
+        binding: [1; 32],
+        ..at(role, NOW)
+    };
+    let mut d = delegation(13);
+    d.dest.fingerprint = A.into();
+    d.dest.binding = [1; 32];
+    d.dialer = Dialer::Either;
+    let signed = issuer().sign(&d);
+    one.accept(&signed, &both(TpcRole::Source), [1; 16])
+        .unwrap();
+    one.accept(&signed, &both(TpcRole::Dest), [2; 16]).unwrap();
+    assert_eq!(
+        one.present(&signed, &[2; 16], NOW + 1)
+            .map(|(role, _)| role),
+        Ok(TpcRole::Dest)
+    );
+    assert_eq!(
+        one.present(&signed, &[1; 16], NOW + 1)
+            .map(|(role, _)| role),
+        Ok(TpcRole::Source)
+    );
+    assert_eq!(
+        one.present(&either, &[1; 16], NOW + 1),
+        Err(Refusal::Unknown)
+    );
 }

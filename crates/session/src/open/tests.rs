@@ -639,6 +639,7 @@ fn wire_index(msg: &ControlMsg) -> usize {
         ControlMsg::PeerOpen { .. } => 22,
         ControlMsg::TpcProgress { .. } => 23,
         ControlMsg::TpcDone { .. } => 24,
+        ControlMsg::TpcUnreachable { .. } => 25,
     }
 }
 
@@ -756,12 +757,15 @@ fn every_kind() -> Vec<ControlMsg> {
             dialer_address: "10.47.0.2:40000".parse().unwrap(),
             peer_address: "10.47.0.1:4747".parse().unwrap(),
         },
+        ControlMsg::TpcUnreachable {
+            reason: "no route".into(),
+        },
     ];
     let mut seen: Vec<usize> = all.iter().map(wire_index).collect();
     seen.dedup();
     assert_eq!(
         seen,
-        (0..25).collect::<Vec<_>>(),
+        (0..26).collect::<Vec<_>>(),
         "one of each kind, in order"
     );
     all
@@ -795,6 +799,7 @@ fn kind_name(msg: &ControlMsg) -> &'static str {
         "PeerOpen",
         "TpcProgress",
         "TpcDone",
+        "TpcUnreachable",
     ][wire_index(msg)]
 }
 

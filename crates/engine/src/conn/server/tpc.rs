@@ -1,13 +1,16 @@
 //! The daemons' side of third-party copies (PROTOCOL.md §8.13): a
 //! client's `TpcOpen` is judged here (the delegation by the ledger of
 //! `tern_session::delegation`, the client's right to read or write what it
-//! covers by the same rules as its own pull or push), and then
-//! - the source keeps what it prepared until the destination presents
-//!   the delegation and its ticket on a connection of its own, or the
-//!   client goes;
-//! - the destination waits for the client's `TpcDial`, pulls from the
-//!   source (`conn::tpc::dial`) into what it prepared, and reports
-//!   progress and the end to the client; the client going away stops it.
+//! covers by the same rules as its own pull or push). Each end then keeps
+//! what it prepared, for whichever comes first:
+//! - the other daemon presents the delegation and this end's ticket on a
+//!   connection of its own (`PeerOpen`): that session takes it;
+//! - the client tells this end to dial (`TpcDial`): it runs the session
+//!   with the other (`conn::tpc::dial`), a pull at the destination or a
+//!   push at the source, and reports progress and the end to the client;
+//!   when it cannot reach the other at all it says so and keeps its end;
+//! - the client goes: what was prepared is dropped, and a dial running
+//!   stops.
 
 use std::collections::HashMap;
 
@@ -17,16 +20,18 @@ use tern_session::delegation::{Connection, Ledger, Refusal};
 use tern_session::open::PeerPass;
 
 use super::*;
+use std::sync::atomic::Ordering;
+
 use crate::conn::client::ClientOptions;
-use crate::conn::tpc::now_ms;
+use crate::conn::tpc::{DialError, Dialing, dial, now_ms};
 
 /// What a daemon keeps of the third-party copies it takes part in.
 #[derive(Debug, Default)]
 pub(crate) struct Tpc {
     ledger: Mutex<Ledger>,
-    /// Sources waiting for their destination to dial, by nonce: what was
-    /// prepared under the client's grants.
-    waiting: Mutex<HashMap<[u8; 16], Role>>,
+    /// Each end's role prepared under the client's grants, by delegation
+    /// nonce and end, until used.
+    waiting: Mutex<HashMap<([u8; 16], TpcRole), Role>>,
 }
 
 impl std::fmt::Debug for Role {
@@ -39,23 +44,32 @@ impl std::fmt::Debug for Role {
 }
 
 impl Tpc {
-    /// The destination presents `pass`: admitted once, for the source.
-    pub(super) fn present(&self, pass: &PeerPass) -> std::result::Result<Delegation, Refusal> {
-        self.ledger.lock().expect("ledger").present(
-            &pass.delegation,
-            &pass.ticket,
-            TpcRole::Source,
-            now_ms(),
-        )
+    /// The other daemon presents `pass`: admitted once, for the end its
+    /// ticket was given for.
+    pub(super) fn present(
+        &self,
+        pass: &PeerPass,
+    ) -> std::result::Result<(TpcRole, Delegation), Refusal> {
+        self.ledger
+            .lock()
+            .expect("ledger")
+            .present(&pass.delegation, &pass.ticket, now_ms())
     }
 
-    /// What the source prepared for the delegation `nonce`.
-    pub(super) fn take_source(&self, nonce: &[u8; 16]) -> Result<Role> {
+    /// What this end prepared for the delegation `nonce`.
+    pub(super) fn take(&self, nonce: &[u8; 16], role: TpcRole) -> Result<Role> {
         self.waiting
             .lock()
             .expect("waiting")
-            .remove(nonce)
-            .ok_or_else(|| Error::Unauthorized("the client gave the copy up".into()))
+            .remove(&(*nonce, role))
+            .ok_or_else(|| Error::Unauthorized("the copy is given up or under way".into()))
+    }
+
+    fn hold(&self, nonce: [u8; 16], role: TpcRole, prepared: Role) {
+        self.waiting
+            .lock()
+            .expect("waiting")
+            .insert((nonce, role), prepared);
     }
 }
 
@@ -171,21 +185,14 @@ pub(super) async fn serve_control(
         },
         describe(&d)
     );
-    match role {
-        TpcRole::Source => {
-            ctx.tpc
-                .waiting
-                .lock()
-                .expect("waiting")
-                .insert(d.nonce, prepared);
-            // Held until the client goes: then a source never claimed is
-            // given up.
-            while control.recv().await.is_ok() {}
-            ctx.tpc.waiting.lock().expect("waiting").remove(&d.nonce);
-            Ok(())
-        }
-        TpcRole::Dest => serve_dest(ctx, control, d, signed, prepared).await,
-    }
+    ctx.tpc.hold(d.nonce, role, prepared);
+    let served = serve_end(ctx, control, &d, signed, role).await;
+    ctx.tpc
+        .waiting
+        .lock()
+        .expect("waiting")
+        .remove(&(d.nonce, role));
+    served
 }
 
 fn describe(d: &Delegation) -> String {
@@ -198,90 +205,102 @@ fn describe(d: &Delegation) -> String {
     )
 }
 
-/// The destination's part: dial the source when told, report to the
-/// client, stop when it goes.
-async fn serve_dest(
+/// One end's control connection with the client after it accepted:
+/// dial when told (again after the other end was unreachable), until the
+/// client goes or the copy ends.
+async fn serve_end(
     ctx: &Context,
     control: Control,
-    d: Delegation,
+    d: &Delegation,
     signed: SignedDelegation,
-    prepared: Role,
+    role: TpcRole,
 ) -> Result<()> {
-    let Role::Receive(sink) = prepared else {
-        return Err(Error::Protocol(
-            "a destination that does not receive".into(),
-        ));
-    };
     let (mut rd, mut wr) = control.split();
-    let (host, port, addresses, ticket) = match rd.recv().await? {
-        ControlMsg::TpcDial {
-            host,
-            port,
-            addresses,
+    loop {
+        let (host, port, addresses, ticket) = match rd.recv().await {
+            Ok(ControlMsg::TpcDial {
+                host,
+                port,
+                addresses,
+                ticket,
+            }) => (host, port, addresses, ticket),
+            // The client went, or is done with this end.
+            Err(_) | Ok(ControlMsg::Close { .. }) => return Ok(()),
+            Ok(other) => {
+                return Err(Error::Protocol(format!(
+                    "expected TpcDial, got {:?}",
+                    std::mem::discriminant(&other)
+                )));
+            }
+        };
+        let prepared = match ctx.tpc.take(&d.nonce, role) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = wr
+                    .send(&tern_session::open::refusal(e.wire_code(), e.to_string()))
+                    .await;
+                return Err(e);
+            }
+        };
+        let dialing = match &prepared {
+            Role::Receive(sink) => Dialing::Pull(sink.clone()),
+            Role::Send(source, _) => Dialing::Push(source.clone()),
+        };
+        let progress = Arc::new(Progress::default());
+        let mut opts = ClientOptions::new(crate::conn::trust::Trust::Any);
+        opts.client_cert = Some(ctx.dial_cert.clone());
+        opts.connect_timeout = Duration::from_secs(10);
+        let pass = PeerPass {
+            delegation: signed.clone(),
             ticket,
-        } => (host, port, addresses, ticket),
-        other => {
-            return Err(Error::Protocol(format!(
-                "expected TpcDial, got {:?}",
-                std::mem::discriminant(&other)
-            )));
-        }
-    };
-    let progress = Arc::new(Progress::default());
-    let mut opts = ClientOptions::new(crate::conn::trust::Trust::Any);
-    opts.client_cert = Some(ctx.dial_cert.clone());
-    opts.connect_timeout = Duration::from_secs(10);
-    let pass = PeerPass {
-        delegation: signed,
-        ticket,
-    };
-    let pull = crate::conn::tpc::dial(
-        &d,
-        (&host, port, &addresses),
-        pass,
-        opts,
-        sink,
-        progress.clone(),
-    );
-    tokio::pin!(pull);
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let outcome = loop {
-        tokio::select! {
-            done = &mut pull => break done,
-            _ = tick.tick() => {
-                let report = ControlMsg::TpcProgress {
-                    bytes: progress.bytes.load(std::sync::atomic::Ordering::Relaxed),
-                    total: progress.total.load(std::sync::atomic::Ordering::Relaxed),
-                    files_done: progress.files_done.load(std::sync::atomic::Ordering::Relaxed),
-                };
-                if wr.send(&report).await.is_err() {
+        };
+        let at = (host.as_str(), port, addresses.as_slice());
+        let session = dial(d, at, pass, opts, dialing, progress.clone());
+        tokio::pin!(session);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let outcome = loop {
+            tokio::select! {
+                done = &mut session => break done,
+                _ = tick.tick() => {
+                    let report = ControlMsg::TpcProgress {
+                        bytes: progress.bytes.load(Ordering::Relaxed),
+                        total: progress.total.load(Ordering::Relaxed),
+                        files_done: progress.files_done.load(Ordering::Relaxed),
+                    };
+                    if wr.send(&report).await.is_err() {
+                        return Err(Error::PeerGone("the client went away; the copy stops".into()));
+                    }
+                }
+                // Anything from the client now, its leaving included, stops it.
+                _ = rd.recv() => {
                     return Err(Error::PeerGone("the client went away; the copy stops".into()));
                 }
             }
-            // Anything from the client now, its leaving included, stops it.
-            _ = rd.recv() => {
-                return Err(Error::PeerGone("the client went away; the copy stops".into()));
+        };
+        match outcome {
+            Ok(o) => {
+                let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
+                let done = ControlMsg::TpcDone {
+                    bytes: o.stats.bytes,
+                    files: o.stats.files.len() as u64,
+                    streams: o.streams,
+                    network_elapsed_ms: o.stats.network_elapsed.as_millis() as u64,
+                    dialer_address: o.local.unwrap_or(unknown),
+                    peer_address: o.peer.unwrap_or(unknown),
+                };
+                return wr.send(&done).await;
             }
-        }
-    };
-    match outcome {
-        Ok(o) => {
-            let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
-            let done = ControlMsg::TpcDone {
-                bytes: o.stats.bytes,
-                files: o.stats.files.len() as u64,
-                streams: o.streams,
-                network_elapsed_ms: o.stats.network_elapsed.as_millis() as u64,
-                dialer_address: o.local.unwrap_or(unknown),
-                peer_address: o.peer.unwrap_or(unknown),
-            };
-            wr.send(&done).await
-        }
-        Err(e) => {
-            let _ = wr
-                .send(&tern_session::open::refusal(e.wire_code(), e.to_string()))
-                .await;
-            Err(e)
+            Err(DialError::Unreachable(reason)) => {
+                // Nothing was presented: this end is still whole.
+                ctx.tpc.hold(d.nonce, role, prepared);
+                wr.send(&ControlMsg::TpcUnreachable { reason }).await?;
+            }
+            Err(DialError::Failed(e)) => {
+                let _ = wr
+                    .send(&tern_session::open::refusal(e.wire_code(), e.to_string()))
+                    .await;
+                return Err(e);
+            }
         }
     }
 }

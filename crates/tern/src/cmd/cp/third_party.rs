@@ -7,10 +7,10 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use serde_json::json;
 use tern_engine::client::Endpoint;
-use tern_engine::tpc::{DEFAULT_TTL, TpcOptions, TpcOutcome, TpcRequest, third_party};
+use tern_engine::tpc::{DEFAULT_TTL, TpcMode, TpcOptions, TpcOutcome, TpcRequest, third_party};
 use tern_engine::transfer::Progress;
 
-use crate::cli::CpArgs;
+use crate::cli::{CpArgs, TpcArg};
 use crate::console::Console;
 use crate::error::usage;
 use crate::options;
@@ -41,15 +41,26 @@ pub async fn run(
     let opts = TpcOptions {
         client: options::copy_options(args)?,
         ttl: DEFAULT_TTL,
+        mode: match args.tpc {
+            TpcArg::Pull => TpcMode::Pull,
+            TpcArg::Push => TpcMode::Push,
+            TpcArg::Auto => TpcMode::Auto,
+        },
     };
     let display = console.progress(progress, None);
     let outcome = third_party(&req, &opts, progress.clone()).await;
     display.finish();
     let outcome = outcome?;
     let elapsed = started.elapsed();
-    console.result(&report_json(&req, &outcome, elapsed.as_secs_f64()), || {
-        human(&req, &outcome, elapsed.as_secs_f64())
-    });
+    let chosen = if args.tpc == TpcArg::Auto {
+        "auto"
+    } else {
+        "--tpc"
+    };
+    console.result(
+        &report_json(&req, &outcome, chosen, elapsed.as_secs_f64()),
+        || human(&req, &outcome, elapsed.as_secs_f64()),
+    );
     Ok(())
 }
 
@@ -62,13 +73,20 @@ fn rate_bps(o: &TpcOutcome) -> f64 {
     }
 }
 
-fn report_json(req: &TpcRequest, o: &TpcOutcome, elapsed_s: f64) -> serde_json::Value {
+fn report_json(
+    req: &TpcRequest,
+    o: &TpcOutcome,
+    chosen: &str,
+    elapsed_s: f64,
+) -> serde_json::Value {
     json!({
         "command": "cp",
         "direction": "third-party",
         "tpc": {
-            "mode": "pull",
-            "dialer": "destination",
+            "mode": o.direction,
+            "dialer": if o.direction == "pull" { "destination" } else { "source" },
+            "chosen_by": chosen,
+            "pull_failed": o.pull_failed,
             "source": {
                 "endpoint": req.source.host_port(),
                 "address": o.source_address,
@@ -79,7 +97,11 @@ fn report_json(req: &TpcRequest, o: &TpcOutcome, elapsed_s: f64) -> serde_json::
                 "address": o.dest_address,
                 "fingerprint": o.dest_fingerprint,
             },
-            "data_path": {"from": o.data_path.1, "to": o.data_path.0},
+            "data_path": if o.direction == "pull" {
+                json!({"from": o.data_path.1, "to": o.data_path.0})
+            } else {
+                json!({"from": o.data_path.0, "to": o.data_path.1})
+            },
             "client_bytes": o.client_bytes,
         },
         "bytes": o.bytes,
@@ -93,16 +115,23 @@ fn report_json(req: &TpcRequest, o: &TpcOutcome, elapsed_s: f64) -> serde_json::
 }
 
 fn human(req: &TpcRequest, o: &TpcOutcome, elapsed_s: f64) -> String {
+    let how = match (o.direction, &o.pull_failed) {
+        ("pull", _) => format!("{} pulled from {}", o.data_path.0.ip(), o.data_path.1),
+        (_, Some(why)) => format!(
+            "{} pushed to {} (the destination could not reach the source: {why})",
+            o.data_path.0.ip(),
+            o.data_path.1
+        ),
+        _ => format!("{} pushed to {}", o.data_path.0.ip(), o.data_path.1),
+    };
     format!(
-        "copied {} in {} file(s) from {} to {} directly: {} pulled from {} over {} stream(s) at {} \
+        "copied {} in {} file(s) from {} to {} directly: {how} over {} stream(s) at {} \
          ({:.1} s on the network, {:.1} s in all)\nthis host only gave the order: {} on its two \
          control connections\n",
         human_bytes(o.bytes),
         o.files,
         req.source.host_port(),
         req.dest.host_port(),
-        o.data_path.0.ip(),
-        o.data_path.1,
         o.streams,
         human_rate(rate_bps(o)),
         o.network_elapsed.as_secs_f64(),
