@@ -336,3 +336,39 @@ async fn the_source_pushes_when_told_to_and_when_the_destination_cannot_reach_it
         None
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_dials_once_and_says_only_that_it_could_not_reach() {
+    let pair = Pair::new(1 << 20).await;
+    let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
+    let mut b = Leg::open(&pair.b.ep, &client()).await.unwrap();
+    let d = delegation(&pair.request(), (&a, &b), Dialer::Either, None, DEFAULT_TTL);
+    let signed = sign(&d);
+    let at_a = a.offer(TpcRole::Source, &signed).await.unwrap();
+    b.offer(TpcRole::Dest, &signed).await.unwrap();
+    let nowhere = Endpoint {
+        host: "127.0.0.1".into(),
+        port: tern_testkit::net::free_port(),
+    };
+    let knock = tern_engine::tpc::Accepted {
+        ticket: at_a.ticket,
+        addresses: vec!["127.0.0.1:9".parse().unwrap(); 40],
+    };
+    let progress = Progress::default();
+    b.order_dial(&nowhere, &knock).await.unwrap();
+    match b.follow(&mut a, &progress).await.unwrap() {
+        Followed::Unreachable(why) => {
+            // At most MAX_PATHS addresses besides the name, and no detail of
+            // what answered where.
+            assert_eq!(
+                why,
+                "no connection to the other daemon at any of the 17 address(es) given"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    b.order_dial(&nowhere, &knock).await.unwrap();
+    let e = b.follow(&mut a, &progress).await.unwrap_err().to_string();
+    assert!(e.contains("dialed once already"), "{e}");
+    assert!(pair.arrived().is_empty());
+}

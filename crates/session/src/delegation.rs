@@ -146,6 +146,14 @@ impl Issuer {
 
 /// Checks the signature and decodes the body.
 pub fn verify(signed: &SignedDelegation) -> Result<Delegation, Refusal> {
+    // Hashing a body is the work a stranger can ask for: bounded first.
+    if signed.body.len() > tern_proto::delegation::MAX_BODY {
+        return Err(Refusal::Malformed(format!(
+            "{} bytes (at most {})",
+            signed.body.len(),
+            tern_proto::delegation::MAX_BODY
+        )));
+    }
     UnparsedPublicKey::new(&ED25519, &signed.key)
         .verify(&signing_input(&signed.body), &signed.signature)
         .map_err(|_| Refusal::BadSignature)?;
@@ -163,6 +171,9 @@ pub struct Connection<'a> {
     pub binding: [u8; 32],
     /// The client certificate's fingerprint on this connection, if any.
     pub client: Option<&'a str>,
+    /// Whether this daemon asks clients for certificates (site mode): only
+    /// then can it hold the delegation's issuer to the connection's.
+    pub knows_clients: bool,
     /// Now, ms since the Unix epoch.
     pub now_ms: u64,
 }
@@ -218,7 +229,7 @@ impl Ledger {
         if !constant_time_eq(&party.binding, &conn.binding) {
             return Err(Refusal::OtherConnection);
         }
-        if d.issuer.as_deref() != conn.client {
+        if conn.knows_clients && d.issuer.as_deref() != conn.client {
             return Err(Refusal::OtherIssuer {
                 named: d.issuer.clone(),
                 here: conn.client.map(String::from),

@@ -73,7 +73,7 @@ mod role;
 mod tpc;
 
 use auth::{KeyExporter, authorize, export_key_fn, peek_exact};
-use role::{Role, prepare_role};
+use role::{Role, params_of, prepare_role, run_role};
 use tpc::{ConnFacts, Tpc};
 
 use join::{Admission, Joining, collect_streams, data_join};
@@ -699,7 +699,18 @@ async fn run_control(
             progress.clone(),
         )
     });
-    let result = run_role(ctx, role, control, streams, supply, params, progress).await;
+    let session = run_role(ctx, role, control, streams, supply, params, progress);
+    // A third-party copy's session stops when its client leaves this end.
+    let stop = delegated.and_then(|(nonce, role)| ctx.tpc.stop_of(&nonce, role));
+    let result = match stop {
+        Some(mut stop) => tokio::select! {
+            r = session => r,
+            _ = stop.wait_for(|stopped| *stopped) => {
+                Err(Error::PeerGone("the client gave the copy up".into()))
+            }
+        },
+        None => session.await,
+    };
     ctx.pending.lock().expect("pending").remove(&token);
     late_joins.abort();
     let stats = result?;
@@ -724,41 +735,6 @@ async fn run_control(
         });
     }
     Ok(())
-}
-
-/// A session's parameters, from its agreed request.
-fn params_of(request: &SessionRequest, block_check: BlockCheck) -> TransferParams {
-    let open = &request.open;
-    let mut params = TransferParams::new(open.streams, open.block_size, open.checksum);
-    params.max_streams = request.tuning.max_streams;
-    params.tuning = tuning_of(request);
-    params.block_check = block_check;
-    params.resume = request.features.contains(tern_proto::Features::RESUME);
-    params.entries = request.features.contains(tern_proto::Features::ENTRIES);
-    params.apply_agreed(&request.options);
-    params
-}
-
-/// Runs the daemon's end of an accepted session.
-async fn run_role(
-    ctx: &Context,
-    role: Role,
-    control: Control,
-    streams: Vec<Joined>,
-    supply: StreamSupply,
-    mut params: TransferParams,
-    progress: Arc<Progress>,
-) -> Result<transfer::TransferStats> {
-    match role {
-        Role::Send(source, deadline) => {
-            params.deadline = deadline.map(|d| Instant::now() + d);
-            params.tuning.script = ctx.opts.stream_script.clone();
-            transfer::run_sender(control, streams, supply, source, params, progress).await
-        }
-        Role::Receive(sink) => {
-            transfer::run_receiver(control, streams, supply, sink, params, progress).await
-        }
-    }
 }
 
 /// The congestion controls this daemon may grant, found once per process.

@@ -42,6 +42,7 @@ fn at(role: TpcRole, now_ms: u64) -> Connection<'static> {
             own_fingerprint: A,
             binding: [1; 32],
             client: None,
+            knows_clients: true,
             now_ms,
         },
         TpcRole::Dest => Connection {
@@ -49,6 +50,7 @@ fn at(role: TpcRole, now_ms: u64) -> Connection<'static> {
             own_fingerprint: B,
             binding: [2; 32],
             client: None,
+            knows_clients: true,
             now_ms,
         },
     }
@@ -129,7 +131,18 @@ fn each_daemon_accepts_it_once_on_the_connection_it_was_made_for() {
         c.accept(&signed, &other_client, TICKET),
         Err(Refusal::OtherIssuer { .. })
     ));
-    assert!(c.is_empty(), "nothing refused is remembered");
+    // A daemon that asks no client for a certificate cannot tell: the
+    // issuer a client with one names is not held against it.
+    let open_mode = Connection {
+        knows_clients: false,
+        ..at(TpcRole::Source, NOW)
+    };
+    let with_cert = issuer().sign(&Delegation {
+        issuer: Some("SHA256:alice".into()),
+        ..delegation(1)
+    });
+    assert!(c.accept(&with_cert, &open_mode, TICKET).is_ok());
+    assert_eq!(c.len(), 1, "nothing refused is remembered");
 }
 
 #[test]
@@ -323,4 +336,11 @@ fn a_daemon_at_both_ends_tells_its_roles_apart_by_ticket() {
         one.present(&either, &[1; 16], NOW + 1),
         Err(Refusal::Unknown)
     );
+}
+
+#[test]
+fn an_oversized_body_is_refused_before_it_is_hashed() {
+    let mut signed = issuer().sign(&delegation(14));
+    signed.body = vec![0; tern_proto::delegation::MAX_BODY + 1];
+    assert!(matches!(verify(&signed), Err(Refusal::Malformed(_))));
 }

@@ -95,3 +95,38 @@ pub(super) fn prepare_role(
         }
     })
 }
+
+/// A session's parameters, from its agreed request.
+pub(super) fn params_of(request: &SessionRequest, block_check: BlockCheck) -> TransferParams {
+    let open = &request.open;
+    let mut params = TransferParams::new(open.streams, open.block_size, open.checksum);
+    params.max_streams = request.tuning.max_streams;
+    params.tuning = tuning_of(request);
+    params.block_check = block_check;
+    params.resume = request.features.contains(tern_proto::Features::RESUME);
+    params.entries = request.features.contains(tern_proto::Features::ENTRIES);
+    params.apply_agreed(&request.options);
+    params
+}
+
+/// Runs the daemon's end of an accepted session.
+pub(super) async fn run_role(
+    ctx: &Context,
+    role: Role,
+    control: Control,
+    streams: Vec<Joined>,
+    supply: StreamSupply,
+    mut params: TransferParams,
+    progress: Arc<Progress>,
+) -> Result<transfer::TransferStats> {
+    match role {
+        Role::Send(source, deadline) => {
+            params.deadline = deadline.map(|d| Instant::now() + d);
+            params.tuning.script = ctx.opts.stream_script.clone();
+            transfer::run_sender(control, streams, supply, source, params, progress).await
+        }
+        Role::Receive(sink) => {
+            transfer::run_receiver(control, streams, supply, sink, params, progress).await
+        }
+    }
+}

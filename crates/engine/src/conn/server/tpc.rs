@@ -25,13 +25,19 @@ use std::sync::atomic::Ordering;
 use crate::conn::client::ClientOptions;
 use crate::conn::tpc::{DialError, Dialing, dial, now_ms};
 
+/// One end of one copy: the delegation's nonce, and which end.
+type End = ([u8; 16], TpcRole);
+
 /// What a daemon keeps of the third-party copies it takes part in.
 #[derive(Debug, Default)]
 pub(crate) struct Tpc {
     ledger: Mutex<Ledger>,
     /// Each end's role prepared under the client's grants, by delegation
     /// nonce and end, until used.
-    waiting: Mutex<HashMap<([u8; 16], TpcRole), Role>>,
+    waiting: Mutex<HashMap<End, Role>>,
+    /// Each end's stop: set when its client goes, so that a session the
+    /// other end opened with it stops too.
+    stops: Mutex<HashMap<End, tokio::sync::watch::Sender<bool>>>,
 }
 
 impl std::fmt::Debug for Role {
@@ -69,7 +75,26 @@ impl Tpc {
         self.waiting
             .lock()
             .expect("waiting")
-            .insert((nonce, role), prepared);
+            .entry((nonce, role))
+            .or_insert(prepared);
+    }
+
+    /// What tells the session the other end opened with this one that
+    /// the client went.
+    pub(super) fn stop_of(
+        &self,
+        nonce: &[u8; 16],
+        role: TpcRole,
+    ) -> Option<tokio::sync::watch::Receiver<bool>> {
+        let stops = self.stops.lock().expect("stops");
+        stops.get(&(*nonce, role)).map(|tx| tx.subscribe())
+    }
+
+    fn holds(&self, nonce: &[u8; 16], role: TpcRole) -> bool {
+        self.waiting
+            .lock()
+            .expect("waiting")
+            .contains_key(&(*nonce, role))
     }
 }
 
@@ -118,27 +143,15 @@ pub(super) async fn serve_control(
         let e = Error::Tls("cannot export keying material".into());
         return Err(open::refuse(&mut control, e, Linger::No).await);
     };
-    let ticket: Token = rand::random();
-    let conn = Connection {
-        role,
-        own_fingerprint: &ctx.fingerprint,
-        binding,
-        client: facts.client.as_deref(),
-        now_ms: now_ms(),
+    let refused = |r: Refusal| {
+        tracing::warn!("{peer}: third-party copy refused: {r}");
+        Error::Unauthorized(r.to_string())
     };
-    let accepted = ctx
-        .tpc
-        .ledger
-        .lock()
-        .expect("ledger")
-        .accept(&signed, &conn, ticket);
-    let d = match accepted {
+    // What it covers, read first so that the client's rights and its
+    // address's share are judged before the ledger remembers anything.
+    let d = match tern_session::delegation::verify(&signed) {
         Ok(d) => d,
-        Err(r) => {
-            tracing::warn!("{peer}: third-party copy refused: {r}");
-            let e = Error::Unauthorized(r.to_string());
-            return Err(open::refuse(&mut control, e, Linger::No).await);
-        }
+        Err(r) => return Err(open::refuse(&mut control, refused(r), Linger::No).await),
     };
     let mode = match role {
         TpcRole::Source => SessionMode::Pull {
@@ -169,13 +182,42 @@ pub(super) async fn serve_control(
         ));
         return Err(open::refuse(&mut control, e, Linger::No).await);
     };
+    // An end held counts as a session, as any other.
+    let _permit = ctx.sessions.acquire().await;
+    let ticket: Token = rand::random();
+    let conn = Connection {
+        role,
+        own_fingerprint: &ctx.fingerprint,
+        binding,
+        client: facts.client.as_deref(),
+        knows_clients: ctx.opts.site.is_some(),
+        now_ms: now_ms(),
+    };
+    let accepted = ctx
+        .tpc
+        .ledger
+        .lock()
+        .expect("ledger")
+        .accept(&signed, &conn, ticket);
+    if let Err(r) = accepted {
+        return Err(open::refuse(&mut control, refused(r), Linger::No).await);
+    }
     let addresses = handshaking.local.map_or_else(Vec::new, |local| {
         ctx.opts
             .advertise
             .for_client(ctx.bound.get().copied(), local)
     });
+    // Held before the client hears of it: it may have the other end
+    // present the delegation at once.
+    ctx.tpc.hold(d.nonce, role, prepared);
+    let (stop, _) = tokio::sync::watch::channel(false);
+    ctx.tpc
+        .stops
+        .lock()
+        .expect("stops")
+        .insert((d.nonce, role), stop.clone());
     opening.accept_tpc(ticket, &addresses);
-    open::flush(&mut control, &mut opening).await?;
+    let told = open::flush(&mut control, &mut opening).await;
     tracing::info!(
         "{peer}: third-party copy accepted as the {}: {}",
         if role == TpcRole::Source {
@@ -185,13 +227,22 @@ pub(super) async fn serve_control(
         },
         describe(&d)
     );
-    ctx.tpc.hold(d.nonce, role, prepared);
-    let served = serve_end(ctx, control, &d, signed, role).await;
+    let served = match told {
+        Ok(()) => serve_end(ctx, control, &d, signed, role).await,
+        Err(e) => Err(e),
+    };
+    // The client is gone or done: nothing of this end outlives it.
     ctx.tpc
         .waiting
         .lock()
         .expect("waiting")
         .remove(&(d.nonce, role));
+    ctx.tpc
+        .stops
+        .lock()
+        .expect("stops")
+        .remove(&(d.nonce, role));
+    let _ = stop.send(true);
     served
 }
 
@@ -216,8 +267,32 @@ async fn serve_end(
     role: TpcRole,
 ) -> Result<()> {
     let (mut rd, mut wr) = control.split();
+    // While this end waits to be used, it waits no longer than the
+    // delegation may be presented; once the other end's session took it,
+    // as long as the client stays.
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(
+            d.not_after_ms
+                .saturating_sub(now_ms())
+                .saturating_add(tern_session::delegation::MAX_SKEW_MS),
+        );
+    let mut dialed = false;
     loop {
-        let (host, port, addresses, ticket) = match rd.recv().await {
+        let next = if ctx.tpc.holds(&d.nonce, role) {
+            match tokio::time::timeout_at(deadline, rd.recv()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    let e = Error::Unauthorized("the delegation expired unused".into());
+                    let _ = wr
+                        .send(&tern_session::open::refusal(e.wire_code(), e.to_string()))
+                        .await;
+                    return Err(e);
+                }
+            }
+        } else {
+            rd.recv().await
+        };
+        let (host, port, mut addresses, ticket) = match next {
             Ok(ControlMsg::TpcDial {
                 host,
                 port,
@@ -233,6 +308,16 @@ async fn serve_end(
                 )));
             }
         };
+        // One dial per end: a client may not make a daemon knock on door
+        // after door.
+        if std::mem::replace(&mut dialed, true) {
+            let e = Error::BadRequest("this end has dialed once already".into());
+            let _ = wr
+                .send(&tern_session::open::refusal(e.wire_code(), e.to_string()))
+                .await;
+            return Err(e);
+        }
+        addresses.truncate(tern_proto::MAX_PATHS);
         let prepared = match ctx.tpc.take(&d.nonce, role) {
             Ok(p) => p,
             Err(e) => {
@@ -291,15 +376,33 @@ async fn serve_end(
                 return wr.send(&done).await;
             }
             Err(DialError::Unreachable(reason)) => {
-                // Nothing was presented: this end is still whole.
+                // Nothing was presented: this end is still whole. The
+                // client learns that, not what answered where.
+                tracing::warn!("third-party copy: the other daemon is unreachable: {reason}");
                 ctx.tpc.hold(d.nonce, role, prepared);
+                let reason = format!(
+                    "no connection to the other daemon at any of the {} address(es) given",
+                    addresses.len() + 1
+                );
                 wr.send(&ControlMsg::TpcUnreachable { reason }).await?;
             }
             Err(DialError::Failed(e)) => {
+                tracing::warn!("third-party copy failed: {e}");
+                // Whoever answered at an address the client gave, if it was
+                // not the daemon the delegation names, is not described.
+                let told = match e.kind() {
+                    crate::ErrorKind::Connect | crate::ErrorKind::Security => Error::Tls(
+                        "the other daemon did not prove to be the one the delegation names".into(),
+                    ),
+                    _ => e,
+                };
                 let _ = wr
-                    .send(&tern_session::open::refusal(e.wire_code(), e.to_string()))
+                    .send(&tern_session::open::refusal(
+                        told.wire_code(),
+                        told.to_string(),
+                    ))
                     .await;
-                return Err(e);
+                return Err(told);
             }
         }
     }
