@@ -178,6 +178,21 @@ impl Server {
                 assert_eq!(self.policy.once_token, Some(ONCE));
                 vec![]
             }
+            // A third-party copy's opening: this driver takes none.
+            Some(ServerEvent::Tpc(..) | ServerEvent::PeerPresented(_)) => {
+                assert!(
+                    self.features.contains(Features::TPC),
+                    "a third-party opening without TPC"
+                );
+                let e = self
+                    .s
+                    .refuse(Error::Unauthorized("no third-party copies here".into()));
+                let sent = self.drain();
+                assert_eq!(sent, vec![refusal(e.wire_code(), e.to_string())]);
+                self.ended = true;
+                self.outcome = Some(Err(e));
+                sent
+            }
             Some(ServerEvent::Request(request)) => {
                 self.check_request(&request);
                 self.ended = true;
@@ -521,6 +536,7 @@ fn plain_request(once: bool) -> ClientRequest {
         congestion: String::new(),
         choices: Choices::default(),
         once_token: once.then_some(ONCE),
+        peer: None,
     }
 }
 
@@ -639,6 +655,7 @@ fn arbitrary_request(u: &mut Unstructured, token: Option<Token>) -> ArbResult<Cl
         congestion,
         choices,
         once_token: token,
+        peer: None,
     })
 }
 

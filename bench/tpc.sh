@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Third-party copies on netlab (issue 19): the client C on a 10 Mbit/s path
+# to each site, the sites A and B on RATE Mbit/s x RTT ms, one SIZE MiB
+# random file from A to B. Side by side in one run:
+#   direct    tern cp on A to B's daemon (what the path gives tern)
+#   tern-tpc  tern cp tern://A/f tern://B/d on C (--tpc auto: B pulls)
+#   tern-push the same with --tpc push (A pushes)
+#   guc-tpc   globus-url-copy ftp://A/f ftp://B/d on C (GridFTP third party,
+#             anonymous, no data channel security), when installed
+# For each: wall time on C, the rate, and the bytes C's two paths carried
+# (netlab's counters). Needs root; writes a table on stdout.
+#   bench/tpc.sh [SIZE_MIB] [RATE_MBIT] [RTT_MS]
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+TERN=${TERN:-$REPO/target/release/tern}
+NETLAB=${NETLAB:-$REPO/target/release/netlab}
+SIZE_MIB=${1:-1024}
+RATE=${2:-1000}
+RTT=${3:-50}
+LAB=tpcbench
+GPORT=2811
+[ "$(id -u)" = 0 ] || { echo "tpc.sh: needs root" >&2; exit 1; }
+WORK=$(mktemp -d /var/tmp/tern-tpc.XXXXXX)
+chmod 755 "$WORK"
+cleanup() {
+    "$NETLAB" --lab "$LAB" down >/dev/null 2>&1 || true
+    rm -rf "/etc/netns/$LAB-a" "/etc/netns/$LAB-b" "/etc/netns/$LAB-c"
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+"$NETLAB" --lab "$LAB" down >/dev/null 2>&1 || true
+"$NETLAB" --lab "$LAB" up --hosts 3 \
+    --path "between=A-B,rtt=$RTT,rate=$RATE" \
+    --path "between=A-C,rtt=40,rate=10" \
+    --path "between=B-C,rtt=40,rate=10" >/dev/null
+chrt -a -f -p 50 "$(cat /run/netlab/$LAB/emulator.pid)" 2>/dev/null || true
+x() { "$NETLAB" --lab "$LAB" exec "$@"; }
+# GridFTP resolves its host name and its interfaces' addresses.
+for h in a b c; do
+    mkdir -p "/etc/netns/$LAB-$h"
+    printf '127.0.0.1 localhost\n127.0.1.1 %s\n10.47.0.1 site-a\n10.47.0.2 site-b\n10.47.1.1 site-a-c\n10.47.1.2 client-a\n10.47.2.1 site-b-c\n10.47.2.2 client-b\n' \
+        "$(hostname)" >"/etc/netns/$LAB-$h/hosts"
+done
+mkdir -p "$WORK/a/root" "$WORK/b/root/in" "$WORK/cfg-a" "$WORK/cfg-c"
+chmod 777 "$WORK/b/root/in"
+head -c "$((SIZE_MIB << 20))" /dev/urandom >"$WORK/a/root/big.bin"
+chmod 644 "$WORK/a/root/big.bin"
+x A "$TERN" serve --root "$WORK/a/root" --state-dir "$WORK/a/state" --listen 0.0.0.0:4747 >"$WORK/a.log" 2>&1 &
+x B "$TERN" serve --root "$WORK/b/root" --state-dir "$WORK/b/state" --listen 0.0.0.0:4747 >"$WORK/b.log" 2>&1 &
+GFS=/usr/sbin/globus-gridftp-server
+if command -v globus-url-copy >/dev/null && [ -x "$GFS" ]; then
+    x A "$GFS" -aa -anonymous-user nobody -p "$GPORT" -data-interface 10.47.0.1 -disable-usage-stats >"$WORK/gfs-a.log" 2>&1 &
+    x B "$GFS" -aa -anonymous-user nobody -p "$GPORT" -data-interface 10.47.0.2 -disable-usage-stats >"$WORK/gfs-b.log" 2>&1 &
+fi
+sleep 2
+c_bytes() {  # IP bytes both ways on C's two paths so far
+    "$NETLAB" --lab "$LAB" status --json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+print(sum(s["paths"][i][d]["bytes"] for i in (1, 2) for d in ("fwd", "rev")))'
+}
+row() {  # NAME CMD...: run CMD, print the row
+    local name=$1; shift
+    rm -f "$WORK/b/root/in/big.bin"
+    local before after t0 t1 ok=ok
+    before=$(c_bytes)
+    t0=$(date +%s.%N)
+    "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" || ok="failed ($(head -c 200 "$WORK/$name.err" | tr '\n' ' '))"
+    t1=$(date +%s.%N)
+    after=$(c_bytes)
+    if [ "$ok" = ok ] && ! cmp -s "$WORK/a/root/big.bin" "$WORK/b/root/in/big.bin"; then ok="file differs"; fi
+    awk -v n="$name" -v t0="$t0" -v t1="$t1" -v s="$SIZE_MIB" -v c=$((after - before)) -v ok="$ok" \
+        'BEGIN { w = t1 - t0; printf "| %s | %.1f | %.0f | %d | %s |\n", n, w, s * 8 * 1.048576 / w, c, ok }'
+}
+echo "third-party copies, ${SIZE_MIB} MiB, A-B ${RATE} Mbit/s x ${RTT} ms, C on 10 Mbit/s x 40 ms to each; $(date -u +%FT%TZ)"
+echo
+echo "| what | wall s | Mbit/s | bytes on C's paths | result |"
+echo "| --- | --- | --- | --- | --- |"
+row direct x A env "XDG_CONFIG_HOME=$WORK/cfg-a" "$TERN" cp "$WORK/a/root/big.bin" tern://10.47.0.2/in/
+row tern-tpc x C env "XDG_CONFIG_HOME=$WORK/cfg-c" "$TERN" cp tern://10.47.1.1/big.bin tern://10.47.2.1/in/
+row tern-push x C env "XDG_CONFIG_HOME=$WORK/cfg-c" "$TERN" cp --tpc push tern://10.47.1.1/big.bin tern://10.47.2.1/in/
+if command -v globus-url-copy >/dev/null && [ -x "$GFS" ]; then
+    row guc-tpc x C globus-url-copy -nodcau -p 4 "ftp://10.47.1.1:$GPORT$WORK/a/root/big.bin" "ftp://10.47.2.1:$GPORT$WORK/b/root/in/big.bin"
+else
+    echo "| guc-tpc | | | | GridFTP not installed |"
+fi
+echo "| tern --via-client | | | | not built yet |"
+echo "| xrdcp --tpc | | | | not run: needs xrootd TPC configuration on both sites (not set up here) |"
