@@ -347,21 +347,26 @@ fn valid_until(d: &Delegation, now_ms: u64) -> Result<u64, Refusal> {
     Ok(d.not_after_ms)
 }
 
-/// Whether the data session `asked` (as the dialer opens it with this
-/// daemon, which plays `role`) is exactly what `d` covers.
-pub fn covers(d: &Delegation, role: TpcRole, asked: &SessionMode) -> Result<(), Refusal> {
-    let covered = match role {
-        // The destination dialed: it pulls the sources.
+/// The session `d` lets the daemon at `role` serve: the sources read at
+/// the source (the destination dials and pulls them), the destination
+/// path written at the destination (the source dials and pushes to it).
+pub fn session_at(d: &Delegation, role: TpcRole) -> SessionMode {
+    match role {
         TpcRole::Source => SessionMode::Pull {
             sources: d.sources.clone(),
             recursive: d.recursive,
         },
-        // The source dialed: it pushes to the destination path.
         TpcRole::Dest => SessionMode::Push {
             dest: d.dest_path.clone(),
             top_level: d.top_level,
         },
-    };
+    }
+}
+
+/// Whether the data session `asked` (as the dialer opens it with this
+/// daemon, which plays `role`) is exactly what `d` covers.
+pub fn covers(d: &Delegation, role: TpcRole, asked: &SessionMode) -> Result<(), Refusal> {
+    let covered = session_at(d, role);
     if &covered == asked {
         Ok(())
     } else {

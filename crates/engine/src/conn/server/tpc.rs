@@ -153,16 +153,7 @@ pub(super) async fn serve_control(
         Ok(d) => d,
         Err(r) => return Err(open::refuse(&mut control, refused(r), Linger::No).await),
     };
-    let mode = match role {
-        TpcRole::Source => SessionMode::Pull {
-            sources: d.sources.clone(),
-            recursive: d.recursive,
-        },
-        TpcRole::Dest => SessionMode::Push {
-            dest: d.dest_path.clone(),
-            top_level: d.top_level,
-        },
-    };
+    let mode = tern_session::delegation::session_at(&d, role);
     // The client's own rights decide, as for a pull or push of its own.
     let asked = SessionOpen {
         mode,
