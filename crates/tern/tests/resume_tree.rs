@@ -25,6 +25,9 @@ use tern_testkit::tree::{self, set_mtime};
 const FILES: usize = 20;
 /// Kills before the final run.
 const KILLS: usize = 3;
+/// Kills beyond those when every kill landed between two files (nothing
+/// was left to resume, through no fault of the copy).
+const EXTRA_KILLS: usize = 2;
 /// Pace of every copy (bits/s): about 10 MB/s, so the ~90 MiB tree takes
 /// about 9 s and a kill polled every few milliseconds lands mid-copy.
 const RATE: &str = "80M";
@@ -87,33 +90,39 @@ struct Watch {
 type Progress = (u64, BTreeMap<PathBuf, u64>);
 
 impl Watch {
-    fn progress(&self) -> Progress {
-        let mut total = 0;
-        let mut unfinished = BTreeMap::new();
+    /// The regular files in the area now, with their metadata (entries
+    /// come and go while the copy runs: what vanished is skipped).
+    fn files_now(&self) -> Vec<(PathBuf, std::fs::Metadata)> {
+        let mut files = Vec::new();
         let mut dirs = vec![self.area.clone()];
         while let Some(d) = dirs.pop() {
-            // Entries come and go while the copy runs: skip what vanished.
             let Ok(entries) = std::fs::read_dir(&d) else {
                 continue;
             };
             for e in entries.flatten() {
                 let p = e.path();
-                let Ok(m) = std::fs::symlink_metadata(&p) else {
-                    continue;
-                };
-                if m.is_dir() {
-                    dirs.push(p);
-                } else if m.is_file() {
-                    let alloc = m.blocks() * 512;
-                    total += alloc;
-                    let finished = p.strip_prefix(&self.dest).ok().is_some_and(|rel| {
-                        use std::os::unix::ffi::OsStrExt;
-                        self.files.get(rel.as_os_str().as_bytes()) == Some(&m.size())
-                    });
-                    if !finished {
-                        unfinished.insert(p, alloc);
-                    }
+                match std::fs::symlink_metadata(&p) {
+                    Ok(m) if m.is_dir() => dirs.push(p),
+                    Ok(m) if m.is_file() => files.push((p, m)),
+                    _ => {}
                 }
+            }
+        }
+        files
+    }
+
+    fn progress(&self) -> Progress {
+        let mut total = 0;
+        let mut unfinished = BTreeMap::new();
+        for (p, m) in self.files_now() {
+            let alloc = m.blocks() * 512;
+            total += alloc;
+            let finished = p.strip_prefix(&self.dest).ok().is_some_and(|rel| {
+                use std::os::unix::ffi::OsStrExt;
+                self.files.get(rel.as_os_str().as_bytes()) == Some(&m.size())
+            });
+            if !finished {
+                unfinished.insert(p, alloc);
             }
         }
         (total, unfinished)
@@ -151,6 +160,28 @@ impl Watch {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+
+    /// Bytes of verified blocks that the journals in the area vouch for:
+    /// what a run after a kill has to resume. A kill that lands between
+    /// two files (the last one committed, the next one not yet written)
+    /// leaves none, and then no run can resume anything.
+    fn resumable(&self) -> u64 {
+        let block_bytes = |journal: &str| -> u64 {
+            journal
+                .lines()
+                .skip(1)
+                .filter_map(|l| match l.split(' ').collect::<Vec<_>>()[..] {
+                    [_, len, hash] if hash.len() == 16 => len.parse::<u64>().ok(),
+                    _ => None,
+                })
+                .sum()
+        };
+        self.files_now()
+            .into_iter()
+            .filter(|(p, _)| p.to_string_lossy().ends_with(".partial.journal"))
+            .map(|(p, _)| block_bytes(&std::fs::read_to_string(&p).unwrap_or_default()))
+            .sum()
     }
 
     /// Waits until nothing changes on disk for 300 ms (a daemon whose
@@ -345,6 +376,8 @@ impl Setup {
     /// Fails the test with `log`, the `problems` and the daemon's last
     /// words if there is any problem.
     fn conclude(&self, log: &str, problems: &[String]) {
+        // Shown with --nocapture when all went well.
+        println!("{log}");
         assert!(
             problems.is_empty(),
             "{log}problems:\n{}\ndaemon log (last lines):\n{}",
@@ -385,11 +418,22 @@ fn kill_and_resume(test: &str, victim: Victim, way: Way) {
     );
     let mut problems = Vec::new();
     let mut last_at = 0u64;
-    for k in 0..KILLS {
+    // Kills after which the journals vouched for blocks to resume.
+    let mut left_something = 0;
+    let mut k = 0;
+    while k < KILLS || (left_something == 0 && k < KILLS + EXTRA_KILLS) {
         // Kill k lands between 10 % + 25 % k and 30 % + 25 % k of the
-        // tree, and at least 1 MiB beyond the kill before.
-        let share = rng.between(0.10 + 0.25 * k as f64, 0.30 + 0.25 * k as f64);
+        // tree, and at least 1 MiB beyond the kill before; an extra kill
+        // (every one before landed between files) 1 MiB to 5 % further.
+        let share = match k < KILLS {
+            true => rng.between(0.10 + 0.25 * k as f64, 0.30 + 0.25 * k as f64),
+            false => last_at as f64 / total as f64 + rng.between(0.0, 0.05),
+        };
         let at = ((share * total as f64) as u64).max(last_at + (1 << 20));
+        k += 1;
+        if k > KILLS && at > total * 9 / 10 {
+            break;
+        }
         let (mut child, run) = s.spawn();
         match s.watch.wait_for(&mut child, at) {
             Ok(got) => {
@@ -416,6 +460,13 @@ fn kill_and_resume(test: &str, victim: Victim, way: Way) {
                     100.0 * share,
                     show(status)
                 ));
+                let resumable = s.watch.resumable();
+                log.push_str(&format!(
+                    "run {run}: the journals vouch for {resumable} bytes to resume\n"
+                ));
+                if resumable > 0 {
+                    left_something += 1;
+                }
                 if victim == Victim::Daemon && status.is_some_and(|s| s.success()) {
                     problems.push(format!(
                         "run {run}: the copy succeeded with its daemon killed"
@@ -429,8 +480,7 @@ fn kill_and_resume(test: &str, victim: Victim, way: Way) {
                 let _ = child.kill();
                 let _ = child.wait();
                 problems.push(format!(
-                    "run {run} (before kill {}): {why}; stderr:\n{}",
-                    k + 1,
+                    "run {run} (before kill {k}): {why}; stderr:\n{}",
                     s.err(run)
                 ));
                 break;
