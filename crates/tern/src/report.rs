@@ -726,4 +726,25 @@ mod tests {
         let local = tuning_line(&t, "local");
         assert!(local.contains("12.0 MiB send / 1.0 MiB receive"), "{local}");
     }
+
+    #[test]
+    fn the_tuning_line_and_the_sizing_action_give_one_total() {
+        let mut t = tern_drs::diagnose(Vec::new(), tern_drs::HostCaps::default(), &[]);
+        // The buffers held more at their peak than the session sized them
+        // to at the end (the demo's "up to 10.8" beside "11.7 MiB in total").
+        t.send_buffers_peak_together_bytes = 10_800 << 10;
+        t.shared_sizing(tern_drs::SharedSizing {
+            streams: 3,
+            each: 4 << 20,
+            bdp: 6 << 20,
+            rtt_ms: 50.0,
+        });
+        let action = t.actions.last().expect("the sizing action").clone();
+        assert!(action.contains("12.0 MiB in total"), "{action}");
+        for direction in ["push", "send"] {
+            let line = tuning_line(&t, direction);
+            assert!(line.contains("12.0 MiB in total"), "{line} / {action}");
+            assert!(!line.contains("10.5 MiB"), "{line}");
+        }
+    }
 }

@@ -605,6 +605,15 @@ fn partial_case(test: &str, mode: Mode) {
          (rsync -a ran into the same read-only directory)\n{report}",
         if named { "names" } else { "DOES NOT NAME" },
     );
+    // Counted in the summary, whichever end it failed at (issue 15, item 6).
+    let counted = err.contains("  not copied: ")
+        && err
+            .lines()
+            .any(|l| l.starts_with("    ") && l.contains("walled/cannot-land.bin: "));
+    assert!(
+        counted,
+        "{test}: the summary does not count and list the entry left out:\n{err}"
+    );
 }
 
 #[test]

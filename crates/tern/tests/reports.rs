@@ -77,6 +77,8 @@ fn one_stream_one_file_and_perf_summaries_read_right_and_advise_no_lowering() {
     assert!(said.contains("in 1 file,"), "{said}");
     assert!(said.contains(" 1 stream,"), "{said}");
     assert!(!said.contains("1 streams"), "{said}");
+    // A pusher sends: the caveat of a receiving end is not its own.
+    assert!(!said.contains("a receiving end sees less"), "{said}");
     assert_advice_only_raises(&said);
     let url = format!("tern://127.0.0.1:{}", server.port());
     let out = env.run(&["perf", &url, "--time", "1", "-P", "2"]);

@@ -236,6 +236,67 @@ async fn a_mesh_in_the_archive_gives_each_site_its_peers() {
 }
 
 #[tokio::test]
+async fn a_route_change_retires_the_advice_measured_on_the_old_route() {
+    for db in every_db().await {
+        let mut opts = AdvisorOptions::new(db.url.clone());
+        opts.site = "a".into();
+        let store = db.open(quick()).await.with_site("a");
+        let service = Service::new(store.clone(), tern_drs::HostCaps::read(), opts);
+        store.upsert_target(&target("b"), 1).await.unwrap();
+        let now = tern_advisor::model::now_ms();
+        let measure = |rtt: f64, at: i64| {
+            let store = store.clone();
+            async move {
+                for (i, s) in [Sample::rtt_ms(rtt), Sample::capacity_bps(1e9, 1e7)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    for k in 0..3 {
+                        store
+                            .record(
+                                "b",
+                                Origin::Active,
+                                "t",
+                                std::slice::from_ref(&s),
+                                at + 10 * k + i as i64,
+                                None,
+                            )
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+        };
+        measure(40.0, now - 9000).await;
+        let before = service.advice("b").await.unwrap();
+        assert!(
+            (before.rtt_ms - 40.0).abs() < 1.0,
+            "{}: {before:?}",
+            db.name
+        );
+        store
+            .record_event(
+                "b",
+                Kind::Route,
+                EventKind::RouteChange,
+                now - 6000,
+                &json!({}),
+            )
+            .await
+            .unwrap();
+        // Nothing measured on the new route yet: no advice from the old one.
+        assert!(
+            service.advice("b").await.is_err(),
+            "{}: advice from the old route survived its change",
+            db.name
+        );
+        measure(90.0, now - 3000).await;
+        let after = service.advice("b").await.unwrap();
+        assert!((after.rtt_ms - 90.0).abs() < 1.0, "{}: {after:?}", db.name);
+    }
+}
+
+#[tokio::test]
 async fn a_path_without_numbers_borrows_advice_from_one_that_shares_its_router() {
     for db in every_db().await {
         let mut opts = AdvisorOptions::new(db.url.clone());

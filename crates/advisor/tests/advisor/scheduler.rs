@@ -377,3 +377,104 @@ async fn a_target_added_later_is_picked_up_when_told() {
     wait_for(&s, "the new target measured", |st| st.completed == 1).await;
     assert_eq!(watch.runs.load(Ordering::SeqCst), 1);
 }
+
+/// The runs of [`Fixed`] probes, in order: (target, probe).
+type RunLog = Arc<Mutex<Vec<(String, &'static str)>>>;
+
+/// A probe that reports the same samples every time and logs its runs.
+struct Fixed {
+    name: &'static str,
+    samples: Vec<Sample>,
+    log: RunLog,
+}
+
+impl Probe for Fixed {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn class(&self) -> Concurrency {
+        Concurrency::Light
+    }
+    fn load_bps(&self, _: &ProbeTarget, _: u64) -> u64 {
+        1
+    }
+    fn run<'a>(&'a self, t: &'a ProbeTarget, _: Grant) -> ProbeFuture<'a> {
+        Box::pin(async move {
+            self.log.lock().unwrap().push((t.host.clone(), self.name));
+            Ok(self.samples.clone())
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_route_change_has_the_path_measured_again_at_once() {
+    let (_db, store) =
+        store_with_targets(&[("moved", "10.9.3.1", 3600), ("still", "10.9.3.2", 3600)]).await;
+    let route = |sig: &[&str]| {
+        Sample::new(Kind::Route, sig.len() as f64)
+            .with("signature", sig)
+            .with("reached", true)
+            .with("hops", serde_json::json!([]))
+    };
+    // What the archive knew: "moved" went through r1, "still" already
+    // through r9, the route every probe now reports.
+    let then = tern_advisor::model::now_ms() - 60_000;
+    for (host, via) in [("moved", "r1"), ("still", "r9")] {
+        store
+            .record(
+                host,
+                Origin::Active,
+                "route",
+                &[route(&[via, "far"])],
+                then,
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    let log = RunLog::default();
+    let probes: Vec<Arc<dyn Probe>> = vec![
+        Arc::new(Fixed {
+            name: "rtt",
+            samples: vec![Sample::rtt_ms(5.0)],
+            log: log.clone(),
+        }),
+        Arc::new(Fixed {
+            name: "route",
+            samples: vec![route(&["r9", "far"])],
+            log: log.clone(),
+        }),
+    ];
+    let mut o = opts(1, 1_000);
+    o.refresh = Duration::from_secs(3600);
+    let s = Scheduler::spawn(store.clone(), probes, o, std::future::pending());
+    // A first run of each, then the changed path's probes once more.
+    wait_for(&s, "the first runs and the re-runs", |st| st.completed >= 5).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let runs = log.lock().unwrap().clone();
+    let of = |host: &str| -> Vec<&'static str> {
+        runs.iter()
+            .filter(|(h, _)| h == host)
+            .map(|r| r.1)
+            .collect()
+    };
+    // After the route probe that saw the change, every probe of the path
+    // ran again, at once (the interval is an hour); the second route run
+    // found the same route and nothing more ran.
+    let moved = of("moved");
+    let seen = moved
+        .iter()
+        .position(|&p| p == "route")
+        .expect("a route run");
+    let after: Vec<&str> = moved[seen + 1..].to_vec();
+    let mut after_sorted = after.clone();
+    after_sorted.sort_unstable();
+    assert_eq!(after_sorted, ["route", "rtt"], "runs of moved: {moved:?}");
+    let mut still = of("still");
+    still.sort_unstable();
+    assert_eq!(
+        still,
+        ["route", "rtt"],
+        "a path whose route held waits for its interval"
+    );
+}
