@@ -322,6 +322,25 @@ async fn probe_target(t: &Target) -> ProbeTarget {
     }
 }
 
+/// What the scheduler knows of its targets and their runs between two
+/// turns of its loop.
+struct Plan {
+    /// Who may run now, within the workers and the budget.
+    admission: Admission,
+    /// When each (target, probe) is due.
+    planner: Planner,
+    /// The targets, with how probes see each.
+    targets: HashMap<String, (Target, ProbeTarget)>,
+}
+
+/// The probe runs under way.
+#[derive(Default)]
+struct Runs {
+    tasks: JoinSet<Finished>,
+    /// What each running task holds, to free it should the task panic.
+    held: HashMap<tokio::task::Id, Finished>,
+}
+
 struct Finished {
     id: u64,
     host: String,
@@ -400,12 +419,12 @@ impl Scheduler {
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) {
         let start = Instant::now();
-        let mut admission = Admission::new(opts.workers, opts.budget_bps);
-        let mut planner = Planner::default();
-        let mut targets: HashMap<String, (Target, ProbeTarget)> = HashMap::new();
-        let mut tasks: JoinSet<Finished> = JoinSet::new();
-        // What each running task holds, to free it should the task panic.
-        let mut spawned: HashMap<tokio::task::Id, Finished> = HashMap::new();
+        let mut plan = Plan {
+            admission: Admission::new(opts.workers, opts.budget_bps),
+            planner: Planner::default(),
+            targets: HashMap::new(),
+        };
+        let mut runs = Runs::default();
         let mut refreshed: Option<Instant> = None;
         let mut dirty = true;
         tokio::pin!(shutdown);
@@ -416,7 +435,7 @@ impl Scheduler {
                     Ok(list) => {
                         let mut fresh = HashMap::new();
                         for t in list {
-                            let view = match targets.get(&t.host) {
+                            let view = match plan.targets.get(&t.host) {
                                 Some((old, view))
                                     if old.address == t.address && old.port == t.port =>
                                 {
@@ -426,13 +445,13 @@ impl Scheduler {
                             };
                             fresh.insert(t.host.clone(), (t, view));
                         }
-                        targets = fresh;
-                        planner.retain_hosts(|h| targets.contains_key(h));
+                        plan.targets = fresh;
+                        plan.planner.retain_hosts(|h| plan.targets.contains_key(h));
                         let mut rng = rand::thread_rng();
-                        for (t, _) in targets.values() {
+                        for (t, _) in plan.targets.values() {
                             let interval = Duration::from_secs(t.interval_s.max(1));
                             for k in 0..probes.len() {
-                                planner.ensure(
+                                plan.planner.ensure(
                                     &t.host,
                                     k,
                                     now,
@@ -450,58 +469,50 @@ impl Scheduler {
                     }
                 }
             }
-            let waiting = self.start_due(
-                now,
-                &probes,
-                &opts,
-                &targets,
-                &mut planner,
-                &mut admission,
-                &mut tasks,
-                &mut spawned,
-                &store,
-            );
+            let waiting = self.start_due(now, (&store, &probes, &opts), &mut plan, &mut runs);
             {
                 let mut s = self.shared.lock().expect("schedule status");
-                s.status.busy_workers = admission.running();
-                s.status.load_bps = admission.load_bps();
+                s.status.busy_workers = plan.admission.running();
+                s.status.load_bps = plan.admission.load_bps();
                 s.status.utilization = if opts.budget_bps > 0 {
-                    admission.load_bps() as f64 / opts.budget_bps as f64
+                    plan.admission.load_bps() as f64 / opts.budget_bps as f64
                 } else {
                     0.0
                 };
                 s.status.waiting = waiting;
-                s.status.targets = targets.len();
-                s.status.next_due_in_s = planner
+                s.status.targets = plan.targets.len();
+                s.status.next_due_in_s = plan
+                    .planner
                     .next_due()
                     .map(|d| d.saturating_sub(now).as_secs_f64());
             }
-            let until_due = planner
+            let until_due = plan
+                .planner
                 .next_due()
                 .map(|d| d.saturating_sub(start.elapsed()))
                 .unwrap_or(opts.refresh)
                 .min(opts.refresh)
                 .max(Duration::from_millis(if waiting > 0 { 200 } else { 10 }));
             tokio::select! {
-                Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                Some(joined) = runs.tasks.join_next_with_id(), if !runs.tasks.is_empty() => {
                     let done = match joined {
                         Ok((_, done)) => done,
                         Err(e) => {
                             // A probe panicked: free what it held.
-                            let Some(done) = spawned.remove(&e.id()) else { continue };
+                            let Some(done) = runs.held.remove(&e.id()) else { continue };
                             Finished { outcome: Err(format!("probe crashed: {e}")), route_changed: false, ..done }
                         }
                     };
-                    spawned.retain(|_, f| f.id != done.id);
-                    admission.finish(done.id);
-                    let interval = targets
+                    runs.held.retain(|_, f| f.id != done.id);
+                    plan.admission.finish(done.id);
+                    let interval = plan.targets
                         .get(&done.host)
                         .map_or(opts.refresh, |(t, _)| Duration::from_secs(t.interval_s.max(1)));
                     let interval = slipped(interval, &mut rand::thread_rng());
-                    planner.ran(&done.host, done.probe, start.elapsed(), interval);
+                    plan.planner.ran(&done.host, done.probe, start.elapsed(), interval);
                     let name = probes[done.probe].name();
                     if done.route_changed {
-                        planner.due_now(&done.host, start.elapsed());
+                        plan.planner.due_now(&done.host, start.elapsed());
                     }
                     let mut s = self.shared.lock().expect("schedule status");
                     s.running_since.remove(&done.id);
@@ -520,26 +531,20 @@ impl Scheduler {
                 () = &mut shutdown => break,
             }
         }
-        tasks.shutdown().await;
+        runs.tasks.shutdown().await;
     }
 
     /// Starts every due run that may start; returns how many wait.
-    #[allow(clippy::too_many_arguments)]
     fn start_due(
         &self,
         now: Duration,
-        probes: &[Arc<dyn Probe>],
-        opts: &SchedulerOptions,
-        targets: &HashMap<String, (Target, ProbeTarget)>,
-        planner: &mut Planner,
-        admission: &mut Admission,
-        tasks: &mut JoinSet<Finished>,
-        spawned: &mut HashMap<tokio::task::Id, Finished>,
-        store: &Store,
+        (store, probes, opts): (&Store, &[Arc<dyn Probe>], &SchedulerOptions),
+        plan: &mut Plan,
+        runs: &mut Runs,
     ) -> usize {
         let mut waiting = 0;
-        for (host, k) in planner.due(now) {
-            let Some((target, view)) = targets.get(&host) else {
+        for (host, k) in plan.planner.due(now) {
+            let Some((target, view)) = plan.targets.get(&host) else {
                 continue;
             };
             let probe = &probes[k];
@@ -550,11 +555,11 @@ impl Scheduler {
                     .any(|t| t == crate::probe::test_name(probe.name()))
             };
             if target.probes.as_ref().is_some_and(|tests| !chosen(tests)) {
-                planner.postpone(&host, k, now, interval);
+                plan.planner.postpone(&host, k, now, interval);
                 continue;
             }
-            if self.covered(opts, targets, planner, target, k, now, interval) {
-                planner.postpone(&host, k, now, interval);
+            if self.covered(opts, plan, target, k, now, interval) {
+                plan.planner.postpone(&host, k, now, interval);
                 self.shared
                     .lock()
                     .expect("schedule status")
@@ -563,7 +568,7 @@ impl Scheduler {
                 continue;
             }
             if let Err(why) = probe.can_run(view) {
-                planner.postpone(&host, k, now, interval);
+                plan.planner.postpone(&host, k, now, interval);
                 problem(
                     &self.shared,
                     &host,
@@ -573,10 +578,10 @@ impl Scheduler {
                 continue;
             }
             let load = probe.load_bps(view, opts.budget_bps);
-            let id = match admission.try_admit(&host, probe.class(), load) {
+            let id = match plan.admission.try_admit(&host, probe.class(), load) {
                 Ok(id) => id,
                 Err(Refusal::NeverFits) => {
-                    planner.postpone(&host, k, now, interval);
+                    plan.planner.postpone(&host, k, now, interval);
                     problem(
                         &self.shared,
                         &host,
@@ -593,7 +598,7 @@ impl Scheduler {
                     continue;
                 }
             };
-            planner.started(&host, k);
+            plan.planner.started(&host, k);
             self.shared
                 .lock()
                 .expect("schedule status")
@@ -613,7 +618,7 @@ impl Scheduler {
                 );
             let (probe, view, store) = (probe.clone(), view.clone(), store.clone());
             let alerts = self.alerts.clone();
-            let handle = tasks.spawn(async move {
+            let handle = runs.tasks.spawn(async move {
                 let mut route_changed = false;
                 let outcome = match probe.run(&view, Grant { load_bps: load }).await {
                     Ok(samples) => {
@@ -658,7 +663,7 @@ impl Scheduler {
                     route_changed,
                 }
             });
-            spawned.insert(
+            runs.held.insert(
                 handle.id(),
                 Finished {
                     id,
@@ -674,12 +679,12 @@ impl Scheduler {
 
     /// Whether another member of the target's group (subnet or declared
     /// bottleneck group) covers this run.
-    #[allow(clippy::too_many_arguments)]
     fn covered(
         &self,
         opts: &SchedulerOptions,
-        targets: &HashMap<String, (Target, ProbeTarget)>,
-        planner: &Planner,
+        Plan {
+            targets, planner, ..
+        }: &Plan,
         target: &Target,
         probe: usize,
         now: Duration,

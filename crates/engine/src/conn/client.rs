@@ -277,28 +277,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         ..
     } = connect(ep, opts).await?;
     let mut control = Control::new(stream);
-    // The TLS and hello round trips have given the kernel an RTT sample.
-    let streams = if opts.tuning.streams_from_rtt {
-        let rtt = tern_drs::TcpInfo::read(control_fd)
-            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
-            .unwrap_or_default();
-        tern_drs::session::start_streams(rtt, opts.max_streams).max(opts.streams)
-    } else {
-        opts.streams
-    };
-    // A reserved path's stream is one of the first: the reservation holds
-    // from the start, not from when the controller would add it.
-    let reservations = match &opts.paths {
-        PathChoice::Given(specs) => specs.iter().filter(|s| s.reserved_bps.is_some()).count(),
-        _ => 0,
-    };
-    let streams = streams
-        .max(
-            u16::try_from(reservations)
-                .unwrap_or(u16::MAX)
-                .saturating_add(1),
-        )
-        .min(opts.max_streams.max(opts.streams));
+    let streams = first_streams(opts, control_fd);
     let request = request_of(opts, mode, streams);
     let mut opening = ClientOpen::new(request, negotiated)?;
     // The server may hold a valid request until a session slot is free:
@@ -333,19 +312,78 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     } else {
         StreamSupply::Fixed
     };
-    let block_check = match opts.protect {
-        Protect::Safe => match &material {
+    let block_check = block_check_of(opts, material.as_ref(), &agreed)?;
+    let params = params_of(opts, &agreed, plan.as_ref(), block_check);
+    Ok(Opened {
+        ends: (local, peer),
+        plan,
+        control,
+        streams,
+        supply,
+        params,
+        fingerprint,
+        recorded,
+        setup: started.elapsed(),
+        mptcp,
+        mptcp_asked: opts.mptcp,
+    })
+}
+
+/// How many streams to ask for at first: from the RTT the TLS and hello
+/// round trips gave the kernel (with `-P auto`), and at least one beside
+/// each reserved path (a reservation holds from the start, not from when
+/// the controller would add its stream).
+fn first_streams(opts: &ClientOptions, control_fd: std::os::fd::RawFd) -> u16 {
+    let streams = if opts.tuning.streams_from_rtt {
+        let rtt = tern_drs::TcpInfo::read(control_fd)
+            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
+            .unwrap_or_default();
+        tern_drs::session::start_streams(rtt, opts.max_streams).max(opts.streams)
+    } else {
+        opts.streams
+    };
+    let reservations = match &opts.paths {
+        PathChoice::Given(specs) => specs.iter().filter(|s| s.reserved_bps.is_some()).count(),
+        _ => 0,
+    };
+    streams
+        .max(
+            u16::try_from(reservations)
+                .unwrap_or(u16::MAX)
+                .saturating_add(1),
+        )
+        .min(opts.max_streams.max(opts.streams))
+}
+
+/// How each block is checked, from `--protect` and what was agreed.
+fn block_check_of(
+    opts: &ClientOptions,
+    material: Option<&[u8; 32]>,
+    agreed: &ClientAgreed,
+) -> Result<BlockCheck> {
+    Ok(match opts.protect {
+        Protect::Safe => match material {
             Some(material) => BlockCheck::KeyedBlake3(bind_token(material, &agreed.token)),
             None => return Err(Error::Tls("cannot export keying material".into())),
         },
         Protect::Private if agreed.features.contains(Features::AEAD_CHECKS) => BlockCheck::Aead,
         Protect::Clear | Protect::Private => BlockCheck::Xxh3,
-    };
-    let mut params = TransferParams::new(accept_streams, agreed.block_size, opts.checksum);
-    params.max_streams = max_streams;
+    })
+}
+
+/// The data phase's parameters: what was agreed, the client's tuning, and
+/// the stream limit over every path.
+fn params_of(
+    opts: &ClientOptions,
+    agreed: &ClientAgreed,
+    plan: Option<&Arc<PathPlan>>,
+    block_check: BlockCheck,
+) -> TransferParams {
+    let mut params = TransferParams::new(agreed.streams, agreed.block_size, opts.checksum);
+    params.max_streams = agreed.max_streams;
     params.tuning = opts.tuning.clone();
-    params.tuning.other_paths = plan.as_ref().map_or(0, |p| p.others() as u16);
-    params.tuning.reserved = plan.as_ref().map_or_else(Vec::new, |p| p.reserved());
+    params.tuning.other_paths = plan.map_or(0, |p| p.others() as u16);
+    params.tuning.reserved = plan.map_or_else(Vec::new, |p| p.reserved());
     // Reserved paths hold one stream each and take no more.
     let best_effort_others = params
         .tuning
@@ -366,19 +404,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
             u64::from(agreed.block_size),
         ))
     });
-    Ok(Opened {
-        ends: (local, peer),
-        plan,
-        control,
-        streams,
-        supply,
-        params,
-        fingerprint,
-        recorded,
-        setup: started.elapsed(),
-        mptcp,
-        mptcp_asked: opts.mptcp,
-    })
+    params
 }
 
 /// Which path each data stream takes, when there is more than the one
