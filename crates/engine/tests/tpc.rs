@@ -12,8 +12,8 @@ use tern_engine::server::{ServerOptions, serve};
 use tern_engine::session::open::PeerPass;
 use tern_engine::tls::ServerIdentity;
 use tern_engine::tpc::{
-    DEFAULT_TTL, Dialing, Followed, Leg, TpcMode, TpcOptions, TpcRequest, delegation, dial, sign,
-    third_party,
+    DEFAULT_TTL, Dialing, Followed, Leg, TpcMode, TpcOptions, TpcRequest, delegation, dial,
+    session_of, sign, third_party,
 };
 use tern_engine::transfer::Progress;
 use tern_proto::Protect;
@@ -321,11 +321,15 @@ async fn the_source_pushes_when_told_to_and_when_the_destination_cannot_reach_it
         ticket: at_a.ticket,
         addresses: vec![],
     };
-    b.order_dial(&nowhere, &unreachable).await.unwrap();
+    b.order_dial(&nowhere, &unreachable, &session_of(&client()))
+        .await
+        .unwrap();
     let progress = Progress::default();
     let followed = b.follow(&mut a, &progress).await.unwrap();
     assert!(matches!(followed, Followed::Unreachable(_)), "{followed:?}");
-    a.order_dial(&pair.b.ep, &at_b).await.unwrap();
+    a.order_dial(&pair.b.ep, &at_b, &session_of(&client()))
+        .await
+        .unwrap();
     let followed = a.follow(&mut b, &progress).await.unwrap();
     assert!(matches!(followed, Followed::Done(_)), "{followed:?}");
     assert_eq!(
@@ -355,7 +359,9 @@ async fn an_end_dials_once_and_says_only_that_it_could_not_reach() {
         addresses: vec!["127.0.0.1:9".parse().unwrap(); 40],
     };
     let progress = Progress::default();
-    b.order_dial(&nowhere, &knock).await.unwrap();
+    b.order_dial(&nowhere, &knock, &session_of(&client()))
+        .await
+        .unwrap();
     match b.follow(&mut a, &progress).await.unwrap() {
         Followed::Unreachable(why) => {
             // At most MAX_PATHS addresses besides the name, and no detail of
@@ -367,8 +373,57 @@ async fn an_end_dials_once_and_says_only_that_it_could_not_reach() {
         }
         other => panic!("{other:?}"),
     }
-    b.order_dial(&nowhere, &knock).await.unwrap();
+    b.order_dial(&nowhere, &knock, &session_of(&client()))
+        .await
+        .unwrap();
     let e = b.follow(&mut a, &progress).await.unwrap_err().to_string();
     assert!(e.contains("dialed once already"), "{e}");
     assert!(pair.arrived().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemons_session_runs_with_the_clients_choices() {
+    let size = 6 << 20;
+    let pair = Pair::new(size).await;
+    let run = |client: ClientOptions| {
+        let request = pair.request();
+        async move {
+            let opts = TpcOptions {
+                client,
+                ttl: DEFAULT_TTL,
+                mode: TpcMode::Pull,
+            };
+            third_party(&request, &opts, Arc::new(Progress::default())).await
+        }
+    };
+    // -P 3 (fixed): three streams between the daemons, not the dialer's own
+    // default.
+    let mut three = kit::options(3, Protect::Private, 1 << 20);
+    three.tuning.auto_streams = false;
+    three.tuning.streams_from_rtt = false;
+    let first = run(three.clone()).await.unwrap();
+    assert_eq!((first.bytes, first.streams), (size, 3), "{first:?}");
+    // The copy is now at the destination: the client's skip rule decides
+    // whether it moves again.
+    let skipped = run(three.clone()).await.unwrap();
+    assert_eq!(skipped.bytes, 0, "skipped by size and time: {skipped:?}");
+    let mut again = three.clone();
+    again.choices.skip_existing = tern_proto::SkipExisting::Never;
+    let resent = run(again).await.unwrap();
+    assert_eq!(resent.bytes, size, "--skip-existing never: {resent:?}");
+    assert_eq!(
+        file_difference(
+            pair.a_root.path().join("big.bin"),
+            pair.b_root.path().join("in/big.bin")
+        ),
+        None
+    );
+    // What the dialer may not do is refused before any data moves, in words.
+    let mut odd = three;
+    odd.tuning.congestion = "no-such-algorithm".into();
+    let refused = run(odd).await.unwrap_err().to_string();
+    assert!(
+        refused.contains("congestion control \"no-such-algorithm\""),
+        "{refused}"
+    );
 }

@@ -471,6 +471,9 @@ pub enum ControlMsg {
         addresses: Vec<std::net::SocketAddr>,
         /// Its ticket, from its `TpcAccept`.
         ticket: Token,
+        /// How the client wants the session run (boxed: the other
+        /// messages are much smaller).
+        session: Box<TpcSession>,
     },
     /// Dialing daemon → the other, right after the handshake and before
     /// `SessionOpen` (needs `TPC`): the delegation and ticket that admit
@@ -513,6 +516,33 @@ pub enum ControlMsg {
         /// What was tried, and why each failed.
         reason: String,
     },
+}
+
+/// The client's transfer choices for a third-party copy (`TpcDial`): the
+/// dialing daemon runs its session with the other as the client would have
+/// run its own, within the dialer's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TpcSession {
+    /// Data streams to start with.
+    pub streams: u16,
+    /// The dialer picks the starting count from its RTT to the other
+    /// daemon (`-P auto`), at least `streams`.
+    pub streams_from_rtt: bool,
+    /// The sending end may add and retire streams.
+    pub auto_streams: bool,
+    /// Block size.
+    pub block_size: u32,
+    /// Whole-file digest.
+    pub checksum: ChecksumAlg,
+    /// Data protection between the daemons.
+    pub protect: Protect,
+    /// Payload no faster than this many bits per second; 0: no limit.
+    pub rate_limit_bps: u64,
+    /// Most streams, buffer sizing, congestion control.
+    pub tuning: TuningRequest,
+    /// Compression, what the destination skips, the stall timeout
+    /// (`spare_streams` is the dialer's own).
+    pub options: TransferOptions,
 }
 
 /// Most addresses a server advertises; a client ignores the rest.

@@ -25,8 +25,8 @@ pub mod probe;
 pub use control::MAX_PATHS;
 pub use control::{
     ChecksumAlg, Compression, ControlMsg, EntryKind, EntryMeta, ErrorCode, Existing, FileMeta,
-    Protect, SessionAccept, SessionMode, SessionOpen, SkipExisting, TransferOptions, TuningRequest,
-    Window, decode_control, encode_control,
+    Protect, SessionAccept, SessionMode, SessionOpen, SkipExisting, TpcSession, TransferOptions,
+    TuningRequest, Window, decode_control, encode_control,
 };
 pub use data::{BlockFlags, BlockHeader, Codec, DataFrame, DataJoin, JoinReply, RawLen};
 pub use hello::{Features, Hello};

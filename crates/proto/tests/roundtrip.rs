@@ -20,8 +20,8 @@ use tern_proto::{
     BlockFlags, BlockHeader, ChecksumAlg, Codec, Compression, ControlMsg, DataFrame, DataJoin,
     DecodeError, EntryKind, EntryMeta, ErrorCode, Existing, Features, FileMeta, Hello, JoinReply,
     MAX_BLOCK_SIZE, MAX_CONTROL_FRAME, OnceLine, Protect, RawLen, RelPath, SessionAccept,
-    SessionMode, SessionOpen, SkipExisting, TransferOptions, TuningRequest, Window, decode_control,
-    encode_control,
+    SessionMode, SessionOpen, SkipExisting, TpcSession, TransferOptions, TuningRequest, Window,
+    decode_control, encode_control,
 };
 
 // ---------------------------------------------------------------- strategies
@@ -372,6 +372,43 @@ fn signed_delegation() -> impl Strategy<Value = SignedDelegation> {
         })
 }
 
+/// A third-party copy's session choices.
+fn tpc_session() -> impl Strategy<Value = TpcSession> {
+    (
+        (any::<u16>(), any::<bool>(), any::<bool>(), any::<u32>()),
+        (checksum_alg(), protect(), any::<u64>()),
+        (any::<u16>(), any::<u32>(), text()),
+        (any::<u32>(), any::<u16>()),
+    )
+        .prop_map(
+            |(
+                (streams, streams_from_rtt, auto_streams, block_size),
+                (checksum, protect, rate_limit_bps),
+                (max_streams, fixed, congestion),
+                (stall_timeout_ms, spare_streams),
+            )| TpcSession {
+                streams,
+                streams_from_rtt,
+                auto_streams,
+                block_size,
+                checksum,
+                protect,
+                rate_limit_bps,
+                tuning: TuningRequest {
+                    max_streams,
+                    window: Window::Fixed(fixed),
+                    congestion,
+                },
+                options: TransferOptions {
+                    compression: Compression::Zstd,
+                    skip_existing: SkipExisting::Digest,
+                    stall_timeout_ms,
+                    spare_streams,
+                },
+            },
+        )
+}
+
 /// The third-party-copy messages.
 fn tpc_message() -> impl Strategy<Value = ControlMsg> {
     let role = prop_oneof![Just(TpcRole::Source), Just(TpcRole::Dest)];
@@ -384,14 +421,18 @@ fn tpc_message() -> impl Strategy<Value = ControlMsg> {
             text(),
             any::<u16>(),
             vec(wire_addr(), 0..4),
-            any::<[u8; 16]>()
+            any::<[u8; 16]>(),
+            tpc_session()
         )
-            .prop_map(|(host, port, addresses, ticket)| ControlMsg::TpcDial {
-                host,
-                port,
-                addresses,
-                ticket,
-            }),
+            .prop_map(
+                |(host, port, addresses, ticket, session)| ControlMsg::TpcDial {
+                    host,
+                    port,
+                    addresses,
+                    ticket,
+                    session: Box::new(session),
+                }
+            ),
         (signed_delegation(), any::<[u8; 16]>())
             .prop_map(|(delegation, ticket)| ControlMsg::PeerOpen { delegation, ticket }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(bytes, total, files_done)| {

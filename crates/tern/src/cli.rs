@@ -118,7 +118,8 @@ Examples:
 Between two daemons the copy is third-party: the data goes straight from the
 first to the second over their own streams; this host signs a delegation
 valid for those files, that direction and a minute, and only gives the
-order (docs/THIRD-PARTY.md).
+order; the daemons' session runs with this command's transfer options (-P,
+--protect, --checksum, --rate-limit, ...) (docs/THIRD-PARTY.md).
 
 The first connection to a daemon records its certificate fingerprint in
 ~/.config/tern/known_hosts (like ssh); a later change is refused.

@@ -457,6 +457,15 @@ fn path_plan(
 const PATHS_ROOM: u16 = 4;
 
 /// What the client asks of a session, from its options.
+/// Buffer sizing as a request carries it.
+pub(crate) fn wire_window(window: WindowMode) -> Window {
+    match window {
+        WindowMode::Auto => Window::Auto,
+        WindowMode::Kernel => Window::Kernel,
+        WindowMode::Fixed(n) => Window::Fixed(n.min(u64::from(u32::MAX)) as u32),
+    }
+}
+
 fn request_of(opts: &ClientOptions, mode: SessionMode, streams: u16) -> ClientRequest {
     // Room for `max_streams` on each of a few paths: which paths there are
     // is known only once the session is open (the controller is held to
@@ -487,11 +496,7 @@ fn request_of(opts: &ClientOptions, mode: SessionMode, streams: u16) -> ClientRe
         block_size: opts.block_size,
         checksum: opts.checksum,
         protect: opts.protect,
-        window: match opts.tuning.window {
-            WindowMode::Auto => Window::Auto,
-            WindowMode::Kernel => Window::Kernel,
-            WindowMode::Fixed(n) => Window::Fixed(n.min(u64::from(u32::MAX)) as u32),
-        },
+        window: wire_window(opts.tuning.window),
         congestion: opts.tuning.congestion.clone(),
         choices: opts.choices,
         once_token: opts.once_token,

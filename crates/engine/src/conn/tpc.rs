@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use tern_drs::WindowMode;
 use tern_proto::delegation::{Delegation, Dialer, Party, SignedDelegation, TpcRole};
-use tern_proto::{ControlMsg, Features, Token};
+use tern_proto::{ControlMsg, Features, Token, TpcSession, TuningRequest, Window};
 use tern_session::delegation::Issuer;
 use tern_session::open::PeerPass;
 
@@ -259,14 +260,21 @@ pub enum Followed {
 
 impl Leg {
     /// Tells this daemon to dial `other` (`endpoint` as the client reached
-    /// it, and what it answered the delegation with).
-    pub async fn order_dial(&mut self, other: &Endpoint, answered: &Accepted) -> Result<()> {
+    /// it, and what it answered the delegation with), running the session
+    /// as `session` says.
+    pub async fn order_dial(
+        &mut self,
+        other: &Endpoint,
+        answered: &Accepted,
+        session: &TpcSession,
+    ) -> Result<()> {
         self.control
             .send(&ControlMsg::TpcDial {
                 host: other.host.clone(),
                 port: other.port,
                 addresses: answered.addresses.clone(),
                 ticket: answered.ticket,
+                session: Box::new(session.clone()),
             })
             .await
     }
@@ -323,10 +331,11 @@ pub async fn third_party(
     let at_a = a.offer(TpcRole::Source, &signed).await?;
     let at_b = b.offer(TpcRole::Dest, &signed).await?;
     let setup = started.elapsed();
+    let session = session_of(&opts.client);
     let mut pull_failed = None;
     let (done, direction) = loop {
         if opts.mode != TpcMode::Push && pull_failed.is_none() {
-            b.order_dial(&req.source, &at_a).await?;
+            b.order_dial(&req.source, &at_a, &session).await?;
             match b.follow(&mut a, &progress).await? {
                 Followed::Done(done) => break (done, "pull"),
                 Followed::Unreachable(why) if opts.mode == TpcMode::Auto => {
@@ -346,7 +355,7 @@ pub async fn third_party(
                 }
             }
         }
-        a.order_dial(&req.dest, &at_b).await?;
+        a.order_dial(&req.dest, &at_b, &session).await?;
         match a.follow(&mut b, &progress).await? {
             Followed::Done(done) => break (done, "push"),
             Followed::Unreachable(why) => {
@@ -482,4 +491,74 @@ pub async fn dial(
         }
     }
     Err(DialError::Unreachable(tried.join("; ")))
+}
+
+/// What of the client's own options the dialing daemon's session takes
+/// (`TpcDial`): streams, block size, digest, protection, rate limit,
+/// buffers, congestion control, compression, skipping, stall timeout.
+pub fn session_of(o: &ClientOptions) -> TpcSession {
+    TpcSession {
+        streams: o.streams,
+        streams_from_rtt: o.tuning.streams_from_rtt,
+        auto_streams: o.tuning.auto_streams,
+        block_size: o.block_size,
+        checksum: o.checksum,
+        protect: o.protect,
+        rate_limit_bps: o.rate_limit.unwrap_or(0),
+        tuning: TuningRequest {
+            max_streams: o.max_streams,
+            window: client::wire_window(o.tuning.window),
+            congestion: o.tuning.congestion.clone(),
+        },
+        options: o.choices.wire(0),
+    }
+}
+
+/// Sets the dialer's `opts` to the client's `session` choices, refusing
+/// what no session may ask (the other daemon would refuse it too, but the
+/// dialer sizes its own side first) and a congestion control this daemon
+/// may not set.
+pub fn apply_session(opts: &mut ClientOptions, s: &TpcSession) -> Result<()> {
+    use tern_session::open::{MAX_STREAMS, MIN_BLOCK_SIZE};
+    if s.streams == 0 || s.streams > MAX_STREAMS || s.tuning.max_streams > MAX_STREAMS {
+        return Err(Error::BadRequest(format!(
+            "{} streams (at most {}) asked for; 1 to {MAX_STREAMS} allowed",
+            s.streams, s.tuning.max_streams
+        )));
+    }
+    if !(MIN_BLOCK_SIZE..=tern_proto::MAX_BLOCK_SIZE).contains(&s.block_size) {
+        return Err(Error::BadRequest(format!(
+            "block size {} outside {MIN_BLOCK_SIZE}..={}",
+            s.block_size,
+            tern_proto::MAX_BLOCK_SIZE
+        )));
+    }
+    let congestion = &s.tuning.congestion;
+    let usable = &tern_drs::host::usable_congestion().usable;
+    if !congestion.is_empty() && !usable.iter().any(|c| c == congestion) {
+        return Err(Error::BadRequest(format!(
+            "congestion control {congestion:?} is not one this daemon may use ({})",
+            usable.join(", ")
+        )));
+    }
+    opts.streams = s.streams;
+    opts.max_streams = s.tuning.max_streams.max(s.streams);
+    opts.tuning.streams_from_rtt = s.streams_from_rtt;
+    opts.tuning.auto_streams = s.auto_streams;
+    opts.block_size = s.block_size;
+    opts.checksum = s.checksum;
+    opts.protect = s.protect;
+    opts.rate_limit = (s.rate_limit_bps > 0).then_some(s.rate_limit_bps);
+    opts.tuning.window = match s.tuning.window {
+        Window::Auto => WindowMode::Auto,
+        Window::Kernel => WindowMode::Kernel,
+        Window::Fixed(n) => WindowMode::Fixed(u64::from(n)),
+    };
+    opts.tuning.congestion = congestion.clone();
+    let o = &s.options;
+    opts.choices.compression = o.compression;
+    opts.choices.skip_existing = o.skip_existing;
+    opts.choices.stall_timeout =
+        (o.stall_timeout_ms > 0).then(|| Duration::from_millis(u64::from(o.stall_timeout_ms)));
+    Ok(())
 }

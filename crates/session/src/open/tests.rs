@@ -8,7 +8,7 @@ use std::time::Duration;
 use tern_proto::hello::Hello;
 use tern_proto::{
     ChecksumAlg, Compression, ControlMsg, EntryKind, EntryMeta, ErrorCode, Existing, FileMeta,
-    MAX_CONTROL_FRAME, SkipExisting, encode_control,
+    MAX_CONTROL_FRAME, Protect, SkipExisting, TuningRequest, Window, encode_control,
 };
 
 use tern_proto::delegation::{Dialer, Party, SignedDelegation, TpcRole};
@@ -739,6 +739,21 @@ fn every_kind() -> Vec<ControlMsg> {
             port: 4747,
             addresses: vec![],
             ticket: ONCE,
+            session: Box::new(tern_proto::TpcSession {
+                streams: 4,
+                streams_from_rtt: true,
+                auto_streams: true,
+                block_size: MIB,
+                checksum: ChecksumAlg::Blake3,
+                protect: Protect::Private,
+                rate_limit_bps: 0,
+                tuning: TuningRequest {
+                    max_streams: 16,
+                    window: Window::Auto,
+                    congestion: String::new(),
+                },
+                options: Choices::default().wire(0),
+            }),
         },
         ControlMsg::PeerOpen {
             delegation: a_signed_delegation(),

@@ -23,7 +23,7 @@ use super::*;
 use std::sync::atomic::Ordering;
 
 use crate::conn::client::ClientOptions;
-use crate::conn::tpc::{DialError, Dialing, dial, now_ms};
+use crate::conn::tpc::{DialError, Dialing, apply_session, dial, now_ms};
 
 /// One end of one copy: the delegation's nonce, and which end.
 type End = ([u8; 16], TpcRole);
@@ -283,13 +283,14 @@ async fn serve_end(
         } else {
             rd.recv().await
         };
-        let (host, port, mut addresses, ticket) = match next {
+        let (host, port, mut addresses, ticket, session) = match next {
             Ok(ControlMsg::TpcDial {
                 host,
                 port,
                 addresses,
                 ticket,
-            }) => (host, port, addresses, ticket),
+                session,
+            }) => (host, port, addresses, ticket, session),
             // The client went, or is done with this end.
             Err(_) | Ok(ControlMsg::Close { .. }) => return Ok(()),
             Ok(other) => {
@@ -309,6 +310,15 @@ async fn serve_end(
             return Err(e);
         }
         addresses.truncate(tern_proto::MAX_PATHS);
+        let mut opts = ClientOptions::new(crate::conn::trust::Trust::Any);
+        opts.client_cert = Some(ctx.dial_cert.clone());
+        opts.connect_timeout = Duration::from_secs(10);
+        if let Err(e) = apply_session(&mut opts, &session) {
+            let _ = wr
+                .send(&tern_session::open::refusal(e.wire_code(), e.to_string()))
+                .await;
+            return Err(e);
+        }
         let prepared = match ctx.tpc.take(&d.nonce, role) {
             Ok(p) => p,
             Err(e) => {
@@ -323,9 +333,6 @@ async fn serve_end(
             Role::Send(source, _) => Dialing::Push(source.clone()),
         };
         let progress = Arc::new(Progress::default());
-        let mut opts = ClientOptions::new(crate::conn::trust::Trust::Any);
-        opts.client_cert = Some(ctx.dial_cert.clone());
-        opts.connect_timeout = Duration::from_secs(10);
         let pass = PeerPass {
             delegation: signed.clone(),
             ticket,

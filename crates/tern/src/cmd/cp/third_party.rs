@@ -14,7 +14,7 @@ use crate::cli::{CpArgs, TpcArg};
 use crate::console::Console;
 use crate::error::usage;
 use crate::options;
-use crate::size::{human_bytes, human_rate};
+use crate::size::{count, human_bytes, human_rate};
 
 /// Copies `sources` at `source` to `dest_path` at `dest`.
 pub async fn run(
@@ -125,14 +125,14 @@ fn human(req: &TpcRequest, o: &TpcOutcome, elapsed_s: f64) -> String {
         _ => format!("{} pushed to {}", o.data_path.0.ip(), o.data_path.1),
     };
     format!(
-        "copied {} in {} file(s) from {} to {} directly: {how} over {} stream(s) at {} \
+        "copied {} in {} from {} to {} directly: {how} over {} at {} \
          ({:.1} s on the network, {:.1} s in all)\nthis host only gave the order: {} on its two \
          control connections\n",
         human_bytes(o.bytes),
-        o.files,
+        count(o.files as usize, "file"),
         req.source.host_port(),
         req.dest.host_port(),
-        o.streams,
+        count(usize::from(o.streams), "stream"),
         human_rate(rate_bps(o)),
         o.network_elapsed.as_secs_f64(),
         elapsed_s,
