@@ -6,11 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tern_drs::WindowMode;
 use tern_proto::data::JOIN_REPLY_LEN;
 use tern_proto::hello::HELLO_LEN;
 use tern_proto::{
-    ChecksumAlg, DataJoin, Features, FileMeta, Hello, JoinReply, Protect, SessionMode, Window,
+    ChecksumAlg, DataJoin, Features, FileMeta, Hello, JoinReply, Protect, SessionMode,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -457,15 +456,6 @@ fn path_plan(
 const PATHS_ROOM: u16 = 4;
 
 /// What the client asks of a session, from its options.
-/// Buffer sizing as a request carries it.
-pub(crate) fn wire_window(window: WindowMode) -> Window {
-    match window {
-        WindowMode::Auto => Window::Auto,
-        WindowMode::Kernel => Window::Kernel,
-        WindowMode::Fixed(n) => Window::Fixed(n.min(u64::from(u32::MAX)) as u32),
-    }
-}
-
 fn request_of(opts: &ClientOptions, mode: SessionMode, streams: u16) -> ClientRequest {
     // Room for `max_streams` on each of a few paths: which paths there are
     // is known only once the session is open (the controller is held to
@@ -496,7 +486,7 @@ fn request_of(opts: &ClientOptions, mode: SessionMode, streams: u16) -> ClientRe
         block_size: opts.block_size,
         checksum: opts.checksum,
         protect: opts.protect,
-        window: wire_window(opts.tuning.window),
+        window: crate::data::tuning::wire_window(opts.tuning.window),
         congestion: opts.tuning.congestion.clone(),
         choices: opts.choices,
         once_token: opts.once_token,

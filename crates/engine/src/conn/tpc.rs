@@ -507,7 +507,7 @@ pub fn session_of(o: &ClientOptions) -> TpcSession {
         rate_limit_bps: o.rate_limit.unwrap_or(0),
         tuning: TuningRequest {
             max_streams: o.max_streams,
-            window: client::wire_window(o.tuning.window),
+            window: crate::data::tuning::wire_window(o.tuning.window),
             congestion: o.tuning.congestion.clone(),
         },
         options: o.choices.wire(0),

@@ -110,6 +110,16 @@ impl std::fmt::Debug for StreamSupply {
     }
 }
 
+/// Buffer sizing as a request carries it.
+pub(crate) fn wire_window(window: WindowMode) -> tern_proto::Window {
+    use tern_proto::Window;
+    match window {
+        WindowMode::Auto => Window::Auto,
+        WindowMode::Kernel => Window::Kernel,
+        WindowMode::Fixed(n) => Window::Fixed(n.min(u64::from(u32::MAX)) as u32),
+    }
+}
+
 /// How a transfer's data sockets are tuned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tuning {
