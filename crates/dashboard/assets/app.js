@@ -20,6 +20,13 @@ async function api(path) {
   return r.json();
 }
 
+// A session's direction, and whether it is one end of a third-party copy.
+function direction(s) {
+  if (!s.third_party) return s.direction;
+  const t = s.third_party;
+  return s.direction + ' (third-party ' + t.role + ', ' + (t.dialed ? 'dialed the other daemon' : 'the other daemon dialed') + ')';
+}
+
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -333,7 +340,7 @@ function showTransfers() {
       const rate = rateOf('s' + s.id, s.bytes, now);
       const share = s.total ? Math.min(1, s.bytes / s.total) : 0;
       return el('tr', { 'data-session': s.id, 'data-bytes': s.bytes },
-        el('td', {}, s.id), el('td', {}, s.peer), el('td', {}, s.direction), el('td', {}, s.streams),
+        el('td', {}, s.id), el('td', {}, s.peer), el('td', {}, direction(s)), el('td', {}, s.streams),
         el('td', {}, fmt.bytes(s.bytes)), el('td', {}, fmt.bps(rate)),
         el('td', {}, el('div', { class: 'bar', role: 'progressbar', 'aria-valuenow': Math.round(share * 100) }, el('div', { style: 'width:' + (share * 100).toFixed(1) + '%' }))),
         el('td', {}, s.elapsed_s.toFixed(0) + ' s'));
@@ -365,7 +372,7 @@ function showTransfers() {
     recent.replaceChildren(v.recent.length ? el('div', { class: 'scroll' }, el('table', { id: 'recent-table', 'aria-label': 'Recent transfers' },
       el('thead', {}, el('tr', {}, ...['session', 'peer', 'direction', 'ended', 'outcome', 'moved', 'files', 'streams', 'rate', 'blocks resent', 'what limited it'].map(h => el('th', {}, h)))),
       el('tbody', {}, ...v.recent.map(r => el('tr', { 'data-session': r.id, 'data-outcome': r.outcome },
-        el('td', {}, r.id), el('td', {}, r.peer), el('td', {}, r.direction),
+        el('td', {}, r.id), el('td', {}, r.peer), el('td', {}, direction(r)),
         el('td', {}, fmt.time(r.started_ms + r.elapsed_s * 1000)), el('td', { class: 'outcome-' + r.outcome }, r.outcome),
         el('td', {}, fmt.bytes(r.bytes)), el('td', {}, r.files), el('td', {}, r.streams),
         el('td', {}, r.rate_bps ? fmt.bps(r.rate_bps) : '–'), el('td', {}, r.blocks_retransmitted),

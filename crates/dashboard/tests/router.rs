@@ -95,7 +95,7 @@ async fn metrics_and_the_live_view_follow_the_daemons_sessions() {
         block_size: 1 << 20,
     };
     let peer: SocketAddr = "192.0.2.7:50000".parse().unwrap();
-    let guard = live.begin(peer, false, watched, tuning, progress);
+    let guard = live.begin(peer, (false, None), watched, tuning, progress);
     let (status, ctype, body) = get(&d, "/metrics").await;
     assert_eq!(status, StatusCode::OK);
     assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
@@ -111,6 +111,7 @@ async fn metrics_and_the_live_view_follow_the_daemons_sessions() {
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["sessions"][0]["bytes"], 4096);
     assert_eq!(v["sessions"][0]["direction"], "receive");
+    assert_eq!(v["sessions"][0]["third_party"], serde_json::Value::Null);
     let s0 = &v["sessions"][0];
     assert_eq!(s0["tuning"]["congestion"], "bbr");
     assert_eq!(s0["stream_detail"][0]["path"], "127.0.0.1 ↔ 127.0.0.1");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tern_engine::client::{ClientOptions, Endpoint};
 use tern_engine::fsio::{FsSink, Root};
-use tern_engine::server::{ServerOptions, serve};
+use tern_engine::server::{LiveSessions, LiveTpc, ServerOptions, serve};
 use tern_engine::session::open::PeerPass;
 use tern_engine::tls::ServerIdentity;
 use tern_engine::tpc::{
@@ -23,6 +23,9 @@ use tern_testkit::files::{file_difference, seeded_random_file};
 
 struct Daemon {
     ep: Endpoint,
+    /// What it shows of its sessions (the dashboard's live and recent
+    /// transfers).
+    live: Arc<LiveSessions>,
     _state: tempfile::TempDir,
 }
 
@@ -31,7 +34,9 @@ async fn daemon(root: &Path) -> Daemon {
     let identity = ServerIdentity::load_or_create(state.path()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let opts = ServerOptions::new(root.to_path_buf());
+    let live = Arc::new(LiveSessions::default());
+    let mut opts = ServerOptions::new(root.to_path_buf());
+    opts.live = Some(live.clone());
     tokio::spawn(async move {
         serve(listener, &identity, opts, std::future::pending())
             .await
@@ -42,6 +47,7 @@ async fn daemon(root: &Path) -> Daemon {
             host: "127.0.0.1".into(),
             port,
         },
+        live,
         _state: state,
     }
 }
@@ -403,6 +409,43 @@ async fn the_daemons_session_runs_with_the_clients_choices() {
     three.tuning.streams_from_rtt = false;
     let first = run(three.clone()).await.unwrap();
     assert_eq!((first.bytes, first.streams), (size, 3), "{first:?}");
+    // Each daemon lists its end as a third-party session: the source was
+    // dialed and sent, the destination dialed and received.
+    // (The source's session may end a moment after the destination's.)
+    for _ in 0..100 {
+        if !pair.a.live.recent().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let ends = [&pair.a, &pair.b].map(|d| {
+        let r = d.live.recent();
+        assert_eq!(r.len(), 1, "{r:?}");
+        (r[0].direction, r[0].third_party, r[0].outcome, r[0].bytes)
+    });
+    assert_eq!(
+        ends,
+        [
+            (
+                "send",
+                Some(LiveTpc {
+                    role: "source",
+                    dialed: false
+                }),
+                "completed",
+                size
+            ),
+            (
+                "receive",
+                Some(LiveTpc {
+                    role: "destination",
+                    dialed: true
+                }),
+                "completed",
+                size
+            ),
+        ]
+    );
     // The copy is now at the destination: the client's skip rule decides
     // whether it moves again.
     let skipped = run(three.clone()).await.unwrap();

@@ -62,8 +62,8 @@ pub use limits::{
     raise_open_file_limit,
 };
 pub use observe::{
-    LiveGuard, LiveSession, LiveSessions, LiveTuning, RecentSession, SessionDone, SessionHook,
-    WatchedStream,
+    LiveGuard, LiveSession, LiveSessions, LiveTpc, LiveTuning, RecentSession, SessionDone,
+    SessionHook, WatchedStream,
 };
 
 mod auth;
@@ -691,9 +691,10 @@ async fn run_control(
             .iter()
             .map(|j| WatchedStream::of(j.index, j.probe.as_ref()))
             .collect();
+        let tpc = delegated.map(|(_, role)| LiveTpc::of(role, false));
         l.begin(
             peer,
-            sent,
+            (sent, tpc),
             watched,
             LiveTuning::of(&params),
             progress.clone(),

@@ -87,6 +87,7 @@ pub const RECENT: usize = 20;
 struct Running {
     peer: SocketAddr,
     sent: bool,
+    third_party: Option<LiveTpc>,
     streams: Vec<WatchedStream>,
     tuning: LiveTuning,
     started: Instant,
@@ -238,6 +239,8 @@ pub struct RecentSession {
     pub peer: SocketAddr,
     /// `send` or `receive`.
     pub direction: &'static str,
+    /// Set when it was one end of a third-party copy.
+    pub third_party: Option<LiveTpc>,
     /// When it began, ms since the Unix epoch.
     pub started_ms: u64,
     /// How long it ran, s.
@@ -262,6 +265,29 @@ pub struct RecentSession {
     pub diagnosis: Option<String>,
 }
 
+/// A session that is one end of a third-party copy (PROTOCOL.md §8.13):
+/// the data goes between two daemons on a client's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LiveTpc {
+    /// `source` or `destination`: the end this daemon is.
+    pub role: &'static str,
+    /// This daemon dialed the other (else the other dialed it).
+    pub dialed: bool,
+}
+
+impl LiveTpc {
+    /// This daemon as `role`'s end, dialing or dialed.
+    pub fn of(role: tern_proto::delegation::TpcRole, dialed: bool) -> LiveTpc {
+        LiveTpc {
+            role: match role {
+                tern_proto::delegation::TpcRole::Source => "source",
+                tern_proto::delegation::TpcRole::Dest => "destination",
+            },
+            dialed,
+        }
+    }
+}
+
 /// One running session as a live view shows it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LiveSession {
@@ -271,6 +297,8 @@ pub struct LiveSession {
     pub peer: SocketAddr,
     /// `send` when the daemon sends (a pull), `receive` otherwise.
     pub direction: &'static str,
+    /// Set when it is one end of a third-party copy.
+    pub third_party: Option<LiveTpc>,
     /// Data streams it started with.
     pub streams: u16,
     /// Each of them now.
@@ -297,7 +325,7 @@ impl LiveSessions {
     pub fn begin(
         self: &Arc<Self>,
         peer: SocketAddr,
-        sent: bool,
+        (sent, third_party): (bool, Option<LiveTpc>),
         streams: Vec<WatchedStream>,
         tuning: LiveTuning,
         progress: Arc<Progress>,
@@ -312,6 +340,7 @@ impl LiveSessions {
             Running {
                 peer,
                 sent,
+                third_party,
                 streams,
                 tuning,
                 started: Instant::now(),
@@ -343,6 +372,7 @@ impl LiveSessions {
                     id,
                     peer: r.peer,
                     direction: if r.sent { "send" } else { "receive" },
+                    third_party: r.third_party,
                     streams: r.streams.len() as u16,
                     paths: by_path(&stream_detail),
                     stream_detail,
@@ -487,6 +517,7 @@ impl LiveGuard {
             id: self.id,
             peer: r.peer,
             direction: if r.sent { "send" } else { "receive" },
+            third_party: r.third_party,
             started_ms: r.started_ms,
             elapsed_s: r.started.elapsed().as_secs_f64(),
             outcome,

@@ -333,6 +333,27 @@ async fn serve_end(
             Role::Send(source, _) => Dialing::Push(source.clone()),
         };
         let progress = Arc::new(Progress::default());
+        // Listed among this daemon's sessions, as the other end lists the
+        // one it takes (without per-stream detail: the streams are the
+        // dialer's client side).
+        let live = ctx.opts.live.as_ref().map(|l| {
+            let mut shown = TransferParams::new(opts.streams, opts.block_size, opts.checksum);
+            shown.max_streams = opts.max_streams;
+            shown.tuning = opts.tuning.clone();
+            let other = format!("{host}:{port}")
+                .parse()
+                .ok()
+                .or_else(|| addresses.first().copied())
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], port)));
+            let sends = matches!(dialing, Dialing::Push(_));
+            l.begin(
+                other,
+                (sends, Some(LiveTpc::of(role, true))),
+                Vec::new(),
+                LiveTuning::of(&shown),
+                progress.clone(),
+            )
+        });
         let pass = PeerPass {
             delegation: signed.clone(),
             ticket,
@@ -362,6 +383,9 @@ async fn serve_end(
         };
         match outcome {
             Ok(o) => {
+                if let Some(live) = live {
+                    live.completed(&o.stats);
+                }
                 let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
                 let done = ControlMsg::TpcDone {
                     bytes: o.stats.bytes,
