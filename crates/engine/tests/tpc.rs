@@ -12,8 +12,8 @@ use tern_engine::server::{LiveSessions, LiveTpc, ServerOptions, serve};
 use tern_engine::session::open::PeerPass;
 use tern_engine::tls::ServerIdentity;
 use tern_engine::tpc::{
-    DEFAULT_TTL, Dialing, Followed, Leg, TpcMode, TpcOptions, TpcRequest, delegation, dial,
-    session_of, sign, third_party,
+    Accepted, DEFAULT_TTL, Dialing, Followed, Leg, TpcMode, TpcOptions, TpcRequest, delegation,
+    dial, session_of, sign, third_party,
 };
 use tern_engine::transfer::Progress;
 use tern_proto::Protect;
@@ -88,6 +88,18 @@ impl Pair {
             dest: self.b.ep.clone(),
             dest_path: "in/".into(),
         }
+    }
+
+    /// The client's two legs with one delegation (`Dialer::Either`) both
+    /// daemons accepted, and what each answered (source, destination).
+    async fn offered(&self) -> (Leg, Leg, Accepted, Accepted) {
+        let mut a = Leg::open(&self.a.ep, &client()).await.unwrap();
+        let mut b = Leg::open(&self.b.ep, &client()).await.unwrap();
+        let d = delegation(&self.request(), (&a, &b), Dialer::Either, None, DEFAULT_TTL);
+        let signed = sign(&d);
+        let at_a = a.offer(TpcRole::Source, &signed).await.unwrap();
+        let at_b = b.offer(TpcRole::Dest, &signed).await.unwrap();
+        (a, b, at_a, at_b)
     }
 
     /// What is in the destination's `in/`, partial files included.
@@ -312,18 +324,13 @@ async fn the_source_pushes_when_told_to_and_when_the_destination_cannot_reach_it
     // auto, with the destination told of a source address it cannot reach:
     // it says so and keeps its end, and the source then pushes.
     std::fs::remove_file(pair.b_root.path().join("in/big.bin")).unwrap();
-    let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
-    let mut b = Leg::open(&pair.b.ep, &client()).await.unwrap();
-    let d = delegation(&pair.request(), (&a, &b), Dialer::Either, None, DEFAULT_TTL);
-    let signed = sign(&d);
-    let at_a = a.offer(TpcRole::Source, &signed).await.unwrap();
-    let at_b = b.offer(TpcRole::Dest, &signed).await.unwrap();
+    let (mut a, mut b, at_a, at_b) = pair.offered().await;
     let closed = tern_testkit::net::free_port();
     let nowhere = Endpoint {
         host: "127.0.0.1".into(),
         port: closed,
     };
-    let unreachable = tern_engine::tpc::Accepted {
+    let unreachable = Accepted {
         ticket: at_a.ticket,
         addresses: vec![],
     };
@@ -350,17 +357,12 @@ async fn the_source_pushes_when_told_to_and_when_the_destination_cannot_reach_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_dials_once_and_says_only_that_it_could_not_reach() {
     let pair = Pair::new(1 << 20).await;
-    let mut a = Leg::open(&pair.a.ep, &client()).await.unwrap();
-    let mut b = Leg::open(&pair.b.ep, &client()).await.unwrap();
-    let d = delegation(&pair.request(), (&a, &b), Dialer::Either, None, DEFAULT_TTL);
-    let signed = sign(&d);
-    let at_a = a.offer(TpcRole::Source, &signed).await.unwrap();
-    b.offer(TpcRole::Dest, &signed).await.unwrap();
+    let (mut a, mut b, at_a, _) = pair.offered().await;
     let nowhere = Endpoint {
         host: "127.0.0.1".into(),
         port: tern_testkit::net::free_port(),
     };
-    let knock = tern_engine::tpc::Accepted {
+    let knock = Accepted {
         ticket: at_a.ticket,
         addresses: vec!["127.0.0.1:9".parse().unwrap(); 40],
     };
@@ -468,5 +470,60 @@ async fn the_daemons_session_runs_with_the_clients_choices() {
     assert!(
         refused.contains("congestion control \"no-such-algorithm\""),
         "{refused}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_leaving_only_the_source_stops_the_copy() {
+    let size = 48 << 20;
+    let pair = Pair::new(size).await;
+    let (a, mut b, at_a, _) = pair.offered().await;
+    // Paced at 40 Mbit/s: about ten seconds, so the copy is surely running
+    // when the client leaves.
+    let mut slow = client();
+    slow.rate_limit = Some(40_000_000);
+    b.order_dial(&pair.a.ep, &at_a, &session_of(&slow))
+        .await
+        .unwrap();
+    let moving = |l: &LiveSessions| l.snapshot().iter().any(|s| s.bytes > (1 << 20));
+    for _ in 0..200 {
+        if moving(&pair.a.live) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(moving(&pair.a.live), "the copy never got going");
+    // The client goes from the source only; its connection to the
+    // destination stays (an idle one stands in for the source's in
+    // `follow`).
+    drop(a);
+    let mut idle = Leg::open(&pair.b.ep, &client()).await.unwrap();
+    let ended = b.follow(&mut idle, &Progress::default()).await;
+    assert!(
+        ended.is_err(),
+        "the copy went on without its client at the source: {ended:?}"
+    );
+    for _ in 0..100 {
+        if !pair.a.live.recent().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let at_a: Vec<_> = pair
+        .a
+        .live
+        .recent()
+        .iter()
+        .map(|r| (r.outcome, r.bytes < size))
+        .collect();
+    assert_eq!(
+        at_a,
+        [("failed", true)],
+        "the source's session stopped short"
+    );
+    assert!(
+        !pair.b_root.path().join("in/big.bin").exists(),
+        "nothing lands at its final name: {:?}",
+        pair.arrived()
     );
 }
