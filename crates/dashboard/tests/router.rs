@@ -93,6 +93,7 @@ async fn metrics_and_the_live_view_follow_the_daemons_sessions() {
         auto_streams: true,
         max_streams: 8,
         block_size: 1 << 20,
+        streams_asked: 2,
     };
     let peer: SocketAddr = "192.0.2.7:50000".parse().unwrap();
     let guard = live.begin(peer, (false, None), watched, tuning, progress);

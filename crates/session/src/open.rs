@@ -693,6 +693,29 @@ fn validate(open: &SessionOpen, features: Features) -> Result<()> {
     Ok(())
 }
 
+/// Checks a third-party copy's session (`TpcDial`'s `TpcSession`) by the
+/// rules a server applies to a client's `SessionOpen` and `Tuning`, for the
+/// daemon about to dial with it: what no session may ask is refused before
+/// the one-time delegation is spent. Returns the congestion control to use
+/// (this daemon's preferred one when none is named).
+pub fn check_tpc_session(
+    s: &tern_proto::TpcSession,
+    congestion: &CongestionPolicy,
+) -> Result<String> {
+    let open = SessionOpen {
+        mode: SessionMode::Pull {
+            sources: Vec::new(),
+            recursive: false,
+        },
+        streams: s.streams,
+        block_size: s.block_size,
+        checksum: s.checksum,
+        protect: s.protect,
+    };
+    validate(&open, Features::ALL)?;
+    Ok(agree_tuning(&open, Some(&s.tuning), congestion)?.congestion)
+}
+
 /// Settles the session's tuning from the client's request (or its absence,
 /// with an older client): the stream cap, the window, and the congestion
 /// control, which must be one the server may use.

@@ -445,6 +445,16 @@ pub struct CpArgs {
     /// destination pulls, the source pushes; auto: pull, else push).
     #[arg(long, value_enum, default_value_t = TpcArg::Auto)]
     pub tpc: TpcArg,
+    /// Between two remote places (daemons or ssh hosts): carry the data
+    /// through this host, pulled into a spool directory here and then
+    /// pushed on, for daemons that cannot reach each other and for ssh
+    /// locations. Needs room for the copy there; the spool is removed after.
+    #[arg(long)]
+    pub via_client: bool,
+    /// Where --via-client keeps the copy between pulling and pushing
+    /// [default: $TMPDIR, else /tmp].
+    #[arg(long, value_name = "DIR", requires = "via_client")]
+    pub spool: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub transfer: TransferArgs,
     #[command(flatten)]

@@ -56,10 +56,17 @@ fn one_fingerprint_for_two_daemons_and_ssh_hosts_are_refused_with_the_reason() {
         "{}",
         stderr(&pinned)
     );
+    let mptcp = env.run(&["cp", "--mptcp", &a.url("f"), &a.url("g")]);
+    assert_eq!(mptcp.status.code(), Some(2), "{}", stderr(&mptcp));
+    assert!(
+        stderr(&mptcp).contains("the daemons' own"),
+        "{}",
+        stderr(&mptcp)
+    );
     let ssh = env.run(&["cp", &a.url("f"), "somehost:/tmp/g"]);
     assert_eq!(ssh.status.code(), Some(2), "{}", stderr(&ssh));
     assert!(
-        stderr(&ssh).contains("ssh host it is not supported yet"),
+        stderr(&ssh).contains("carry it through this host with --via-client"),
         "{}",
         stderr(&ssh)
     );
@@ -90,6 +97,85 @@ fn tpc_push_has_the_source_dial_and_the_report_says_so() {
     assert_eq!(
         file_difference(env.p("root/run.dat"), env.p("b-root/in/run.dat")),
         None
+    );
+    drop((a, b));
+}
+
+#[test]
+fn via_client_carries_a_tree_through_this_host_and_says_so() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.p("root/tree/sub")).unwrap();
+    std::fs::create_dir_all(env.p("b-root/in")).unwrap();
+    seeded_random_file(&env.p("root/tree/a.bin"), 3 << 20, 3);
+    seeded_random_file(&env.p("root/tree/sub/b.bin"), 1 << 20, 4);
+    let a = serve(&env.p("root"), &env.p("a-state")).start();
+    let b = serve(&env.p("b-root"), &env.p("b-state")).start();
+    let spool = env.p("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let out = env.run(&[
+        "cp",
+        "-r",
+        "--json",
+        "--via-client",
+        "--spool",
+        spool.to_str().unwrap(),
+        &a.url("tree"),
+        &b.url("in/"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["direction"], "relay", "{v}");
+    let total = (3 << 20) + (1 << 20);
+    assert_eq!(v["relay"]["pulled_bytes"], total, "{v}");
+    assert_eq!(v["relay"]["pushed_bytes"], total, "{v}");
+    assert_eq!(v["relay"]["pull"]["direction"], "pull", "{v}");
+    assert_eq!(v["relay"]["push"]["direction"], "push", "{v}");
+    for f in ["a.bin", "sub/b.bin"] {
+        assert_eq!(
+            file_difference(
+                env.p(&format!("root/tree/{f}")),
+                env.p(&format!("b-root/in/tree/{f}"))
+            ),
+            None,
+            "{f}"
+        );
+    }
+    // The spool is gone with the command.
+    assert_eq!(std::fs::read_dir(&spool).unwrap().count(), 0);
+    // In words: what it does, while and after.
+    let one = env.run(&[
+        "cp",
+        "--via-client",
+        &a.url("tree/a.bin"),
+        &b.url("in/one.bin"),
+    ]);
+    assert!(one.status.success(), "{}", stderr(&one));
+    assert!(
+        stderr(&one).contains("relaying through this host"),
+        "{}",
+        stderr(&one)
+    );
+    let said = String::from_utf8_lossy(&one.stdout);
+    assert!(
+        said.contains("relayed through this host: pulled 3.00 MiB"),
+        "{said}"
+    );
+    assert_eq!(
+        file_difference(env.p("root/tree/a.bin"), env.p("b-root/in/one.bin")),
+        None
+    );
+    // A copy with a local end has nothing to relay.
+    let local = env.run(&[
+        "cp",
+        "--via-client",
+        &a.url("tree/a.bin"),
+        &env.s("here.bin"),
+    ]);
+    assert_eq!(local.status.code(), Some(2), "{}", stderr(&local));
+    assert!(
+        stderr(&local).contains("has a local end"),
+        "{}",
+        stderr(&local)
     );
     drop((a, b));
 }

@@ -706,7 +706,9 @@ async fn run_control(
     let result = match stop {
         Some(mut stop) => tokio::select! {
             r = session => r,
-            _ = stop.wait_for(|stopped| *stopped) => {
+            // Stopped, not merely dropped (the end the client closed
+            // politely drops its sender and lets the session finish).
+            Ok(_) = stop.wait_for(|stopped| *stopped) => {
                 Err(Error::PeerGone("the client gave the copy up".into()))
             }
         },

@@ -279,6 +279,18 @@ impl Leg {
             .await
     }
 
+    /// Tells this daemon the client is done with the copy (it ended at the
+    /// other end): a session the other opened with it finishes, where the
+    /// client's leaving without a word would stop it.
+    pub async fn done(&mut self) {
+        let _ = self
+            .control
+            .send(&ControlMsg::Close {
+                per_stream_bytes: Vec::new(),
+            })
+            .await;
+    }
+
     /// Follows this daemon's dial until it ends, copying its counts into
     /// `progress`; `other`'s control connection ending, or an error from
     /// it, ends the copy.
@@ -381,6 +393,10 @@ pub async fn third_party(
     };
     progress.bytes.store(bytes, Ordering::Relaxed);
     progress.files_done.store(files, Ordering::Relaxed);
+    // The end that was dialed may still be closing its session: told the
+    // client is done, it finishes instead of stopping as if it had left.
+    let dialed = if direction == "pull" { &mut a } else { &mut b };
+    dialed.done().await;
     let client_bytes = a.bytes() + b.bytes();
     Ok(TpcOutcome {
         bytes,
@@ -515,34 +531,19 @@ pub fn session_of(o: &ClientOptions) -> TpcSession {
 }
 
 /// Sets the dialer's `opts` to the client's `session` choices, refusing
-/// what no session may ask (the other daemon would refuse it too, but the
-/// dialer sizes its own side first) and a congestion control this daemon
-/// may not set.
+/// first, by the rules any server applies to a session it is asked for,
+/// what no session may ask and a congestion control this daemon may not
+/// set (`tern_session::open::check_tpc_session`); with none named, this
+/// daemon's preferred one.
 pub fn apply_session(opts: &mut ClientOptions, s: &TpcSession) -> Result<()> {
-    use tern_session::open::{MAX_STREAMS, MIN_BLOCK_SIZE};
-    if s.streams == 0 || s.streams > MAX_STREAMS || s.tuning.max_streams > MAX_STREAMS {
-        return Err(Error::BadRequest(format!(
-            "{} streams (at most {}) asked for; 1 to {MAX_STREAMS} allowed",
-            s.streams, s.tuning.max_streams
-        )));
-    }
-    if !(MIN_BLOCK_SIZE..=tern_proto::MAX_BLOCK_SIZE).contains(&s.block_size) {
-        return Err(Error::BadRequest(format!(
-            "block size {} outside {MIN_BLOCK_SIZE}..={}",
-            s.block_size,
-            tern_proto::MAX_BLOCK_SIZE
-        )));
-    }
-    let congestion = &s.tuning.congestion;
-    let usable = &tern_drs::host::usable_congestion().usable;
-    if !congestion.is_empty() && !usable.iter().any(|c| c == congestion) {
-        return Err(Error::BadRequest(format!(
-            "congestion control {congestion:?} is not one this daemon may use ({})",
-            usable.join(", ")
-        )));
-    }
+    let usable = tern_drs::host::usable_congestion();
+    let policy = tern_session::open::CongestionPolicy {
+        preferred: usable.preferred.clone(),
+        usable: usable.usable.clone(),
+    };
+    let congestion = tern_session::open::check_tpc_session(s, &policy)?;
     opts.streams = s.streams;
-    opts.max_streams = s.tuning.max_streams.max(s.streams);
+    opts.max_streams = s.tuning.max_streams;
     opts.tuning.streams_from_rtt = s.streams_from_rtt;
     opts.tuning.auto_streams = s.auto_streams;
     opts.block_size = s.block_size;
@@ -554,7 +555,7 @@ pub fn apply_session(opts: &mut ClientOptions, s: &TpcSession) -> Result<()> {
         Window::Kernel => WindowMode::Kernel,
         Window::Fixed(n) => WindowMode::Fixed(u64::from(n)),
     };
-    opts.tuning.congestion = congestion.clone();
+    opts.tuning.congestion = congestion;
     let o = &s.options;
     opts.choices.compression = o.compression;
     opts.choices.skip_existing = o.skip_existing;

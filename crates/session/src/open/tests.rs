@@ -739,21 +739,7 @@ fn every_kind() -> Vec<ControlMsg> {
             port: 4747,
             addresses: vec![],
             ticket: ONCE,
-            session: Box::new(tern_proto::TpcSession {
-                streams: 4,
-                streams_from_rtt: true,
-                auto_streams: true,
-                block_size: MIB,
-                checksum: ChecksumAlg::Blake3,
-                protect: Protect::Private,
-                rate_limit_bps: 0,
-                tuning: TuningRequest {
-                    max_streams: 16,
-                    window: Window::Auto,
-                    congestion: String::new(),
-                },
-                options: Choices::default().wire(0),
-            }),
+            session: Box::new(a_tpc_session()),
         },
         ControlMsg::PeerOpen {
             delegation: a_signed_delegation(),
@@ -1726,4 +1712,61 @@ fn a_third_party_request_is_handed_to_the_driver_and_accepted_with_a_ticket() {
             })
             .is_err()
     );
+}
+
+#[test]
+fn a_third_party_session_is_held_to_what_any_session_may_ask() {
+    let policy = CongestionPolicy {
+        preferred: "bbr".into(),
+        usable: vec!["bbr".into(), "cubic".into()],
+    };
+    let good = a_tpc_session();
+    assert_eq!(check_tpc_session(&good, &policy).unwrap(), "bbr");
+    let with = |f: &dyn Fn(&mut tern_proto::TpcSession)| {
+        let mut s = good.clone();
+        f(&mut s);
+        check_tpc_session(&s, &policy).map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        with(&|s| s.tuning.congestion = "cubic".into()),
+        Ok("cubic".into())
+    );
+    for (what, bad) in [
+        ("no streams", with(&|s| s.streams = 0)),
+        ("too many", with(&|s| s.streams = MAX_STREAMS + 1)),
+        ("tiny blocks", with(&|s| s.block_size = 512)),
+        (
+            "fewer at most than at first",
+            with(&|s| s.tuning.max_streams = 2),
+        ),
+        (
+            "a window of 4 GiB",
+            with(&|s| s.tuning.window = Window::Fixed(u32::MAX)),
+        ),
+        (
+            "an unknown congestion control",
+            with(&|s| s.tuning.congestion = "nope".into()),
+        ),
+    ] {
+        assert!(bad.is_err(), "{what}: {bad:?}");
+    }
+}
+
+/// A third-party copy's session choices as a client sends them by default.
+fn a_tpc_session() -> tern_proto::TpcSession {
+    tern_proto::TpcSession {
+        streams: 4,
+        streams_from_rtt: true,
+        auto_streams: true,
+        block_size: MIB,
+        checksum: ChecksumAlg::Blake3,
+        protect: Protect::Private,
+        rate_limit_bps: 0,
+        tuning: TuningRequest {
+            max_streams: 16,
+            window: Window::Auto,
+            congestion: String::new(),
+        },
+        options: Choices::default().wire(0),
+    }
 }

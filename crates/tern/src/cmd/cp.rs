@@ -1,11 +1,13 @@
 //! `tern cp`: copy files and trees to, from or between places (local
-//! paths, daemons, hosts reached through ssh).
+//! paths, daemons, hosts reached through ssh), and between two remote
+//! places through this host (`--via-client`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
+use serde_json::json;
 use tern_engine::client::{self, Endpoint};
 use tern_engine::fsio::{FsSink, FsSource, Root};
 use tern_engine::local;
@@ -23,6 +25,7 @@ use crate::location::{self, Location, SshTarget};
 use crate::options;
 use crate::report::{LastCopy, Report, ReportInput, Via};
 use crate::retry::with_retries;
+use crate::size::human_bytes;
 use crate::ssh_session::{connect_of, over_ssh};
 
 mod third_party;
@@ -95,6 +98,9 @@ pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
     {
         console.note(hint);
     }
+    if args.via_client {
+        return relay(&args, &dst, sources, &console, started).await;
+    }
     if let (Location::Remote { endpoint, path }, Sources::Daemon(from, paths)) = (&dst, &sources) {
         let (source, dest) = (
             (from.clone(), paths.clone()),
@@ -146,7 +152,7 @@ async fn copy(
         _ => {
             bail!(usage(
                 "a third-party copy goes between two daemons (tern://A/… tern://B/…); from or to an \
-                 ssh host it is not supported yet: copy through a local directory"
+                 ssh host, carry it through this host with --via-client"
             ))
         }
     }
@@ -285,6 +291,15 @@ async fn pull_over_ssh(
 /// Says what the copy did, reports it to the advisor it started from, and
 /// fails as [`partial_result`] says.
 async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Console) -> Result<()> {
+    let verdict = partial_result(&copied.outcome.stats);
+    let report = report_of(args, copied, started, console).await;
+    console.report(&report);
+    verdict
+}
+
+/// What a copy did, as its report says it (told to the advisor it started
+/// from on the way).
+async fn report_of(args: &CpArgs, copied: Copied, started: Instant, console: &Console) -> Report {
     let t = &args.transfer;
     let Copied {
         outcome,
@@ -309,7 +324,7 @@ async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Conso
         }
         _ => None,
     };
-    let report = Report::new(ReportInput {
+    Report::new(ReportInput {
         command: "cp",
         direction,
         via: via.name(),
@@ -328,9 +343,7 @@ async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Conso
         started_from,
         paths: outcome.paths.clone(),
         mptcp: outcome.mptcp,
-    });
-    console.report(&report);
-    partial_result(&outcome.stats)
+    })
 }
 
 /// A copy that completed except for some entries is exit 23 (as rsync's);
@@ -395,4 +408,125 @@ async fn copy_local(
         local: None,
         peer: None,
     })
+}
+
+/// `--via-client` between two remote places (daemons or ssh hosts): the
+/// data is carried through this host, pulled into a spool directory here
+/// and then pushed on (for daemons that cannot reach each other, where a
+/// third-party copy cannot run, and for ssh locations). Store and forward:
+/// the copy needs room in the spool and takes the time of both legs, and
+/// the spool goes when the command ends.
+async fn relay(
+    args: &CpArgs,
+    dst: &Location,
+    sources: Sources,
+    console: &Console,
+    started: Instant,
+) -> Result<()> {
+    let paths = match (&sources, dst) {
+        (Sources::Local(_), _) | (_, Location::Local(_)) => bail!(usage(
+            "--via-client carries a copy between two remote places (tern://… or HOST:…) \
+             through this host; this copy has a local end already"
+        )),
+        (Sources::Daemon(_, paths) | Sources::Ssh(_, paths), _) => paths.clone(),
+    };
+    let names = paths
+        .iter()
+        .map(|p| last_name(p))
+        .collect::<Result<Vec<_>>>()?;
+    let under = args.spool.clone().unwrap_or_else(std::env::temp_dir);
+    let spool = tempfile::Builder::new()
+        .prefix("tern-relay.")
+        .tempdir_in(&under)
+        .with_context(|| format!("cannot make a spool directory in {}", under.display()))?;
+    console.note(format!(
+        "relaying through this host: pulling into {}, then pushing on (--via-client)",
+        spool.path().display()
+    ));
+    let pull_started = Instant::now();
+    let pulled = relay_leg(
+        args,
+        &Location::Local(spool.path().to_path_buf()),
+        sources,
+        console,
+    )
+    .await?;
+    let pull_verdict = partial_result(&pulled.outcome.stats);
+    let pulled_bytes = pulled.outcome.stats.bytes;
+    let pull = report_of(args, pulled, pull_started, console).await;
+    let local: Vec<PathBuf> = names
+        .iter()
+        .map(|n| spool.path().join(n))
+        .filter(|p| p.symlink_metadata().is_ok())
+        .collect();
+    if local.is_empty() {
+        pull_verdict?;
+        bail!("nothing arrived in the spool to push on");
+    }
+    let push_started = Instant::now();
+    let pushed = relay_leg(args, dst, Sources::Local(local), console).await?;
+    let push_verdict = partial_result(&pushed.outcome.stats);
+    let pushed_bytes = pushed.outcome.stats.bytes;
+    let push = report_of(args, pushed, push_started, console).await;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    console.result(
+        &json!({
+            "command": "cp",
+            "direction": "relay",
+            "via": "client",
+            "bytes": pushed_bytes,
+            "files": push.files,
+            "elapsed_s": elapsed_s,
+            "relay": {
+                "spool": spool.path(),
+                "pulled_bytes": pulled_bytes,
+                "pushed_bytes": pushed_bytes,
+                "pull": pull,
+                "push": push,
+            },
+        }),
+        || {
+            let mut out = format!(
+                "relayed through this host: pulled {} into {}, pushed {} on ({elapsed_s:.1} s in \
+                 all)\n",
+                human_bytes(pulled_bytes),
+                spool.path().display(),
+                human_bytes(pushed_bytes),
+            );
+            for (leg, r) in [("pull", &pull), ("push", &push)] {
+                for line in r.human_lines() {
+                    out.push_str(&format!("{leg}: {line}\n"));
+                }
+            }
+            out
+        },
+    );
+    console.failures(&pull.failed);
+    console.failures(&push.failed);
+    pull_verdict.and(push_verdict)
+}
+
+/// One leg, with its own progress display.
+async fn relay_leg(
+    args: &CpArgs,
+    dst: &Location,
+    sources: Sources,
+    console: &Console,
+) -> Result<Copied> {
+    let progress = Arc::new(Progress::default());
+    let display = console.progress(&progress, None);
+    let copied = copy(args, dst, sources, &progress, console).await;
+    display.finish();
+    copied
+}
+
+/// The name a remote source takes in the spool (and then at the
+/// destination), as scp names it: its last component.
+fn last_name(path: &str) -> Result<PathBuf> {
+    match Path::new(path.trim_end_matches('/')).file_name() {
+        Some(name) => Ok(PathBuf::from(name)),
+        None => bail!(usage(format!(
+            "{path:?}: --via-client needs a source with a name of its own (not a root or ..)"
+        ))),
+    }
 }

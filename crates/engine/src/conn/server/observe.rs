@@ -88,6 +88,9 @@ struct Running {
     peer: SocketAddr,
     sent: bool,
     third_party: Option<LiveTpc>,
+    /// Streams asked for, for a session whose streams are not watched (a
+    /// third-party copy's dialing end).
+    asked_streams: u16,
     streams: Vec<WatchedStream>,
     tuning: LiveTuning,
     started: Instant,
@@ -145,6 +148,9 @@ pub struct LiveTuning {
     pub max_streams: u16,
     /// Block size, bytes.
     pub block_size: u32,
+    /// Streams it started with, or asked for.
+    #[serde(skip)]
+    pub streams_asked: u16,
 }
 
 impl LiveTuning {
@@ -161,6 +167,7 @@ impl LiveTuning {
             auto_streams: t.auto_streams,
             max_streams: params.max_streams,
             block_size: params.block_size,
+            streams_asked: params.streams,
         }
     }
 }
@@ -341,6 +348,7 @@ impl LiveSessions {
                 peer,
                 sent,
                 third_party,
+                asked_streams: tuning.streams_asked,
                 streams,
                 tuning,
                 started: Instant::now(),
@@ -373,7 +381,7 @@ impl LiveSessions {
                     peer: r.peer,
                     direction: if r.sent { "send" } else { "receive" },
                     third_party: r.third_party,
-                    streams: r.streams.len() as u16,
+                    streams: r.shown_streams(),
                     paths: by_path(&stream_detail),
                     stream_detail,
                     tuning: r.tuning.clone(),
@@ -523,7 +531,7 @@ impl LiveGuard {
             outcome,
             bytes: r.progress.bytes.load(Ordering::Relaxed),
             files: r.progress.files_done.load(Ordering::Relaxed) as usize,
-            streams: r.streams.len() as u16,
+            streams: r.shown_streams(),
             rate_bps: 0.0,
             blocks_retransmitted: 0,
             streams_lost: 0,
@@ -534,6 +542,44 @@ impl LiveGuard {
                 .collect(),
             diagnosis: None,
         })
+    }
+}
+
+impl Running {
+    /// Its streams: those watched, else those asked for.
+    fn shown_streams(&self) -> u16 {
+        match self.streams.len() {
+            0 => self.asked_streams,
+            n => n as u16,
+        }
+    }
+}
+
+impl LiveGuard {
+    /// The session reached `peer` (a dialing end learns where only once
+    /// it has connected).
+    pub fn reached(&self, peer: SocketAddr) {
+        if let Some(r) = self
+            .sessions
+            .running
+            .lock()
+            .expect("live sessions")
+            .get_mut(&self.id)
+        {
+            r.peer = peer;
+        }
+    }
+
+    /// Takes the session off the list without counting it: it never
+    /// became one (a dial that reached nobody).
+    pub fn forget(mut self) {
+        self.sessions
+            .running
+            .lock()
+            .expect("live sessions")
+            .remove(&self.id);
+        self.sessions.started.fetch_sub(1, Ordering::Relaxed);
+        self.done = true;
     }
 }
 

@@ -233,8 +233,10 @@ pub(super) async fn serve_control(
         .lock()
         .expect("stops")
         .remove(&(d.nonce, role));
-    let _ = stop.send(true);
-    served
+    if !matches!(served, Ok(true)) {
+        let _ = stop.send(true);
+    }
+    served.map(|_| ())
 }
 
 fn describe(d: &Delegation) -> String {
@@ -256,7 +258,7 @@ async fn serve_end(
     d: &Delegation,
     signed: SignedDelegation,
     role: TpcRole,
-) -> Result<()> {
+) -> Result<bool> {
     let (mut rd, mut wr) = control.split();
     // While this end waits to be used, it waits no longer than the
     // delegation may be presented; once the other end's session took it,
@@ -292,7 +294,11 @@ async fn serve_end(
                 session,
             }) => (host, port, addresses, ticket, session),
             // The client went, or is done with this end.
-            Err(_) | Ok(ControlMsg::Close { .. }) => return Ok(()),
+            // The client said it is done (the copy ended at the other
+            // end): a session that end opened with this one finishes.
+            Ok(ControlMsg::Close { .. }) => return Ok(true),
+            // The client went.
+            Err(_) => return Ok(false),
             Ok(other) => {
                 return Err(Error::Protocol(format!(
                     "expected TpcDial, got {:?}",
@@ -340,11 +346,11 @@ async fn serve_end(
             let mut shown = TransferParams::new(opts.streams, opts.block_size, opts.checksum);
             shown.max_streams = opts.max_streams;
             shown.tuning = opts.tuning.clone();
+            // Where it will connect is known once it has; the name the
+            // client gave, until then (never the addresses it listed).
             let other = format!("{host}:{port}")
                 .parse()
-                .ok()
-                .or_else(|| addresses.first().copied())
-                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], port)));
+                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)));
             let sends = matches!(dialing, Dialing::Push(_));
             l.begin(
                 other,
@@ -384,6 +390,9 @@ async fn serve_end(
         match outcome {
             Ok(o) => {
                 if let Some(live) = live {
+                    if let Some(peer) = o.peer {
+                        live.reached(peer);
+                    }
                     live.completed(&o.stats);
                 }
                 let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
@@ -395,9 +404,13 @@ async fn serve_end(
                     dialer_address: o.local.unwrap_or(unknown),
                     peer_address: o.peer.unwrap_or(unknown),
                 };
-                return wr.send(&done).await;
+                return wr.send(&done).await.map(|()| false);
             }
             Err(DialError::Unreachable(reason)) => {
+                // No session: nobody answered.
+                if let Some(live) = live {
+                    live.forget();
+                }
                 // Nothing was presented: this end is still whole. The
                 // client learns that, not what answered where.
                 tracing::warn!("third-party copy: the other daemon is unreachable: {reason}");

@@ -31,6 +31,13 @@ pub async fn run(
              through known_hosts (copy with each once) or --ca"
         ));
     }
+    if args.transfer.engine.mptcp || !args.transfer.engine.path.is_empty() {
+        bail!(usage(
+            "--mptcp and --path name this host's connections, and a third-party copy's data \
+             connections are the daemons' own: leave them out (the daemons use every path they \
+             advertise to each other)"
+        ));
+    }
     let req = TpcRequest {
         source,
         sources,
