@@ -447,8 +447,9 @@ pub struct CpArgs {
     pub tpc: TpcArg,
     /// Between two remote places (daemons or ssh hosts): carry the data
     /// through this host, pulled into a spool directory here and then
-    /// pushed on, for daemons that cannot reach each other and for ssh
-    /// locations. Needs room for the copy there; the spool is removed after.
+    /// pushed on, for daemons that cannot reach each other (a copy with an
+    /// ssh end is relayed so anyway, as scp -3 does). Needs room for the
+    /// copy there; the spool is removed after.
     #[arg(long)]
     pub via_client: bool,
     /// Where --via-client keeps the copy between pulling and pushing

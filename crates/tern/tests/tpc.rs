@@ -46,7 +46,7 @@ fn a_gib_goes_from_daemon_to_daemon_and_the_client_moves_under_64_mib() {
 }
 
 #[test]
-fn one_fingerprint_for_two_daemons_and_ssh_hosts_are_refused_with_the_reason() {
+fn one_fingerprint_for_two_daemons_is_refused_and_an_ssh_end_is_relayed() {
     let env = Env::new();
     let a = env.server();
     let pinned = env.run(&["cp", "--fingerprint", "SHA256:x", &a.url("f"), &a.url("g")]);
@@ -63,10 +63,12 @@ fn one_fingerprint_for_two_daemons_and_ssh_hosts_are_refused_with_the_reason() {
         "{}",
         stderr(&mptcp)
     );
+    // An ssh location cannot take part: the copy is relayed through this
+    // host, and says so (here it then finds no f at the daemon).
     let ssh = env.run(&["cp", &a.url("f"), "somehost:/tmp/g"]);
-    assert_eq!(ssh.status.code(), Some(2), "{}", stderr(&ssh));
+    assert_eq!(ssh.status.code(), Some(3), "{}", stderr(&ssh));
     assert!(
-        stderr(&ssh).contains("carry it through this host with --via-client"),
+        stderr(&ssh).contains("relaying through this host, as scp -3 does"),
         "{}",
         stderr(&ssh)
     );

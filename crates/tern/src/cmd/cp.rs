@@ -98,7 +98,16 @@ pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
     {
         console.note(hint);
     }
-    if args.via_client {
+    let remote_to_remote =
+        !matches!(dst, Location::Local(_)) && !matches!(sources, Sources::Local(_));
+    let ssh_end = matches!(dst, Location::Ssh { .. }) || matches!(sources, Sources::Ssh(..));
+    if remote_to_remote && ssh_end && !args.via_client {
+        console.note(
+            "an ssh location cannot take part in a third-party copy: relaying through this \
+             host, as scp -3 does (--via-client)",
+        );
+    }
+    if args.via_client || (remote_to_remote && ssh_end) {
         return relay(&args, &dst, sources, &console, started).await;
     }
     if let (Location::Remote { endpoint, path }, Sources::Daemon(from, paths)) = (&dst, &sources) {
@@ -151,8 +160,8 @@ async fn copy(
         }
         _ => {
             bail!(usage(
-                "a third-party copy goes between two daemons (tern://A/… tern://B/…); from or to an \
-                 ssh host, carry it through this host with --via-client"
+                "a copy between two remote places goes straight between two daemons, or \
+                 through this host (--via-client)"
             ))
         }
     }
