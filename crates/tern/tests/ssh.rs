@@ -719,3 +719,28 @@ fn the_remote_tern_ends_when_ssh_goes_away_and_the_client_says_so() {
     s.assert_nothing_left(Duration::from_secs(15));
     assert!(!s.p("home/slow.bin").exists(), "no file at the final name");
 }
+
+#[test]
+fn a_copy_from_an_ssh_host_to_a_daemon_is_relayed_through_this_host() {
+    let s = sshd_or_skip!();
+    let data = random_file(&s.p("home/run7.bin"), 3 << 20);
+    std::fs::create_dir_all(s.p("daemon-root/in")).unwrap();
+    let daemon = common::serve(&s.p("daemon-root"), &s.p("daemon-state")).start();
+    let out = s.run(&[
+        "cp",
+        "--json",
+        "root@127.0.0.1:run7.bin",
+        &daemon.url("in/"),
+    ]);
+    let v = json(&out);
+    assert_eq!(v["direction"], "relay", "{v}");
+    assert_eq!(v["relay"]["pull"]["via"], "ssh", "{v}");
+    assert_eq!(v["relay"]["push"]["via"], "daemon", "{v}");
+    assert_eq!(v["bytes"], 3 << 20, "{v}");
+    assert_eq!(
+        content_difference(s.p("daemon-root/in/run7.bin"), &data),
+        None
+    );
+    drop(daemon);
+    s.assert_nothing_left(Duration::from_secs(5));
+}
