@@ -7,6 +7,9 @@
 #   tern-push the same with --tpc push (A pushes)
 #   guc-tpc   globus-url-copy ftp://A/f ftp://B/d on C (GridFTP third party,
 #             anonymous, no data channel security), when installed
+#   relay     tern cp --via-client on C: pulled to C, then pushed on, of a
+#             RELAY_MIB file (default the smaller of SIZE and 64 MiB: every
+#             byte crosses C's 10 Mbit/s paths twice)
 # For each: wall time on C, the rate, and the bytes C's two paths carried
 # (netlab's counters). Needs root; writes a table on stdout.
 #   bench/tpc.sh [SIZE_MIB] [RATE_MBIT] [RTT_MS]
@@ -17,6 +20,7 @@ NETLAB=${NETLAB:-$REPO/target/release/netlab}
 SIZE_MIB=${1:-1024}
 RATE=${2:-1000}
 RTT=${3:-50}
+RELAY_MIB=${RELAY_MIB:-$((SIZE_MIB < 64 ? SIZE_MIB : 64))}
 LAB=tpcbench
 GPORT=2811
 [ "$(id -u)" = 0 ] || { echo "tpc.sh: needs root" >&2; exit 1; }
@@ -84,5 +88,18 @@ if command -v globus-url-copy >/dev/null && [ -x "$GFS" ]; then
 else
     echo "| guc-tpc | | | | GridFTP not installed |"
 fi
-echo "| tern --via-client | | | | not built yet |"
+# The relay moves a smaller file: its own row, rate over its own size.
+head -c "$((RELAY_MIB << 20))" "$WORK/a/root/big.bin" >"$WORK/a/root/relay.bin"
+chmod 644 "$WORK/a/root/relay.bin"
+rm -f "$WORK/b/root/in/relay.bin"
+before=$(c_bytes)
+t0=$(date +%s.%N)
+ok=ok
+x C env "XDG_CONFIG_HOME=$WORK/cfg-c" "$TERN" cp --via-client tern://10.47.1.1/relay.bin tern://10.47.2.1/in/ \
+    >"$WORK/relay.out" 2>"$WORK/relay.err" || ok="failed ($(head -c 200 "$WORK/relay.err" | tr '\n' ' '))"
+t1=$(date +%s.%N)
+after=$(c_bytes)
+if [ "$ok" = ok ] && ! cmp -s "$WORK/a/root/relay.bin" "$WORK/b/root/in/relay.bin"; then ok="file differs"; fi
+awk -v t0="$t0" -v t1="$t1" -v s="$RELAY_MIB" -v c=$((after - before)) -v ok="$ok" \
+    'BEGIN { w = t1 - t0; printf "| tern --via-client (%d MiB) | %.1f | %.1f | %d | %s |\n", s, w, s * 8 * 1.048576 / w, c, ok }'
 echo "| xrdcp --tpc | | | | not run: needs xrootd TPC configuration on both sites (not set up here) |"
