@@ -265,6 +265,19 @@ pub fn copy_options(args: &CpArgs) -> Result<ClientOptions> {
     )
 }
 
+/// The options a third-party copy's daemons run their session with: as
+/// `copy_options`, except that `--cc` is the daemons' to judge (the dialer
+/// refuses one it may not use), not this host's.
+pub fn third_party_options(args: &CpArgs) -> Result<ClientOptions> {
+    let mut engine = args.transfer.engine.clone();
+    let named = std::mem::replace(&mut engine.congestion, "auto".into());
+    let mut opts = client_options(&engine, checksum_of(args.checksum), copy_choices(args))?;
+    if named != "auto" {
+        opts.tuning.congestion = named;
+    }
+    Ok(opts)
+}
+
 /// The options of `tern perf` and the advisor's engine probes: nothing is
 /// stored, so any digest does.
 pub fn measure_options(t: &TransferArgs) -> Result<ClientOptions> {

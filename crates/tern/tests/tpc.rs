@@ -181,3 +181,23 @@ fn via_client_carries_a_tree_through_this_host_and_says_so() {
     );
     drop((a, b));
 }
+
+#[test]
+fn a_congestion_control_for_the_daemons_is_theirs_to_judge() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.p("b-root/in")).unwrap();
+    seeded_random_file(&env.p("root/f.bin"), 1 << 20, 5);
+    let a = serve(&env.p("root"), &env.p("a-state")).start();
+    let b = serve(&env.p("b-root"), &env.p("b-state")).start();
+    let out = env.run(&["cp", "--cc", "nosuchcc", &a.url("f.bin"), &b.url("in/")]);
+    let said = stderr(&out);
+    assert!(!out.status.success(), "{said}");
+    // Refused by the dialing daemon, in words, not by this host's list.
+    assert!(
+        said.contains("nosuchcc") && said.contains("not available"),
+        "{said}"
+    );
+    assert!(!said.contains("not usable here"), "{said}");
+    assert!(!env.p("b-root/in/f.bin").exists());
+    drop((a, b));
+}

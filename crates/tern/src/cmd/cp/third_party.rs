@@ -46,7 +46,7 @@ pub async fn run(
         dest_path,
     };
     let opts = TpcOptions {
-        client: options::copy_options(args)?,
+        client: options::third_party_options(args)?,
         ttl: DEFAULT_TTL,
         mode: match args.tpc {
             TpcArg::Pull => TpcMode::Pull,
