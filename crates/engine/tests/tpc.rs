@@ -122,6 +122,8 @@ async fn a_copy_goes_from_daemon_to_daemon_while_the_client_only_orders_it() {
         client: client(),
         ttl: DEFAULT_TTL,
         mode: TpcMode::Auto,
+        source_once: None,
+        dest_once: None,
     };
     let outcome = third_party(&pair.request(), &opts, progress.clone())
         .await
@@ -315,6 +317,8 @@ async fn the_source_pushes_when_told_to_and_when_the_destination_cannot_reach_it
         client: client(),
         ttl: DEFAULT_TTL,
         mode: TpcMode::Push,
+        source_once: None,
+        dest_once: None,
     };
     let pushed = third_party(&pair.request(), &opts, Arc::new(Progress::default()))
         .await
@@ -416,6 +420,8 @@ async fn the_daemons_session_runs_with_the_clients_choices() {
                 client,
                 ttl: DEFAULT_TTL,
                 mode: TpcMode::Pull,
+                source_once: None,
+                dest_once: None,
             };
             third_party(&request, &opts, Arc::new(Progress::default())).await
         }

@@ -2,7 +2,7 @@
 //! a `[USER@]HOST:` location.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use tern_engine::client::Callback;
@@ -29,6 +29,24 @@ pub async fn over_ssh<F, Fut>(
 where
     F: FnOnce(Endpoint, ClientOptions) -> Fut,
     Fut: std::future::Future<Output = tern_engine::Result<client::Outcome>>,
+{
+    let (mut outcome, ssh_time) = with_once_server(target, ssh, connect, base, session).await?;
+    outcome.setup += ssh_time;
+    Ok(outcome)
+}
+
+/// Runs `session` against a `tern serve --once` that ssh starts on
+/// `target` (as [`over_ssh`] does), and says how long ssh took to start it.
+pub async fn with_once_server<T, F, Fut>(
+    target: &SshTarget,
+    ssh: &SshOptions,
+    connect: Connect,
+    base: &ClientOptions,
+    session: F,
+) -> Result<(T, Duration)>
+where
+    F: FnOnce(Endpoint, ClientOptions) -> Fut,
+    Fut: std::future::Future<Output = tern_engine::Result<T>>,
 {
     let started = Instant::now();
     let callback = match connect {
@@ -79,10 +97,7 @@ where
     };
     let said = remote.finish().await;
     match result {
-        Ok(mut outcome) => {
-            outcome.setup += ssh_time;
-            Ok(outcome)
-        }
+        Ok(outcome) => Ok((outcome, ssh_time)),
         // The peer's own error message says it all; otherwise what the
         // remote logged may tell why the connection failed.
         Err(e) if said.trim().is_empty() || matches!(e, tern_engine::Error::Peer { .. }) => {

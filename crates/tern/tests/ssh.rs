@@ -721,9 +721,10 @@ fn the_remote_tern_ends_when_ssh_goes_away_and_the_client_says_so() {
 }
 
 #[test]
-fn a_copy_from_an_ssh_host_to_a_daemon_is_relayed_through_this_host() {
+fn a_copy_from_an_ssh_host_to_a_daemon_goes_straight_to_the_daemon() {
     let s = sshd_or_skip!();
-    let data = random_file(&s.p("home/run7.bin"), 3 << 20);
+    let size = 6 << 20;
+    let data = random_file(&s.p("home/run7.bin"), size);
     std::fs::create_dir_all(s.p("daemon-root/in")).unwrap();
     let daemon = common::serve(&s.p("daemon-root"), &s.p("daemon-state")).start();
     let out = s.run(&[
@@ -732,15 +733,76 @@ fn a_copy_from_an_ssh_host_to_a_daemon_is_relayed_through_this_host() {
         "root@127.0.0.1:run7.bin",
         &daemon.url("in/"),
     ]);
+    ok(&out);
     let v = json(&out);
-    assert_eq!(v["direction"], "relay", "{v}");
-    assert_eq!(v["relay"]["pull"]["via"], "ssh", "{v}");
-    assert_eq!(v["relay"]["push"]["via"], "daemon", "{v}");
-    assert_eq!(v["bytes"], 3 << 20, "{v}");
+    assert_eq!(v["direction"], "third-party", "{v}");
+    assert_eq!(v["tpc"]["mode"], "push", "the ssh end dials: {v}");
+    assert_eq!(v["tpc"]["ssh_end"], "source", "{v}");
+    assert_eq!(v["bytes"], size, "{v}");
+    // The client's two control connections, nowhere near the file.
+    let through_client = v["tpc"]["client_bytes"].as_u64().unwrap();
+    assert!(
+        through_client < size as u64 / 8,
+        "{through_client} bytes: {v}"
+    );
     assert_eq!(
         content_difference(s.p("daemon-root/in/run7.bin"), &data),
         None
     );
     drop(daemon);
+    s.assert_nothing_left(Duration::from_secs(5));
+}
+
+#[test]
+fn a_copy_from_a_daemon_to_an_ssh_host_is_pulled_by_the_ssh_end() {
+    let s = sshd_or_skip!();
+    std::fs::create_dir_all(s.p("daemon-root")).unwrap();
+    let data = random_file(&s.p("daemon-root/run8.bin"), 2 << 20);
+    std::fs::create_dir_all(s.p("home/incoming")).unwrap();
+    let daemon = common::serve(&s.p("daemon-root"), &s.p("daemon-state")).start();
+    let out = s.run(&["cp", &daemon.url("run8.bin"), "root@127.0.0.1:incoming/"]);
+    ok(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("directly") && said.contains("the destination dials"),
+        "{said}"
+    );
+    assert_eq!(
+        content_difference(s.p("home/incoming/run8.bin"), &data),
+        None
+    );
+    // Told to have the daemon dial the ssh end, it refuses before ssh.
+    let out = s.run(&[
+        "cp",
+        "--tpc",
+        "push",
+        &daemon.url("run8.bin"),
+        "root@127.0.0.1:incoming/again.bin",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--tpc pull"), "{err}");
+    assert!(!s.p("home/incoming/again.bin").exists());
+    drop(daemon);
+    s.assert_nothing_left(Duration::from_secs(5));
+}
+
+#[test]
+fn a_copy_between_two_ssh_hosts_is_relayed_through_this_host() {
+    let s = sshd_or_skip!();
+    let data = random_file(&s.p("home/run9.bin"), 3 << 20);
+    std::fs::create_dir_all(s.p("home/copies")).unwrap();
+    let out = s.run(&[
+        "cp",
+        "--json",
+        "root@127.0.0.1:run9.bin",
+        "root@127.0.0.1:copies/",
+    ]);
+    ok(&out);
+    let v = json(&out);
+    assert_eq!(v["direction"], "relay", "{v}");
+    assert_eq!(v["relay"]["pull"]["via"], "ssh", "{v}");
+    assert_eq!(v["relay"]["push"]["via"], "ssh", "{v}");
+    assert_eq!(content_difference(s.p("home/copies/run9.bin"), &data), None);
     s.assert_nothing_left(Duration::from_secs(5));
 }

@@ -46,7 +46,7 @@ fn a_gib_goes_from_daemon_to_daemon_and_the_client_moves_under_64_mib() {
 }
 
 #[test]
-fn one_fingerprint_for_two_daemons_is_refused_and_an_ssh_end_is_relayed() {
+fn one_fingerprint_for_two_daemons_is_refused_and_ssh_ends_dial_or_are_relayed() {
     let env = Env::new();
     let a = env.server();
     let pinned = env.run(&["cp", "--fingerprint", "SHA256:x", &a.url("f"), &a.url("g")]);
@@ -63,14 +63,26 @@ fn one_fingerprint_for_two_daemons_is_refused_and_an_ssh_end_is_relayed() {
         "{}",
         stderr(&mptcp)
     );
-    // An ssh location cannot take part: the copy is relayed through this
-    // host, and says so (here it then finds no f at the daemon).
-    let ssh = env.run(&["cp", &a.url("f"), "somehost:/tmp/g"]);
-    assert_eq!(ssh.status.code(), Some(3), "{}", stderr(&ssh));
+    // An ssh end always dials: told otherwise, refused before ssh starts.
+    let told = ["cp", "--tpc", "push", &a.url("f"), "somehost:/tmp/g"];
+    let ssh = env.run(&told);
+    assert_eq!(ssh.status.code(), Some(2), "{}", stderr(&ssh));
+    assert!(stderr(&ssh).contains("--tpc pull"), "{}", stderr(&ssh));
+    // Two ssh ends cannot reach each other: relayed, saying so (here ssh
+    // is `false`, so the relay's first leg fails).
+    let both = [
+        "cp",
+        "--ssh",
+        "false",
+        "somehost:/tmp/f",
+        "otherhost:/tmp/g",
+    ];
+    let relayed = env.run(&both);
+    assert!(!relayed.status.success());
     assert!(
-        stderr(&ssh).contains("relaying through this host, as scp -3 does"),
+        stderr(&relayed).contains("relaying through this host, as scp -3 does"),
         "{}",
-        stderr(&ssh)
+        stderr(&relayed)
     );
     drop(a);
 }

@@ -588,8 +588,10 @@ async fn run_control(
         Ok(request) => request,
         Err((role, signed)) => {
             let tpc = (role, signed);
-            let (c, o) = (control, opening);
-            return tpc::serve_control(ctx, c, o, tpc, authorization, &facts, handshaking).await;
+            let opened = (control, opening);
+            let (facts, claim) = (&facts, claim);
+            return tpc::serve_control(ctx, opened, tpc, authorization, facts, handshaking, claim)
+                .await;
         }
     };
     let max_streams = request.tuning.max_streams;

@@ -7,6 +7,11 @@
 //! with the other, presenting the delegation and the other's ticket first
 //! ([`dial`]). The data never passes through the client. The daemons'
 //! side is `conn::server::tpc`; PROTOCOL.md §8.13 is the protocol.
+//!
+//! One end may be a once server that ssh started (`[USER@]HOST:PATH`,
+//! `conn::once`): it takes the client's token first and then the copy as
+//! a daemon would, but it lets in nobody else, so it is always the end
+//! that dials.
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -67,6 +72,41 @@ pub struct TpcOptions {
     pub ttl: Duration,
     /// Who dials.
     pub mode: TpcMode,
+    /// How the source is reached when it is a once server started over
+    /// ssh (its certificate as ssh vouched for it, its token), instead of
+    /// `client`. Such an end dials: the copy is a push.
+    pub source_once: Option<ClientOptions>,
+    /// The same for the destination (the copy is a pull).
+    pub dest_once: Option<ClientOptions>,
+}
+
+impl TpcOptions {
+    /// Who dials, as `mode` asks and a once end allows: a once server lets
+    /// in only the client whose token it printed, so it cannot be dialed.
+    pub fn resolved_mode(&self) -> Result<TpcMode> {
+        let refused = |end: &str, flag: &str| {
+            Err(Error::BadRequest(format!(
+                "the {end} is a tern started over ssh, which lets in only this client: it dials \
+                 the other end itself, so the copy is a {flag} (--tpc {flag} or auto)"
+            )))
+        };
+        match (
+            self.source_once.is_some(),
+            self.dest_once.is_some(),
+            self.mode,
+        ) {
+            (true, true, _) => Err(Error::BadRequest(
+                "two ends started over ssh cannot reach each other directly: neither lets the \
+                 other in (--via-client relays through this host)"
+                    .into(),
+            )),
+            (true, false, TpcMode::Pull) => refused("source", "push"),
+            (false, true, TpcMode::Push) => refused("destination", "pull"),
+            (true, false, _) => Ok(TpcMode::Push),
+            (false, true, _) => Ok(TpcMode::Pull),
+            (false, false, mode) => Ok(mode),
+        }
+    }
 }
 
 /// What a third-party copy did.
@@ -110,6 +150,8 @@ pub struct Leg {
     fingerprint: String,
     binding: [u8; 32],
     address: Option<SocketAddr>,
+    /// A once server's token, presented before the copy is offered.
+    once_token: Option<Token>,
 }
 
 impl std::fmt::Debug for Leg {
@@ -151,6 +193,7 @@ impl Leg {
             fingerprint: c.fingerprint,
             binding,
             address: c.peer,
+            once_token: opts.once_token,
         })
     }
 
@@ -165,6 +208,9 @@ impl Leg {
 
     /// Asks the daemon to be `role` under `signed`.
     pub async fn offer(&mut self, role: TpcRole, signed: &SignedDelegation) -> Result<Accepted> {
+        if let Some(token) = self.once_token {
+            self.control.send(&ControlMsg::TokenAuth { token }).await?;
+        }
         self.control
             .send(&ControlMsg::TpcOpen {
                 role,
@@ -327,12 +373,16 @@ pub async fn third_party(
     progress: Arc<Progress>,
 ) -> Result<TpcOutcome> {
     let started = Instant::now();
+    let mode = opts.resolved_mode()?;
     let (mut a, mut b) = tokio::try_join!(
-        Leg::open(&req.source, &opts.client),
-        Leg::open(&req.dest, &opts.client)
+        Leg::open(
+            &req.source,
+            opts.source_once.as_ref().unwrap_or(&opts.client)
+        ),
+        Leg::open(&req.dest, opts.dest_once.as_ref().unwrap_or(&opts.client))
     )?;
     let issuer = opts.client.client_cert.as_ref().map(|c| c.fingerprint());
-    let dialer = match opts.mode {
+    let dialer = match mode {
         TpcMode::Pull => Dialer::Dest,
         TpcMode::Push => Dialer::Source,
         TpcMode::Auto => Dialer::Either,
@@ -346,11 +396,11 @@ pub async fn third_party(
     let session = session_of(&opts.client);
     let mut pull_failed = None;
     let (done, direction) = loop {
-        if opts.mode != TpcMode::Push && pull_failed.is_none() {
+        if mode != TpcMode::Push && pull_failed.is_none() {
             b.order_dial(&req.source, &at_a, &session).await?;
             match b.follow(&mut a, &progress).await? {
                 Followed::Done(done) => break (done, "pull"),
-                Followed::Unreachable(why) if opts.mode == TpcMode::Auto => {
+                Followed::Unreachable(why) if mode == TpcMode::Auto => {
                     tracing::info!(
                         "{} cannot reach {}: {why}; it pushes instead",
                         b.name,
@@ -360,8 +410,12 @@ pub async fn third_party(
                     continue;
                 }
                 Followed::Unreachable(why) => {
+                    let instead = match opts.dest_once {
+                        Some(_) => "--via-client relays through this host instead",
+                        None => "--tpc push has the source dial instead",
+                    };
                     return Err(Error::BadRequest(format!(
-                        "{} cannot reach {}: {why} (--tpc push has the source dial instead)",
+                        "{} cannot reach {}: {why} ({instead})",
                         b.name, a.name
                     )));
                 }
@@ -371,8 +425,12 @@ pub async fn third_party(
         match a.follow(&mut b, &progress).await? {
             Followed::Done(done) => break (done, "push"),
             Followed::Unreachable(why) => {
+                let instead = match opts.source_once {
+                    Some(_) => " (--via-client relays through this host instead)",
+                    None => "",
+                };
                 return Err(Error::BadRequest(format!(
-                    "{} cannot reach {}: {why}{}",
+                    "{} cannot reach {}: {why}{}{instead}",
                     a.name,
                     b.name,
                     pull_failed.map_or(String::new(), |p| format!(", nor the other way: {p}"))

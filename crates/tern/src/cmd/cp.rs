@@ -30,6 +30,8 @@ use crate::ssh_session::{connect_of, over_ssh};
 
 mod third_party;
 
+use third_party::End;
+
 /// The sources of a copy: all local, or all at one place.
 enum Sources {
     Local(Vec<PathBuf>),
@@ -100,21 +102,27 @@ pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
     }
     let remote_to_remote =
         !matches!(dst, Location::Local(_)) && !matches!(sources, Sources::Local(_));
-    let ssh_end = matches!(dst, Location::Ssh { .. }) || matches!(sources, Sources::Ssh(..));
-    if remote_to_remote && ssh_end && !args.via_client {
+    let both_ssh = matches!(dst, Location::Ssh { .. }) && matches!(sources, Sources::Ssh(..));
+    if remote_to_remote && both_ssh && !args.via_client {
         console.note(
-            "an ssh location cannot take part in a third-party copy: relaying through this \
-             host, as scp -3 does (--via-client)",
+            "two ssh locations cannot reach each other directly (the tern ssh starts at each \
+             lets in only this host): relaying through this host, as scp -3 does (--via-client)",
         );
     }
-    if args.via_client || (remote_to_remote && ssh_end) {
+    if args.via_client || (remote_to_remote && both_ssh) {
         return relay(&args, &dst, sources, &console, started).await;
     }
-    if let (Location::Remote { endpoint, path }, Sources::Daemon(from, paths)) = (&dst, &sources) {
-        let (source, dest) = (
-            (from.clone(), paths.clone()),
-            (endpoint.clone(), path.clone()),
-        );
+    if remote_to_remote {
+        let source = match sources {
+            Sources::Daemon(from, paths) => (End::Daemon(from), paths),
+            Sources::Ssh(from, paths) => (End::Ssh(from), paths),
+            Sources::Local(_) => unreachable!("a remote source"),
+        };
+        let dest = match &dst {
+            Location::Remote { endpoint, path } => (End::Daemon(endpoint.clone()), path.clone()),
+            Location::Ssh { target, path } => (End::Ssh(target.clone()), path.clone()),
+            Location::Local(_) => unreachable!("a remote destination"),
+        };
         return third_party::run(&args, source, dest, &progress, &console, started).await;
     }
     let display = console.progress(&progress, None);

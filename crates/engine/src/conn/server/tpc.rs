@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 
 use tern_proto::ControlMsg;
-use tern_proto::delegation::{Delegation, SignedDelegation, TpcRole};
+use tern_proto::delegation::{Delegation, Dialer, SignedDelegation, TpcRole};
 use tern_session::delegation::{Connection, Ledger, Refusal};
 use tern_session::open::PeerPass;
 
@@ -127,18 +127,14 @@ impl ConnFacts {
 /// A client asks this daemon to be `role` of a copy under `signed`.
 pub(super) async fn serve_control(
     ctx: &Context,
-    mut control: Control,
-    mut opening: ServerOpen,
+    (mut control, mut opening): (Control, ServerOpen),
     (role, signed): (TpcRole, SignedDelegation),
     authorization: &Authorization,
     facts: &ConnFacts,
     handshaking: Handshaking,
+    claim: Option<Claim<'_>>,
 ) -> Result<()> {
     let peer = handshaking.peer;
-    if ctx.once.is_some() {
-        let e = Error::Unauthorized("a server started over ssh takes no third-party copies".into());
-        return Err(open::refuse(&mut control, e, Linger::No).await);
-    }
     let Some(binding) = facts.binding else {
         let e = Error::Tls("cannot export keying material".into());
         return Err(open::refuse(&mut control, e, Linger::No).await);
@@ -153,6 +149,20 @@ pub(super) async fn serve_control(
         Ok(d) => d,
         Err(r) => return Err(open::refuse(&mut control, refused(r), Linger::No).await),
     };
+    // A once server lets in nobody but its client, so it can only be the
+    // end that dials.
+    let dials = matches!(
+        (d.dialer, role),
+        (Dialer::Source, TpcRole::Source) | (Dialer::Dest, TpcRole::Dest)
+    );
+    if ctx.once.is_some() && !dials {
+        let e = Error::Unauthorized(
+            "a tern started over ssh lets in only its client: it dials the other end, and \
+             cannot be dialed"
+                .into(),
+        );
+        return Err(open::refuse(&mut control, e, Linger::No).await);
+    }
     let mode = tern_session::delegation::session_at(&d, role);
     // The client's own rights decide, as for a pull or push of its own.
     let asked = SessionOpen {
@@ -235,6 +245,10 @@ pub(super) async fn serve_control(
         .remove(&(d.nonce, role));
     if !matches!(served, Ok(true)) {
         let _ = stop.send(true);
+    }
+    // A once server's one session was this copy: it ended well.
+    if let (Ok(_), Some(claim)) = (&served, claim) {
+        claim.succeeded();
     }
     served.map(|_| ())
 }

@@ -1,8 +1,11 @@
 //! `tern cp tern://A/PATH tern://B/PATH`: a third-party copy, straight
 //! from daemon A to daemon B; this host only orders it (PROTOCOL.md §8.13).
+//! One end may be an ssh location: ssh starts a tern there (`tern serve
+//! --once`), which takes the copy from this host and dials the daemon
+//! itself.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use serde_json::json;
@@ -13,14 +16,33 @@ use tern_engine::transfer::Progress;
 use crate::cli::{CpArgs, TpcArg};
 use crate::console::Console;
 use crate::error::usage;
+use crate::location::SshTarget;
 use crate::options;
 use crate::size::{count, human_bytes, human_rate};
+use crate::ssh_session::{connect_of, with_once_server};
+
+/// One end of a third-party copy.
+pub enum End {
+    /// A daemon (`tern://HOST[:PORT]/PATH`).
+    Daemon(Endpoint),
+    /// A host reached through ssh (`[USER@]HOST:PATH`).
+    Ssh(SshTarget),
+}
+
+impl End {
+    fn ssh(&self) -> Option<&SshTarget> {
+        match self {
+            End::Ssh(t) => Some(t),
+            End::Daemon(_) => None,
+        }
+    }
+}
 
 /// Copies `sources` at `source` to `dest_path` at `dest`.
 pub async fn run(
     args: &CpArgs,
-    (source, sources): (Endpoint, Vec<String>),
-    (dest, dest_path): (Endpoint, String),
+    (source, sources): (End, Vec<String>),
+    (dest, dest_path): (End, String),
     progress: &Arc<Progress>,
     console: &Console,
     started: Instant,
@@ -38,15 +60,13 @@ pub async fn run(
              advertise to each other)"
         ));
     }
-    let req = TpcRequest {
-        source,
-        sources,
-        recursive: args.recursive,
-        dest,
-        dest_path,
-    };
+    let client = options::third_party_options(args)?;
     let opts = TpcOptions {
-        client: options::third_party_options(args)?,
+        // Placeholders until ssh has started the once server: they say
+        // which end it is, which decides who dials.
+        source_once: source.ssh().map(|_| client.clone()),
+        dest_once: dest.ssh().map(|_| client.clone()),
+        client,
         ttl: DEFAULT_TTL,
         mode: match args.tpc {
             TpcArg::Pull => TpcMode::Pull,
@@ -54,8 +74,55 @@ pub async fn run(
             TpcArg::Auto => TpcMode::Auto,
         },
     };
+    opts.resolved_mode().map_err(|e| usage(e.to_string()))?;
+    let unknown = || Endpoint {
+        host: String::new(),
+        port: 0,
+    };
+    let endpoint = |end: &End| match end {
+        End::Daemon(ep) => ep.clone(),
+        End::Ssh(_) => unknown(),
+    };
+    let mut req = TpcRequest {
+        source: endpoint(&source),
+        sources,
+        recursive: args.recursive,
+        dest: endpoint(&dest),
+        dest_path,
+    };
     let display = console.progress(progress, None);
-    let outcome = third_party(&req, &opts, progress.clone()).await;
+    let outcome = match source.ssh().or(dest.ssh()) {
+        None => third_party(&req, &opts, progress.clone())
+            .await
+            .map_err(anyhow::Error::from),
+        Some(target) => {
+            let ssh = options::copy_ssh_options(args)?;
+            let at_source = source.ssh().is_some();
+            let run = |ep: Endpoint, once| {
+                let (mut req, mut opts) = (req.clone(), opts.clone());
+                if at_source {
+                    (req.source, opts.source_once) = (ep, Some(once));
+                } else {
+                    (req.dest, opts.dest_once) = (ep, Some(once));
+                }
+                let progress = progress.clone();
+                async move {
+                    let outcome = third_party(&req, &opts, progress).await?;
+                    Ok((outcome, req))
+                }
+            };
+            let connect = connect_of(&args.ssh);
+            with_once_server(target, &ssh, connect, &opts.client, run)
+                .await
+                .map(
+                    |((mut outcome, ran), ssh_time): ((TpcOutcome, TpcRequest), Duration)| {
+                        outcome.setup += ssh_time;
+                        req = ran;
+                        outcome
+                    },
+                )
+        }
+    };
     display.finish();
     let outcome = outcome?;
     let elapsed = started.elapsed();
@@ -64,11 +131,33 @@ pub async fn run(
     } else {
         "--tpc"
     };
+    let names = Names {
+        source: name_of(&source, &req.source),
+        dest: name_of(&dest, &req.dest),
+        ssh: source
+            .ssh()
+            .map(|_| "source")
+            .or(dest.ssh().map(|_| "destination")),
+    };
     console.result(
-        &report_json(&req, &outcome, chosen, elapsed.as_secs_f64()),
-        || human(&req, &outcome, elapsed.as_secs_f64()),
+        &report_json(&req, &names, &outcome, chosen, elapsed.as_secs_f64()),
+        || human(&names, &outcome, elapsed.as_secs_f64()),
     );
     Ok(())
+}
+
+/// How the report names the two ends, and which one ssh reached.
+struct Names {
+    source: String,
+    dest: String,
+    ssh: Option<&'static str>,
+}
+
+fn name_of(end: &End, reached: &Endpoint) -> String {
+    match end {
+        End::Daemon(ep) => ep.host_port(),
+        End::Ssh(t) => format!("{} (ssh, tern at {})", t.destination(), reached.host_port()),
+    }
 }
 
 fn rate_bps(o: &TpcOutcome) -> f64 {
@@ -82,6 +171,7 @@ fn rate_bps(o: &TpcOutcome) -> f64 {
 
 fn report_json(
     req: &TpcRequest,
+    names: &Names,
     o: &TpcOutcome,
     chosen: &str,
     elapsed_s: f64,
@@ -94,13 +184,16 @@ fn report_json(
             "dialer": if o.direction == "pull" { "destination" } else { "source" },
             "chosen_by": chosen,
             "pull_failed": o.pull_failed,
+            "ssh_end": names.ssh,
             "source": {
                 "endpoint": req.source.host_port(),
+                "name": names.source,
                 "address": o.source_address,
                 "fingerprint": o.source_fingerprint,
             },
             "dest": {
                 "endpoint": req.dest.host_port(),
+                "name": names.dest,
                 "address": o.dest_address,
                 "fingerprint": o.dest_fingerprint,
             },
@@ -121,7 +214,7 @@ fn report_json(
     })
 }
 
-fn human(req: &TpcRequest, o: &TpcOutcome, elapsed_s: f64) -> String {
+fn human(names: &Names, o: &TpcOutcome, elapsed_s: f64) -> String {
     let how = match (o.direction, &o.pull_failed) {
         ("pull", _) => format!("{} pulled from {}", o.data_path.0.ip(), o.data_path.1),
         (_, Some(why)) => format!(
@@ -131,14 +224,18 @@ fn human(req: &TpcRequest, o: &TpcOutcome, elapsed_s: f64) -> String {
         ),
         _ => format!("{} pushed to {}", o.data_path.0.ip(), o.data_path.1),
     };
+    let why_this_way = match names.ssh {
+        Some(end) => format!(" (the {end} dials: ssh's tern lets in only this host)"),
+        None => String::new(),
+    };
     format!(
-        "copied {} in {} from {} to {} directly: {how} over {} at {} \
+        "copied {} in {} from {} to {} directly: {how}{why_this_way} over {} at {} \
          ({:.1} s on the network, {:.1} s in all)\nthis host only gave the order: {} on its two \
          control connections\n",
         human_bytes(o.bytes),
         count(o.files as usize, "file"),
-        req.source.host_port(),
-        req.dest.host_port(),
+        names.source,
+        names.dest,
         count(usize::from(o.streams), "stream"),
         human_rate(rate_bps(o)),
         o.network_elapsed.as_secs_f64(),

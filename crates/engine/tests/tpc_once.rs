@@ -1,0 +1,229 @@
+//! Third-party copies with one end a once server, as ssh starts it for a
+//! `[USER@]HOST:PATH` location (in process, without ssh): the once end
+//! takes the client's token, then dials the daemon itself, so the data
+//! goes straight between them; nobody can make it be dialed.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tern_engine::client::{ClientOptions, Endpoint};
+use tern_engine::once::{OnceOptions, OnceServer};
+use tern_engine::server::{ServerOptions, serve};
+use tern_engine::tls::ServerIdentity;
+use tern_engine::tpc::{
+    DEFAULT_TTL, Leg, TpcMode, TpcOptions, TpcRequest, delegation, sign, third_party,
+};
+use tern_engine::transfer::Progress;
+use tern_proto::Protect;
+use tern_proto::delegation::{Dialer, TpcRole};
+use tern_testkit::client as kit;
+use tern_testkit::files::{file_difference, seeded_random_file};
+use tokio::task::JoinHandle;
+
+fn client() -> ClientOptions {
+    kit::options(4, Protect::Private, 1 << 20)
+}
+
+async fn daemon(root: &Path, state: &Path) -> Endpoint {
+    let identity = ServerIdentity::load_or_create(state).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let opts = ServerOptions::new(root.to_path_buf());
+    tokio::spawn(async move {
+        serve(listener, &identity, opts, std::future::pending())
+            .await
+            .unwrap();
+    });
+    Endpoint {
+        host: "127.0.0.1".into(),
+        port,
+    }
+}
+
+/// A once server whose home is `home`, and how its client reaches it.
+struct Once {
+    ep: Endpoint,
+    client: ClientOptions,
+    run: JoinHandle<tern_engine::Result<()>>,
+    _state: tempfile::TempDir,
+}
+
+async fn once(home: &Path) -> Once {
+    let state = tempfile::tempdir().unwrap();
+    let identity = ServerIdentity::load_or_create(state.path()).unwrap();
+    let mut opts = OnceOptions::new(home.to_path_buf());
+    opts.server.handshake_timeout = Duration::from_secs(5);
+    let server = OnceServer::listen("127.0.0.1:0".parse().unwrap(), &identity, opts)
+        .await
+        .unwrap();
+    let line = server.line().clone();
+    let mut client = kit::pinned(client(), &line.fingerprint);
+    client.once_token = Some(line.token);
+    Once {
+        ep: Endpoint {
+            host: "127.0.0.1".into(),
+            port: line.port.unwrap(),
+        },
+        client,
+        run: tokio::spawn(server.run(std::future::pending())),
+        _state: state,
+    }
+}
+
+impl Once {
+    async fn ended(self) -> tern_engine::Result<()> {
+        tokio::time::timeout(Duration::from_secs(10), self.run)
+            .await
+            .expect("the once server ends with its one copy")
+            .unwrap()
+    }
+}
+
+/// A daemon's root and state, a once server's home, `big.bin` of `size`
+/// bytes at the one named `at`, `in/` at the other.
+struct Sites {
+    daemon_root: tempfile::TempDir,
+    home: tempfile::TempDir,
+    daemon_state: tempfile::TempDir,
+}
+
+impl Sites {
+    fn new(size: u64, source_is_once: bool) -> Sites {
+        let s = Sites {
+            daemon_root: tempfile::tempdir().unwrap(),
+            home: tempfile::tempdir().unwrap(),
+            daemon_state: tempfile::tempdir().unwrap(),
+        };
+        let (src, dst) = if source_is_once {
+            (s.home.path(), s.daemon_root.path())
+        } else {
+            (s.daemon_root.path(), s.home.path())
+        };
+        seeded_random_file(&src.join("big.bin"), size, 11);
+        std::fs::create_dir(dst.join("in")).unwrap();
+        s
+    }
+}
+
+/// `big.bin` at `source` into `in/` at `dest`.
+fn request(source: Endpoint, dest: Endpoint) -> TpcRequest {
+    TpcRequest {
+        source,
+        sources: vec!["big.bin".into()],
+        recursive: false,
+        dest,
+        dest_path: "in/".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ssh_source_pushes_straight_to_the_daemon() {
+    let size = 24 << 20;
+    let sites = Sites::new(size, true);
+    let b = daemon(sites.daemon_root.path(), sites.daemon_state.path()).await;
+    let a = once(sites.home.path()).await;
+    let req = request(a.ep.clone(), b);
+    let opts = TpcOptions {
+        client: client(),
+        ttl: DEFAULT_TTL,
+        mode: TpcMode::Auto,
+        source_once: Some(a.client.clone()),
+        dest_once: None,
+    };
+    let progress = Arc::new(Progress::default());
+    let outcome = third_party(&req, &opts, progress).await.unwrap();
+    assert_eq!((outcome.bytes, outcome.files), (size, 1));
+    assert_eq!(outcome.direction, "push", "the once end dials");
+    assert!(outcome.pull_failed.is_none());
+    assert_eq!(
+        file_difference(
+            sites.home.path().join("big.bin"),
+            sites.daemon_root.path().join("in/big.bin")
+        ),
+        None
+    );
+    assert!(
+        outcome.client_bytes < 1 << 20,
+        "the client carried {} bytes",
+        outcome.client_bytes
+    );
+    a.ended()
+        .await
+        .expect("the once server's one copy ended well");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ssh_destination_pulls_straight_from_the_daemon() {
+    let size = 24 << 20;
+    let sites = Sites::new(size, false);
+    let a = daemon(sites.daemon_root.path(), sites.daemon_state.path()).await;
+    let b = once(sites.home.path()).await;
+    let req = request(a, b.ep.clone());
+    let opts = TpcOptions {
+        client: client(),
+        ttl: DEFAULT_TTL,
+        mode: TpcMode::Auto,
+        source_once: None,
+        dest_once: Some(b.client.clone()),
+    };
+    let outcome = third_party(&req, &opts, Arc::new(Progress::default()))
+        .await
+        .unwrap();
+    assert_eq!((outcome.bytes, outcome.direction), (size, "pull"));
+    assert_eq!(
+        file_difference(
+            sites.daemon_root.path().join("big.bin"),
+            sites.home.path().join("in/big.bin")
+        ),
+        None
+    );
+    b.ended()
+        .await
+        .expect("the once server's one copy ended well");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ssh_end_is_never_the_one_dialed() {
+    let sites = Sites::new(1 << 20, true);
+    let b = daemon(sites.daemon_root.path(), sites.daemon_state.path()).await;
+    let a = once(sites.home.path()).await;
+    let req = request(a.ep.clone(), b.clone());
+    // Asked for a pull, the client refuses before it connects anywhere.
+    let mut opts = TpcOptions {
+        client: client(),
+        ttl: DEFAULT_TTL,
+        mode: TpcMode::Pull,
+        source_once: Some(a.client.clone()),
+        dest_once: None,
+    };
+    let e = third_party(&req, &opts, Arc::new(Progress::default()))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("--tpc push"), "{e}");
+    opts.dest_once = Some(a.client.clone());
+    opts.mode = TpcMode::Auto;
+    let e = third_party(&req, &opts, Arc::new(Progress::default()))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("--via-client"), "{e}");
+    // A client that signs a delegation letting the destination dial the
+    // once server is refused by the once server itself, which then ends.
+    for dialer in [Dialer::Dest, Dialer::Either] {
+        let a = once(sites.home.path()).await;
+        let mut at_a = Leg::open(&a.ep, &a.client).await.unwrap();
+        let at_b = Leg::open(&b, &client()).await.unwrap();
+        let d = delegation(&req, (&at_a, &at_b), dialer, None, DEFAULT_TTL);
+        let e = at_a
+            .offer(TpcRole::Source, &sign(&d))
+            .await
+            .expect_err("a once server cannot be the end dialed");
+        assert!(
+            e.to_string().contains("cannot be dialed"),
+            "{dialer:?}: {e}"
+        );
+        assert!(a.ended().await.is_err(), "its one session failed");
+    }
+    drop(a);
+    assert!(!sites.daemon_root.path().join("in/big.bin").exists());
+}
