@@ -107,11 +107,11 @@ impl Console {
     /// `human` writes.
     pub fn result<T: Serialize + ?Sized>(&self, json: &T, human: impl FnOnce() -> String) {
         match self.format {
-            Format::Json => println!(
-                "{}",
+            Format::Json => result_text(&format!(
+                "{}\n",
                 serde_json::to_string(json).expect("result serializes")
-            ),
-            Format::Human => print!("{}", human()),
+            )),
+            Format::Human => result_text(&human()),
         }
     }
 
@@ -121,7 +121,10 @@ impl Console {
     pub fn report(&self, r: &Report) {
         match self.format {
             Format::Json => {
-                println!("{}", serde_json::to_string(r).expect("report serializes"));
+                result_text(&format!(
+                    "{}\n",
+                    serde_json::to_string(r).expect("report serializes")
+                ));
                 self.failures(&r.failed);
             }
             Format::Human => {
@@ -181,6 +184,18 @@ impl Console {
                 task: None,
             }
         }
+    }
+}
+
+/// Writes a result to stdout. A reader that went away (`tern … | head`)
+/// is no failure of the command, which has done its work: nothing is
+/// said; any other failure to write is said on stderr.
+fn result_text(text: &str) {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => eprintln!("tern: cannot write the result to stdout: {e}"),
     }
 }
 

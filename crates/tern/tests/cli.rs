@@ -167,6 +167,25 @@ fn trees_copy_recursively_and_locally() {
 }
 
 #[test]
+fn a_reader_that_went_away_is_no_failure_of_the_copy() {
+    let env = Env::new();
+    let data = random_file(&env.p("run.bin"), 1 << 20);
+    // `tern cp --json … | head -c0`: the reader is gone before the report.
+    let mut child = tern()
+        .args(["cp", "--json", &env.s("run.bin"), &env.s("copy.bin")])
+        .env("XDG_CONFIG_HOME", env.p("cfg"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    assert_eq!(content_difference(env.p("copy.bin"), &data), None);
+}
+
+#[test]
 fn a_block_corrupted_in_flight_is_counted_in_the_report() {
     if !fault_hooks("a_block_corrupted_in_flight_is_counted_in_the_report") {
         return;
