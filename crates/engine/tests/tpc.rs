@@ -102,6 +102,18 @@ impl Pair {
         (a, b, at_a, at_b)
     }
 
+    /// The client options of a dialer that is B: it shows B's own
+    /// certificate, as B does when it dials.
+    fn as_b(&self) -> ClientOptions {
+        let mut o = client();
+        o.client_cert = Some(
+            ServerIdentity::load_or_create(self.b._state.path())
+                .unwrap()
+                .as_client(),
+        );
+        o
+    }
+
     /// What is in the destination's `in/`, partial files included.
     fn arrived(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.b_root.path().join("in"))
@@ -201,14 +213,14 @@ async fn a_replayed_delegation_is_refused() {
         &d,
         at,
         pass.clone(),
-        client(),
+        pair.as_b(),
         into(first.path()),
         progress.clone(),
     )
     .await
     .unwrap();
     assert!(first.path().join("big.bin").exists());
-    let e = dial(&d, at, pass, client(), into(second.path()), progress)
+    let e = dial(&d, at, pass, pair.as_b(), into(second.path()), progress)
         .await
         .unwrap_err()
         .to_string();
@@ -241,7 +253,7 @@ async fn a_delegation_used_for_another_file_is_refused() {
         &other,
         at,
         pass,
-        client(),
+        pair.as_b(),
         sink,
         Arc::new(Progress::default()),
     )
@@ -288,9 +300,9 @@ async fn a_wrong_ticket_or_a_delegation_never_given_opens_nothing() {
     .to_string();
     assert!(e.contains("never given that delegation"), "{e}");
     // Offered, but presented with another ticket.
-    a.offer(TpcRole::Source, &signed).await.unwrap();
+    let at_a = a.offer(TpcRole::Source, &signed).await.unwrap();
     let pass = PeerPass {
-        delegation: signed,
+        delegation: signed.clone(),
         ticket: [2; 16],
     };
     let e = dial(
@@ -306,6 +318,43 @@ async fn a_wrong_ticket_or_a_delegation_never_given_opens_nothing() {
     .to_string();
     assert!(e.contains("not the one given for it"), "{e}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // The right ticket, copied by someone who is not the destination: a
+    // connection without B's certificate, or with A's own, is refused,
+    // and the ticket is not spent by it.
+    let a_identity = ServerIdentity::load_or_create(pair.a._state.path()).unwrap();
+    let pass = PeerPass {
+        delegation: signed.clone(),
+        ticket: at_a.ticket,
+    };
+    for cert in [None, Some(a_identity.as_client())] {
+        let mut thief = client();
+        thief.client_cert = cert;
+        let progress = Arc::new(Progress::default());
+        let e = dial(&d, at, pass.clone(), thief, sink(), progress)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the daemon dialing showed"), "{e}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // B itself, with the same pass, still gets in.
+    dial(
+        &d,
+        at,
+        pass,
+        pair.as_b(),
+        sink(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        file_difference(
+            pair.a_root.path().join("big.bin"),
+            dir.path().join("big.bin")
+        ),
+        None
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -547,5 +596,82 @@ async fn the_client_leaving_only_the_source_stops_the_copy() {
         !pair.b_root.path().join("in/big.bin").exists(),
         "nothing lands at its final name: {:?}",
         pair.arrived()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_stopped_by_its_client_resumes_where_it_stopped() {
+    let size = 48 << 20;
+    let pair = Pair::new(size).await;
+    // Paced at 40 Mbit/s (about ten seconds): the client goes mid-copy,
+    // as Ctrl-C would have it.
+    let mut slow = client();
+    slow.rate_limit = Some(40_000_000);
+    let opts = |client| TpcOptions {
+        client,
+        ttl: DEFAULT_TTL,
+        mode: TpcMode::Pull,
+        source_once: None,
+        dest_once: None,
+    };
+    let progress = Arc::new(Progress::default());
+    let first = {
+        let (req, opts, progress) = (pair.request(), opts(slow), progress.clone());
+        tokio::spawn(async move { third_party(&req, &opts, progress).await })
+    };
+    let landed = |p: &Progress| p.bytes.load(std::sync::atomic::Ordering::Relaxed) > 12 << 20;
+    for _ in 0..300 {
+        if landed(&progress) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(landed(&progress), "the copy never got a quarter of the way");
+    first.abort();
+    // The destination stops, keeping what it has for the next attempt.
+    let stopped = |l: &LiveSessions| l.recent().iter().any(|r| r.outcome == "failed");
+    for _ in 0..200 {
+        if stopped(&pair.b.live) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        stopped(&pair.b.live),
+        "the destination went on without its client"
+    );
+    assert!(!pair.b_root.path().join("in/big.bin").exists());
+    let again = third_party(
+        &pair.request(),
+        &opts(client()),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.bytes, size);
+    assert!(
+        again.bytes_resumed >= 8 << 20 && again.bytes_resumed < size,
+        "resumed {} of {size} bytes",
+        again.bytes_resumed
+    );
+    assert_eq!(
+        file_difference(
+            pair.a_root.path().join("big.bin"),
+            pair.b_root.path().join("in/big.bin")
+        ),
+        None
+    );
+    // The source sent only what was missing the second time.
+    let sent: Vec<u64> = pair
+        .a
+        .live
+        .recent()
+        .iter()
+        .map(|r| r.per_stream_bytes.iter().sum())
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(
+        sent[1] <= size - again.bytes_resumed + (4 << 20),
+        "{sent:?}"
     );
 }

@@ -508,6 +508,9 @@ pub enum ControlMsg {
         dialer_address: std::net::SocketAddr,
         /// The address it reached at the other daemon.
         peer_address: std::net::SocketAddr,
+        /// Bytes already at the destination from an earlier attempt
+        /// (resumed partial files), not sent again.
+        bytes_resumed: u64,
     },
     /// Daemon told to dial → client: it could not reach the other daemon
     /// at any address it was given; it still holds its end, so the other

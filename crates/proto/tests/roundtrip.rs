@@ -448,10 +448,19 @@ fn tpc_message() -> impl Strategy<Value = ControlMsg> {
             any::<u16>(),
             any::<u64>(),
             wire_addr(),
-            wire_addr()
+            wire_addr(),
+            any::<u64>(),
         )
             .prop_map(
-                |(bytes, files, streams, network_elapsed_ms, dialer_address, peer_address)| {
+                |(
+                    bytes,
+                    files,
+                    streams,
+                    network_elapsed_ms,
+                    dialer_address,
+                    peer_address,
+                    bytes_resumed,
+                )| {
                     ControlMsg::TpcDone {
                         bytes,
                         files,
@@ -459,8 +468,9 @@ fn tpc_message() -> impl Strategy<Value = ControlMsg> {
                         network_elapsed_ms,
                         dialer_address,
                         peer_address,
+                        bytes_resumed,
                     }
-                }
+                },
             ),
         text().prop_map(|reason| ControlMsg::TpcUnreachable { reason }),
     ]

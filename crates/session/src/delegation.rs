@@ -257,13 +257,17 @@ impl Ledger {
     }
 
     /// The other daemon presents `signed` and `ticket` to open the data
-    /// session with this one; the ticket says which end this one is (the
-    /// one it was given for). Admits it once.
+    /// session with this one, on a connection where it showed the
+    /// certificate `shown` (its fingerprint); the ticket says which end
+    /// this one is (the one it was given for). Admits it once, and only
+    /// the daemon the delegation names as the other end: a ticket alone,
+    /// copied, is not enough.
     pub fn present(
         &mut self,
         signed: &SignedDelegation,
         ticket: &[u8; 16],
         now_ms: u64,
+        shown: Option<&str>,
     ) -> Result<(TpcRole, Delegation), Refusal> {
         let d = verify(signed)?;
         let body = digest(&signed.body);
@@ -295,6 +299,19 @@ impl Ledger {
                 return Err(Refusal::WrongPeer(format!(
                     "the delegation lets the {} dial, not the other way",
                     role_name(role)
+                )));
+            }
+            let (other, other_role) = match role {
+                TpcRole::Source => (&d.dest, TpcRole::Dest),
+                TpcRole::Dest => (&d.source, TpcRole::Source),
+            };
+            if shown != Some(other.fingerprint.as_str()) {
+                return Err(Refusal::WrongPeer(format!(
+                    "the daemon dialing showed {}, not the certificate of the {} the delegation \
+                     names ({})",
+                    shown.unwrap_or("no certificate"),
+                    role_name(other_role),
+                    other.fingerprint
                 )));
             }
             held.used = true;

@@ -467,6 +467,7 @@ async fn read_request<'a>(
     ctx: &'a Context,
     mut stream: BoxStream,
     handshaking: &Handshaking,
+    shown_cert: Option<&str>,
 ) -> Result<Option<Requested<'a>>> {
     let mut rest = [0u8; HELLO_LEN - 4];
     let Some(read) = handshaking.in_time(stream.read_exact(&mut rest)).await else {
@@ -531,20 +532,22 @@ async fn read_request<'a>(
                     delegated,
                 }));
             }
-            Step::Event(ServerEvent::PeerPresented(pass)) => match ctx.tpc.present(&pass) {
-                Ok((role, d)) => {
-                    delegated = Some((d.nonce, role));
-                    opening.delegated(role, d);
+            Step::Event(ServerEvent::PeerPresented(pass)) => {
+                match ctx.tpc.present(&pass, shown_cert) {
+                    Ok((role, d)) => {
+                        delegated = Some((d.nonce, role));
+                        opening.delegated(role, d);
+                    }
+                    Err(r) => {
+                        tracing::warn!("{}: third-party session refused: {r}", handshaking.peer);
+                        // The dialer has sent its whole opening: read it, so
+                        // the refusal is not lost to a reset.
+                        let e = Error::Unauthorized(r.to_string());
+                        let drain = Linger::For(Duration::from_secs(2));
+                        return Err(open::refuse(&mut control, e, drain).await);
+                    }
                 }
-                Err(r) => {
-                    tracing::warn!("{}: third-party session refused: {r}", handshaking.peer);
-                    // The dialer has sent its whole opening: read it, so
-                    // the refusal is not lost to a reset.
-                    let e = Error::Unauthorized(r.to_string());
-                    let drain = Linger::For(Duration::from_secs(2));
-                    return Err(open::refuse(&mut control, e, drain).await);
-                }
-            },
+            }
             Step::Event(ServerEvent::Request(request)) => {
                 return Ok(Some(Requested {
                     control,
@@ -580,7 +583,7 @@ async fn run_control(
         request,
         claim,
         delegated,
-    }) = read_request(ctx, stream, &handshaking).await?
+    }) = read_request(ctx, stream, &handshaking, facts.client.as_deref()).await?
     else {
         return Ok(());
     };

@@ -21,12 +21,14 @@ use std::sync::{Arc, Mutex};
 use tern_proto::Token;
 
 use base64::Engine as _;
-use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::Digest as _;
 
@@ -119,6 +121,7 @@ impl ServerIdentity {
         ClientCert {
             chain: self.chain.clone(),
             key: self.key.clone_key(),
+            always: true,
         }
     }
 
@@ -137,12 +140,64 @@ impl ServerIdentity {
                     .build()
                     .map_err(|e| Error::Tls(format!("client CA: {e}")))?,
             ),
-            None => builder.with_no_client_auth(),
+            None => builder.with_client_cert_verifier(Arc::new(AnyClientCert {
+                algorithms: provider().signature_verification_algorithms,
+            })),
         };
         let config = builder
             .with_single_cert(self.chain.clone(), self.key.clone_key())
             .map_err(|e| Error::Tls(format!("certificate and key: {e}")))?;
         Ok(Arc::new(config))
+    }
+}
+
+/// A daemon without a client CA: a client may show a certificate (it must
+/// prove it holds the key), and needs none. Only its fingerprint is used:
+/// the daemon dialing for a third-party copy shows its own, which the
+/// delegation names (`conn::server::tpc`).
+#[derive(Debug)]
+struct AnyClientCert {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ClientCertVerifier for AnyClientCert {
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
     }
 }
 
@@ -209,6 +264,10 @@ pub fn load_roots(path: &Path) -> Result<Arc<RootCertStore>> {
 pub struct ClientCert {
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
+    /// Shown to every server that asks, not only to one that names the
+    /// CAs it trusts: a daemon's own identity when it dials for a
+    /// third-party copy, which the other daemon checks whatever its mode.
+    always: bool,
 }
 
 impl Clone for ClientCert {
@@ -216,6 +275,7 @@ impl Clone for ClientCert {
         ClientCert {
             chain: self.chain.clone(),
             key: self.key.clone_key(),
+            always: self.always,
         }
     }
 }
@@ -231,6 +291,7 @@ impl ClientCert {
         Ok(ClientCert {
             chain: load_certs(cert_path)?,
             key: load_key(key_path)?,
+            always: false,
         })
     }
 }
@@ -337,9 +398,14 @@ impl PinVerifier {
             .dangerous()
             .with_custom_certificate_verifier(self.clone());
         let config = match cert {
-            Some(c) => builder
-                .with_client_auth_cert(c.chain.clone(), c.key.clone_key())
-                .map_err(|e| Error::Tls(format!("client certificate and key: {e}")))?,
+            Some(c) => {
+                let key = CertifiedKey::from_der(c.chain.clone(), c.key.clone_key(), &provider())
+                    .map_err(|e| Error::Tls(format!("client certificate and key: {e}")))?;
+                builder.with_client_cert_resolver(Arc::new(ShowCert {
+                    key: Arc::new(key),
+                    always: c.always,
+                }))
+            }
             None => builder.with_no_client_auth(),
         };
         Ok(Arc::new(config))
@@ -397,6 +463,30 @@ impl ServerCertVerifier for PinVerifier {
     }
 }
 
+/// Shows a client certificate to a server that asks for one naming the
+/// CAs it trusts (a site daemon), or to any that asks when `always`. A
+/// daemon without a client CA asks every client for an optional one and
+/// names none: a user's `--cert` is not shown to it.
+#[derive(Debug)]
+struct ShowCert {
+    key: Arc<CertifiedKey>,
+    always: bool,
+}
+
+impl ResolvesClientCert for ShowCert {
+    fn resolve(
+        &self,
+        root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        (self.always || !root_hint_subjects.is_empty()).then(|| self.key.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
 /// Says what went wrong when a TLS connection failed: the peer's alert or
 /// our verifier's complaint, in words a user can act on. `None` when the
 /// error is not a TLS one.
@@ -425,6 +515,23 @@ pub fn explain(e: &std::io::Error) -> Option<String> {
     })
 }
 
+/// Whether a failed handshake was the server refusing *our* certificate
+/// (one of [`explain`]'s alerts about it). Under TLS 1.3 a client shows
+/// its certificate only after it checked the server's, so the server had
+/// already proved itself.
+pub(crate) fn refused_our_certificate(e: &Error) -> bool {
+    let Error::Tls(why) = e else {
+        return false;
+    };
+    [
+        "our certificate",
+        "requires a client certificate",
+        "denied access",
+    ]
+    .iter()
+    .any(|said| why.contains(said))
+}
+
 /// A server name for the TLS handshake: the host itself when it parses
 /// (names are checked only in CA mode), else a placeholder.
 pub fn server_name(host: &str) -> ServerName<'static> {
@@ -437,6 +544,30 @@ pub use crate::conn::known_hosts::KnownHosts;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_users_certificate_goes_only_to_servers_naming_their_cas() {
+        let dir = tempfile::tempdir().unwrap();
+        let identity = ServerIdentity::load_or_create(dir.path()).unwrap();
+        let shown = |cert: ClientCert, hints: &[&[u8]]| {
+            let key = CertifiedKey::from_der(cert.chain.clone(), cert.key.clone_key(), &provider())
+                .unwrap();
+            let resolver = ShowCert {
+                key: Arc::new(key),
+                always: cert.always,
+            };
+            resolver.resolve(hints, &[]).is_some()
+        };
+        let users = || ClientCert {
+            always: false,
+            ..identity.as_client()
+        };
+        let site_ca: &[&[u8]] = &[b"0\x0b1\t0\x07\x06\x03U\x04\x03\x0c\x00"];
+        assert!(!shown(users(), &[]), "not to a daemon that names no CA");
+        assert!(shown(users(), site_ca), "to a site daemon");
+        // A daemon dialing for a third-party copy shows its own always.
+        assert!(shown(identity.as_client(), &[]));
+    }
 
     #[test]
     fn identity_is_created_once_and_then_reused() {

@@ -140,6 +140,9 @@ pub struct TpcOutcome {
     pub pull_failed: Option<String>,
     /// From starting to connect until the destination dialed.
     pub setup: Duration,
+    /// Bytes already at the destination from an earlier attempt (resumed
+    /// partial files), not sent again.
+    pub bytes_resumed: u64,
 }
 
 /// The client's control connection to one daemon of the copy.
@@ -445,6 +448,7 @@ pub async fn third_party(
         network_elapsed_ms,
         dialer_address,
         peer_address,
+        bytes_resumed,
     } = done
     else {
         unreachable!("follow ends in TpcDone only")
@@ -470,6 +474,7 @@ pub async fn third_party(
         setup,
         direction,
         pull_failed,
+        bytes_resumed,
     })
 }
 

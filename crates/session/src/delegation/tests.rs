@@ -192,15 +192,27 @@ fn the_data_session_is_admitted_once_with_its_ticket_before_expiry() {
         .unwrap();
     // Presented with another ticket.
     assert!(matches!(
-        a.present(&signed, &[0; 16], NOW + 10),
+        a.present(&signed, &[0; 16], NOW + 10, Some(B)),
         Err(Refusal::WrongPeer(_))
     ));
+    // The right ticket on a connection showing no certificate, or another
+    // daemon's: refused, and the ticket is not spent.
+    for shown in [None, Some(A), Some("SHA256:thief")] {
+        let refused = a.present(&signed, &TICKET, NOW + 10, shown);
+        assert!(
+            matches!(&refused, Err(Refusal::WrongPeer(why)) if why.contains("the daemon dialing showed")),
+            "{shown:?}: {refused:?}"
+        );
+    }
     // A different delegation (another nonce's body) was never accepted.
     let other = issuer().sign(&delegation(6));
-    assert_eq!(a.present(&other, &TICKET, NOW + 10), Err(Refusal::Unknown));
-    assert!(a.present(&signed, &TICKET, NOW + 10).is_ok());
     assert_eq!(
-        a.present(&signed, &TICKET, NOW + 20),
+        a.present(&other, &TICKET, NOW + 10, Some(B)),
+        Err(Refusal::Unknown)
+    );
+    assert!(a.present(&signed, &TICKET, NOW + 10, Some(B)).is_ok());
+    assert_eq!(
+        a.present(&signed, &TICKET, NOW + 20, Some(B)),
         Err(Refusal::Replayed),
         "used once only"
     );
@@ -208,7 +220,7 @@ fn the_data_session_is_admitted_once_with_its_ticket_before_expiry() {
     let late = issuer().sign(&delegation(7));
     a.accept(&late, &at(TpcRole::Source, NOW), TICKET).unwrap();
     assert_eq!(
-        a.present(&late, &TICKET, NOW + 60_005),
+        a.present(&late, &TICKET, NOW + 60_005, Some(B)),
         Err(Refusal::Expired { ago_ms: 5 })
     );
 }
@@ -221,7 +233,7 @@ fn only_the_end_the_delegation_names_may_dial() {
     let mut b = Ledger::default();
     b.accept(&signed, &at(TpcRole::Dest, NOW), TICKET).unwrap();
     assert!(matches!(
-        b.present(&signed, &TICKET, NOW + 1),
+        b.present(&signed, &TICKET, NOW + 1, Some(A)),
         Err(Refusal::WrongPeer(_))
     ));
     let either = issuer().sign(&Delegation {
@@ -230,7 +242,8 @@ fn only_the_end_the_delegation_names_may_dial() {
     });
     b.accept(&either, &at(TpcRole::Dest, NOW), TICKET).unwrap();
     assert_eq!(
-        b.present(&either, &TICKET, NOW + 1).map(|(role, _)| role),
+        b.present(&either, &TICKET, NOW + 1, Some(A))
+            .map(|(role, _)| role),
         Ok(TpcRole::Dest)
     );
 }
@@ -323,17 +336,17 @@ fn a_daemon_at_both_ends_tells_its_roles_apart_by_ticket() {
         .unwrap();
     one.accept(&signed, &both(TpcRole::Dest), [2; 16]).unwrap();
     assert_eq!(
-        one.present(&signed, &[2; 16], NOW + 1)
+        one.present(&signed, &[2; 16], NOW + 1, Some(A))
             .map(|(role, _)| role),
         Ok(TpcRole::Dest)
     );
     assert_eq!(
-        one.present(&signed, &[1; 16], NOW + 1)
+        one.present(&signed, &[1; 16], NOW + 1, Some(A))
             .map(|(role, _)| role),
         Ok(TpcRole::Source)
     );
     assert_eq!(
-        one.present(&either, &[1; 16], NOW + 1),
+        one.present(&either, &[1; 16], NOW + 1, Some(A)),
         Err(Refusal::Unknown)
     );
 }

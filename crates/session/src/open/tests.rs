@@ -757,6 +757,7 @@ fn every_kind() -> Vec<ControlMsg> {
             network_elapsed_ms: 1,
             dialer_address: "10.47.0.2:40000".parse().unwrap(),
             peer_address: "10.47.0.1:4747".parse().unwrap(),
+            bytes_resumed: 0,
         },
         ControlMsg::TpcUnreachable {
             reason: "no route".into(),

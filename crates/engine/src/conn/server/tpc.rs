@@ -50,16 +50,18 @@ impl std::fmt::Debug for Role {
 }
 
 impl Tpc {
-    /// The other daemon presents `pass`: admitted once, for the end its
-    /// ticket was given for.
+    /// The other daemon presents `pass` on a connection where it showed
+    /// the certificate `shown`: admitted once, for the end its ticket was
+    /// given for, if it is the daemon the delegation names.
     pub(super) fn present(
         &self,
         pass: &PeerPass,
+        shown: Option<&str>,
     ) -> std::result::Result<(TpcRole, Delegation), Refusal> {
         self.ledger
             .lock()
             .expect("ledger")
-            .present(&pass.delegation, &pass.ticket, now_ms())
+            .present(&pass.delegation, &pass.ticket, now_ms(), shown)
     }
 
     /// What this end prepared for the delegation `nonce`.
@@ -243,11 +245,11 @@ pub(super) async fn serve_control(
         .lock()
         .expect("stops")
         .remove(&(d.nonce, role));
-    if !matches!(served, Ok(true)) {
+    if !matches!(served, Ok(Ended::Closed)) {
         let _ = stop.send(true);
     }
-    // A once server's one session was this copy: it ended well.
-    if let (Ok(_), Some(claim)) = (&served, claim) {
+    // A once server's one session was this copy, which it dialed.
+    if let (Ok(Ended::Copied), Some(claim)) = (&served, claim) {
         claim.succeeded();
     }
     served.map(|_| ())
@@ -263,6 +265,18 @@ fn describe(d: &Delegation) -> String {
     )
 }
 
+/// How an end's control connection with the client ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The client said it is done: the copy ended at the other end, and a
+    /// session the other opened with this one finishes.
+    Closed,
+    /// This end dialed, and the copy is done.
+    Copied,
+    /// The client went without a word.
+    ClientGone,
+}
+
 /// One end's control connection with the client after it accepted:
 /// dial when told (again after the other end was unreachable), until the
 /// client goes or the copy ends.
@@ -272,7 +286,7 @@ async fn serve_end(
     d: &Delegation,
     signed: SignedDelegation,
     role: TpcRole,
-) -> Result<bool> {
+) -> Result<Ended> {
     let (mut rd, mut wr) = control.split();
     // While this end waits to be used, it waits no longer than the
     // delegation may be presented; once the other end's session took it,
@@ -310,9 +324,9 @@ async fn serve_end(
             // The client went, or is done with this end.
             // The client said it is done (the copy ended at the other
             // end): a session that end opened with this one finishes.
-            Ok(ControlMsg::Close { .. }) => return Ok(true),
+            Ok(ControlMsg::Close { .. }) => return Ok(Ended::Closed),
             // The client went.
-            Err(_) => return Ok(false),
+            Err(_) => return Ok(Ended::ClientGone),
             Ok(other) => {
                 return Err(Error::Protocol(format!(
                     "expected TpcDial, got {:?}",
@@ -417,8 +431,9 @@ async fn serve_end(
                     network_elapsed_ms: o.stats.network_elapsed.as_millis() as u64,
                     dialer_address: o.local.unwrap_or(unknown),
                     peer_address: o.peer.unwrap_or(unknown),
+                    bytes_resumed: o.stats.bytes_resumed,
                 };
-                return wr.send(&done).await.map(|()| false);
+                return wr.send(&done).await.map(|()| Ended::Copied);
             }
             Err(DialError::Unreachable(reason)) => {
                 // No session: nobody answered.
@@ -438,8 +453,18 @@ async fn serve_end(
             Err(DialError::Failed(e)) => {
                 tracing::warn!("third-party copy failed: {e}");
                 // Whoever answered at an address the client gave, if it was
-                // not the daemon the delegation names, is not described.
+                // not the daemon the delegation names, is not described. The
+                // daemon it names refusing this end's certificate is said.
                 let told = match e.kind() {
+                    _ if crate::conn::tls::refused_our_certificate(&e) => Error::Tls(format!(
+                        "the other daemon refused this end's certificate{}: {e}",
+                        if ctx.once.is_some() {
+                            " (a tern started over ssh has none that a site's CA issued: \
+                                 --via-client relays through this host)"
+                        } else {
+                            ""
+                        }
+                    )),
                     crate::ErrorKind::Connect | crate::ErrorKind::Security => Error::Tls(
                         "the other daemon did not prove to be the one the delegation names".into(),
                     ),

@@ -160,10 +160,12 @@ fn name_of(end: &End, reached: &Endpoint) -> String {
     }
 }
 
+/// What went over the network (not what a resume found already there),
+/// over the network time.
 fn rate_bps(o: &TpcOutcome) -> f64 {
     let secs = o.network_elapsed.as_secs_f64();
     if secs > 0.0 {
-        o.bytes as f64 * 8.0 / secs
+        o.bytes.saturating_sub(o.bytes_resumed) as f64 * 8.0 / secs
     } else {
         0.0
     }
@@ -205,6 +207,7 @@ fn report_json(
             "client_bytes": o.client_bytes,
         },
         "bytes": o.bytes,
+        "bytes_resumed": o.bytes_resumed,
         "files": o.files,
         "streams": o.streams,
         "network_elapsed_s": o.network_elapsed.as_secs_f64(),
@@ -228,8 +231,15 @@ fn human(names: &Names, o: &TpcOutcome, elapsed_s: f64) -> String {
         Some(end) => format!(" (the {end} dials: ssh's tern lets in only this host)"),
         None => String::new(),
     };
+    let resumed = match o.bytes_resumed {
+        0 => String::new(),
+        n => format!(
+            " ({} of it resumed from an earlier attempt)",
+            human_bytes(n)
+        ),
+    };
     format!(
-        "copied {} in {} from {} to {} directly: {how}{why_this_way} over {} at {} \
+        "copied {}{resumed} in {} from {} to {} directly: {how}{why_this_way} over {} at {} \
          ({:.1} s on the network, {:.1} s in all)\nthis host only gave the order: {} on its two \
          control connections\n",
         human_bytes(o.bytes),
