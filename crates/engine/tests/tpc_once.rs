@@ -1,18 +1,21 @@
-//! Third-party copies with one end a once server, as ssh starts it for a
-//! `[USER@]HOST:PATH` location (in process, without ssh): the once end
-//! takes the client's token, then dials the daemon itself, so the data
-//! goes straight between them; nobody can make it be dialed.
+//! Third-party copies with an end that is a once server, as ssh starts it
+//! for a `[USER@]HOST:PATH` location (in process, without ssh): the once
+//! end takes the client's token, then its part of the copy as a daemon
+//! would; it dials the other end, or lets the other end's session in on
+//! the delegation, the ticket and that end's certificate.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tern_engine::client::{ClientOptions, Endpoint};
+use tern_engine::fsio::{FsSink, Root};
 use tern_engine::once::{OnceOptions, OnceServer};
 use tern_engine::server::{ServerOptions, serve};
+use tern_engine::session::open::PeerPass;
 use tern_engine::tls::ServerIdentity;
 use tern_engine::tpc::{
-    DEFAULT_TTL, Leg, TpcMode, TpcOptions, TpcRequest, delegation, sign, third_party,
+    DEFAULT_TTL, Dialing, Leg, TpcMode, TpcOptions, TpcRequest, delegation, dial, sign, third_party,
 };
 use tern_engine::transfer::Progress;
 use tern_proto::Protect;
@@ -127,7 +130,7 @@ async fn an_ssh_source_pushes_straight_to_the_daemon() {
     let opts = TpcOptions {
         client: client(),
         ttl: DEFAULT_TTL,
-        mode: TpcMode::Auto,
+        mode: TpcMode::Push,
         source_once: Some(a.client.clone()),
         dest_once: None,
     };
@@ -184,46 +187,98 @@ async fn an_ssh_destination_pulls_straight_from_the_daemon() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ssh_end_is_never_the_one_dialed() {
-    let sites = Sites::new(1 << 20, true);
+async fn a_daemon_dials_an_ssh_source_and_two_ssh_ends_copy_directly() {
+    let size = 8 << 20;
+    let sites = Sites::new(size, true);
     let b = daemon(sites.daemon_root.path(), sites.daemon_state.path()).await;
     let a = once(sites.home.path()).await;
-    let req = request(a.ep.clone(), b.clone());
-    // Asked for a pull, the client refuses before it connects anywhere.
-    let mut opts = TpcOptions {
+    let opts = |mode, source_once, dest_once| TpcOptions {
         client: client(),
         ttl: DEFAULT_TTL,
-        mode: TpcMode::Pull,
-        source_once: Some(a.client.clone()),
-        dest_once: None,
+        mode,
+        source_once,
+        dest_once,
     };
-    let e = third_party(&req, &opts, Arc::new(Progress::default()))
+    let pulled = third_party(
+        &request(a.ep.clone(), b),
+        &opts(TpcMode::Auto, Some(a.client.clone()), None),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        pulled.direction, "pull",
+        "the daemon dialed the once server"
+    );
+    assert_eq!(
+        file_difference(
+            sites.home.path().join("big.bin"),
+            sites.daemon_root.path().join("in/big.bin")
+        ),
+        None
+    );
+    a.ended().await.expect("dialed, its copy ended well");
+    // Two ssh ends: the destination's once server pulls from the source's.
+    let far = tempfile::tempdir().unwrap();
+    std::fs::create_dir(far.path().join("in")).unwrap();
+    let (a, b) = (once(sites.home.path()).await, once(far.path()).await);
+    let both = third_party(
+        &request(a.ep.clone(), b.ep.clone()),
+        &opts(
+            TpcMode::Auto,
+            Some(a.client.clone()),
+            Some(b.client.clone()),
+        ),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!((both.bytes, both.direction), (size, "pull"));
+    assert_eq!(
+        file_difference(
+            sites.home.path().join("big.bin"),
+            far.path().join("in/big.bin")
+        ),
+        None
+    );
+    a.ended()
         .await
-        .unwrap_err();
-    assert!(e.to_string().contains("--tpc push"), "{e}");
-    opts.dest_once = Some(a.client.clone());
-    opts.mode = TpcMode::Auto;
-    let e = third_party(&req, &opts, Arc::new(Progress::default()))
+        .expect("the source's once server ended well");
+    b.ended()
         .await
-        .unwrap_err();
-    assert!(e.to_string().contains("--via-client"), "{e}");
-    // A client that signs a delegation letting the destination dial the
-    // once server is refused by the once server itself, which then ends.
-    for dialer in [Dialer::Dest, Dialer::Either] {
-        let a = once(sites.home.path()).await;
-        let mut at_a = Leg::open(&a.ep, &a.client).await.unwrap();
-        let at_b = Leg::open(&b, &client()).await.unwrap();
-        let d = delegation(&req, (&at_a, &at_b), dialer, None, DEFAULT_TTL);
-        let e = at_a
-            .offer(TpcRole::Source, &sign(&d))
-            .await
-            .expect_err("a once server cannot be the end dialed");
-        assert!(
-            e.to_string().contains("cannot be dialed"),
-            "{dialer:?}: {e}"
-        );
-        assert!(a.ended().await.is_err(), "its one session failed");
-    }
-    drop(a);
-    assert!(!sites.daemon_root.path().join("in/big.bin").exists());
+        .expect("the destination's once server ended well");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_end_the_delegation_names_gets_into_a_once_server() {
+    let sites = Sites::new(1 << 20, true);
+    let a = once(sites.home.path()).await;
+    let b = daemon(sites.daemon_root.path(), sites.daemon_state.path()).await;
+    let mut at_a = Leg::open(&a.ep, &a.client).await.unwrap();
+    let at_b = Leg::open(&b, &client()).await.unwrap();
+    let req = request(a.ep.clone(), b.clone());
+    let d = delegation(&req, (&at_a, &at_b), Dialer::Dest, None, DEFAULT_TTL);
+    let signed = sign(&d);
+    let accepted = at_a.offer(TpcRole::Source, &signed).await.unwrap();
+    // The delegation and the ticket, without B's certificate: refused.
+    let pass = PeerPass {
+        delegation: signed,
+        ticket: accepted.ticket,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Dialing::Pull(Arc::new(
+        FsSink::new(Root::Ambient, dir.path().to_path_buf(), 1).unwrap(),
+    ));
+    let at = (a.ep.host.as_str(), a.ep.port, &[][..]);
+    let e = dial(&d, at, pass, client(), sink, Arc::new(Progress::default()))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("the daemon dialing showed no certificate"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    drop(at_a);
+    assert!(a.ended().await.is_err(), "its client left without a copy");
 }

@@ -523,6 +523,20 @@ impl ServerOpen {
                 self.state = ServerState::AwaitOpen;
                 Ok(Some(ServerEvent::TokenPresented))
             }
+            // The other end of a third-party copy this once server's client
+            // ordered presents its delegation and ticket instead of the
+            // token (the driver checks them, and the dialer's certificate).
+            (
+                ServerState::AwaitToken(_) | ServerState::AwaitOpen,
+                ControlMsg::PeerOpen { delegation, ticket },
+            ) if features.contains(Features::TPC) && !self.peer_presented => {
+                self.peer_presented = true;
+                self.state = ServerState::AwaitOpen;
+                Ok(Some(ServerEvent::PeerPresented(Box::new(PeerPass {
+                    delegation,
+                    ticket,
+                }))))
+            }
             (ServerState::AwaitToken(_), other) => Err(self.refuse(Error::Unauthorized(format!(
                 "this server needs its one-time token first, got {}",
                 name_of(&other)
@@ -532,16 +546,6 @@ impl ServerOpen {
             {
                 self.state = ServerState::Judging;
                 Ok(Some(ServerEvent::Tpc(role, Box::new(delegation))))
-            }
-            (ServerState::AwaitOpen, ControlMsg::PeerOpen { delegation, ticket })
-                if features.contains(Features::TPC) && !self.peer_presented =>
-            {
-                self.peer_presented = true;
-                self.state = ServerState::AwaitOpen;
-                Ok(Some(ServerEvent::PeerPresented(Box::new(PeerPass {
-                    delegation,
-                    ticket,
-                }))))
             }
             (ServerState::AwaitOpen, ControlMsg::SessionOpen(open)) => {
                 if features.contains(Features::TUNING) {

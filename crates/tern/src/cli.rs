@@ -441,16 +441,15 @@ pub struct CpArgs {
     /// (waiting 1 s, 2 s, 4 s, …); partial files resume where they stopped.
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub retries: u32,
-    /// Between two daemons: which one opens the data connections (the
-    /// destination pulls, the source pushes; auto: pull, else push). An
-    /// ssh end always dials (its tern lets in only this host).
+    /// Between two remote places: which one opens the data connections
+    /// (the destination pulls, the source pushes; auto: pull, else push).
     #[arg(long, value_enum, default_value_t = TpcArg::Auto)]
     pub tpc: TpcArg,
     /// Between two remote places (daemons or ssh hosts): carry the data
     /// through this host, pulled into a spool directory here and then
-    /// pushed on, for daemons that cannot reach each other (a copy between
-    /// two ssh hosts is relayed so anyway, as scp -3 does). Needs room for
-    /// the copy there; the spool is removed after.
+    /// pushed on, for places that cannot reach each other (a copy between
+    /// two ssh hosts with -z is relayed so anyway, as scp -3 does). Needs
+    /// room for the copy there; the spool is removed after.
     #[arg(long)]
     pub via_client: bool,
     /// Where --via-client keeps the copy between pulling and pushing

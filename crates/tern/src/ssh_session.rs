@@ -53,33 +53,7 @@ where
         Connect::Reverse => Some(Arc::new(Callback::new(listen_any().await?))),
         Connect::Forward => None,
     };
-    let connect_back = match &callback {
-        Some(cb) => Some(cb.port()?),
-        None => None,
-    };
-    let mut ssh = ssh.clone();
-    ssh.every_address = callback.is_none() && base.paths != PathChoice::Off;
-    let mut remote = match Remote::start(target, &ssh, connect_back).await {
-        // A remote tern from before multi-path: one path, as it can.
-        Err(e) if ssh.every_address && e.message.contains(EVERY_ADDRESS) => {
-            tracing::info!(
-                "the tern on {} cannot listen on every address: one path",
-                target.host
-            );
-            ssh.every_address = false;
-            Remote::start(target, &ssh, connect_back).await?
-        }
-        started => started?,
-    };
-    let ssh = &ssh;
-    let opts =
-        match options::vouched_by_ssh(base, ssh, &target.host, &remote.line, callback.clone()) {
-            Ok(opts) => opts,
-            Err(e) => {
-                remote.finish().await;
-                return Err(e.into());
-            }
-        };
+    let (mut remote, opts) = start_once(target, ssh, callback.clone(), base).await?;
     let ep = remote.endpoint().await;
     let ssh_time = started.elapsed();
     let session = session(ep, opts);
@@ -96,18 +70,96 @@ where
         None => session.await,
     };
     let said = remote.finish().await;
-    match result {
-        Ok(outcome) => Ok((outcome, ssh_time)),
-        // The peer's own error message says it all; otherwise what the
-        // remote logged may tell why the connection failed.
-        Err(e) if said.trim().is_empty() || matches!(e, tern_engine::Error::Peer { .. }) => {
+    explained(result, &[(target, said)]).map(|outcome| (outcome, ssh_time))
+}
+
+/// Runs `session` against two `tern serve --once` that ssh starts on
+/// `targets` (each connected to as [`with_once_server`] does, forward),
+/// and says how long ssh took to start them.
+pub async fn with_two_once_servers<T, F, Fut>(
+    targets: (&SshTarget, &SshTarget),
+    ssh: &SshOptions,
+    base: &ClientOptions,
+    session: F,
+) -> Result<(T, Duration)>
+where
+    F: FnOnce((Endpoint, ClientOptions), (Endpoint, ClientOptions)) -> Fut,
+    Fut: std::future::Future<Output = tern_engine::Result<T>>,
+{
+    let started = Instant::now();
+    let (remote_a, opts_a) = start_once(targets.0, ssh, None, base).await?;
+    let (remote_b, opts_b) = match start_once(targets.1, ssh, None, base).await {
+        Ok(started) => started,
+        Err(e) => {
+            remote_a.finish().await;
+            return Err(e);
+        }
+    };
+    let a = (remote_a.endpoint().await, opts_a);
+    let b = (remote_b.endpoint().await, opts_b);
+    let ssh_time = started.elapsed();
+    let result = session(a, b).await;
+    let said = [
+        (targets.0, remote_a.finish().await),
+        (targets.1, remote_b.finish().await),
+    ];
+    explained(result, &said).map(|outcome| (outcome, ssh_time))
+}
+
+/// Starts `tern serve --once` on `target` through ssh (connecting back to
+/// `callback` in reverse mode), and the options that reach it.
+async fn start_once(
+    target: &SshTarget,
+    ssh: &SshOptions,
+    callback: Option<Arc<Callback>>,
+    base: &ClientOptions,
+) -> Result<(Remote, ClientOptions)> {
+    let connect_back = match &callback {
+        Some(cb) => Some(cb.port()?),
+        None => None,
+    };
+    let mut ssh = ssh.clone();
+    ssh.every_address = callback.is_none() && base.paths != PathChoice::Off;
+    let remote = match Remote::start(target, &ssh, connect_back).await {
+        // A remote tern from before multi-path: one path, as it can.
+        Err(e) if ssh.every_address && e.message.contains(EVERY_ADDRESS) => {
+            tracing::info!(
+                "the tern on {} cannot listen on every address: one path",
+                target.host
+            );
+            ssh.every_address = false;
+            Remote::start(target, &ssh, connect_back).await?
+        }
+        started => started?,
+    };
+    match options::vouched_by_ssh(base, &ssh, &target.host, &remote.line, callback) {
+        Ok(opts) => Ok((remote, opts)),
+        Err(e) => {
+            remote.finish().await;
             Err(e.into())
         }
-        Err(e) => Err(anyhow::Error::new(e).context(format!(
-            "via ssh to {} (the remote tern said: {})",
-            target.host,
-            said.trim().replace('\n', " | ")
-        ))),
+    }
+}
+
+/// A session's result, its error with what the remote terns logged when
+/// that may tell why a connection failed.
+fn explained<T>(result: tern_engine::Result<T>, said: &[(&SshTarget, String)]) -> Result<T> {
+    let told: Vec<String> = said
+        .iter()
+        .filter(|(_, s)| !s.trim().is_empty())
+        .map(|(t, s)| {
+            format!(
+                "via ssh to {} (the remote tern said: {})",
+                t.host,
+                s.trim().replace('\n', " | ")
+            )
+        })
+        .collect();
+    match result {
+        Ok(outcome) => Ok(outcome),
+        // The peer's own error message says it all.
+        Err(e) if told.is_empty() || matches!(e, tern_engine::Error::Peer { .. }) => Err(e.into()),
+        Err(e) => Err(anyhow::Error::new(e).context(told.join("; "))),
     }
 }
 

@@ -736,8 +736,11 @@ fn a_copy_from_an_ssh_host_to_a_daemon_goes_straight_to_the_daemon() {
     ok(&out);
     let v = json(&out);
     assert_eq!(v["direction"], "third-party", "{v}");
-    assert_eq!(v["tpc"]["mode"], "push", "the ssh end dials: {v}");
-    assert_eq!(v["tpc"]["ssh_end"], "source", "{v}");
+    assert_eq!(
+        v["tpc"]["mode"], "pull",
+        "the daemon dials the ssh end: {v}"
+    );
+    assert_eq!(v["tpc"]["ssh_ends"], serde_json::json!(["source"]), "{v}");
     assert_eq!(v["bytes"], size, "{v}");
     // The client's two control connections, nowhere near the file.
     let through_client = v["tpc"]["client_bytes"].as_u64().unwrap();
@@ -754,7 +757,7 @@ fn a_copy_from_an_ssh_host_to_a_daemon_goes_straight_to_the_daemon() {
 }
 
 #[test]
-fn a_copy_from_a_daemon_to_an_ssh_host_is_pulled_by_the_ssh_end() {
+fn a_copy_from_a_daemon_to_an_ssh_host_goes_either_way() {
     let s = sshd_or_skip!();
     std::fs::create_dir_all(s.p("daemon-root")).unwrap();
     let data = random_file(&s.p("daemon-root/run8.bin"), 2 << 20);
@@ -764,14 +767,14 @@ fn a_copy_from_a_daemon_to_an_ssh_host_is_pulled_by_the_ssh_end() {
     ok(&out);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
-        said.contains("directly") && said.contains("the destination dials"),
+        said.contains("directly") && said.contains("pulled from"),
         "{said}"
     );
     assert_eq!(
         content_difference(s.p("home/incoming/run8.bin"), &data),
         None
     );
-    // Told to have the daemon dial the ssh end, it refuses before ssh.
+    // Told to, the daemon dials the ssh end's tern and pushes.
     let out = s.run(&[
         "cp",
         "--tpc",
@@ -779,16 +782,19 @@ fn a_copy_from_a_daemon_to_an_ssh_host_is_pulled_by_the_ssh_end() {
         &daemon.url("run8.bin"),
         "root@127.0.0.1:incoming/again.bin",
     ]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--tpc pull"), "{err}");
-    assert!(!s.p("home/incoming/again.bin").exists());
+    ok(&out);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("pushed to"), "{said}");
+    assert_eq!(
+        content_difference(s.p("home/incoming/again.bin"), &data),
+        None
+    );
     drop(daemon);
     s.assert_nothing_left(Duration::from_secs(5));
 }
 
 #[test]
-fn a_copy_between_two_ssh_hosts_is_relayed_through_this_host() {
+fn a_copy_between_two_ssh_hosts_goes_straight_between_them() {
     let s = sshd_or_skip!();
     let data = random_file(&s.p("home/run9.bin"), 3 << 20);
     std::fs::create_dir_all(s.p("home/copies")).unwrap();
@@ -800,9 +806,14 @@ fn a_copy_between_two_ssh_hosts_is_relayed_through_this_host() {
     ]);
     ok(&out);
     let v = json(&out);
-    assert_eq!(v["direction"], "relay", "{v}");
-    assert_eq!(v["relay"]["pull"]["via"], "ssh", "{v}");
-    assert_eq!(v["relay"]["push"]["via"], "ssh", "{v}");
+    assert_eq!(v["direction"], "third-party", "{v}");
+    assert_eq!(
+        v["tpc"]["ssh_ends"],
+        serde_json::json!(["source", "destination"]),
+        "{v}"
+    );
+    let through_client = v["tpc"]["client_bytes"].as_u64().unwrap();
+    assert!(through_client < 1 << 20, "{through_client} bytes: {v}");
     assert_eq!(content_difference(s.p("home/copies/run9.bin"), &data), None);
     s.assert_nothing_left(Duration::from_secs(5));
 }

@@ -46,7 +46,7 @@ fn a_gib_goes_from_daemon_to_daemon_and_the_client_moves_under_64_mib() {
 }
 
 #[test]
-fn one_fingerprint_for_two_daemons_is_refused_and_ssh_ends_dial_or_are_relayed() {
+fn one_fingerprint_for_two_daemons_is_refused_and_reversed_ssh_ends_are_relayed() {
     let env = Env::new();
     let a = env.server();
     let pinned = env.run(&["cp", "--fingerprint", "SHA256:x", &a.url("f"), &a.url("g")]);
@@ -63,15 +63,12 @@ fn one_fingerprint_for_two_daemons_is_refused_and_ssh_ends_dial_or_are_relayed()
         "{}",
         stderr(&mptcp)
     );
-    // An ssh end always dials: told otherwise, refused before ssh starts.
-    let told = ["cp", "--tpc", "push", &a.url("f"), "somehost:/tmp/g"];
-    let ssh = env.run(&told);
-    assert_eq!(ssh.status.code(), Some(2), "{}", stderr(&ssh));
-    assert!(stderr(&ssh).contains("--tpc pull"), "{}", stderr(&ssh));
-    // Two ssh ends cannot reach each other: relayed, saying so (here ssh
-    // is `false`, so the relay's first leg fails).
+    // Two ssh ends whose terns only dial this host (-z) cannot reach each
+    // other: relayed, saying so (here ssh is `false`, so the relay's first
+    // leg fails).
     let both = [
         "cp",
+        "-z",
         "--ssh",
         "false",
         "somehost:/tmp/f",

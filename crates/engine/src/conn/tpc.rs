@@ -8,10 +8,10 @@
 //! ([`dial`]). The data never passes through the client. The daemons'
 //! side is `conn::server::tpc`; PROTOCOL.md §8.13 is the protocol.
 //!
-//! One end may be a once server that ssh started (`[USER@]HOST:PATH`,
+//! Either end may be a once server that ssh started (`[USER@]HOST:PATH`,
 //! `conn::once`): it takes the client's token first and then the copy as
-//! a daemon would, but it lets in nobody else, so it is always the end
-//! that dials.
+//! a daemon would; the other end's session it lets in on the delegation,
+//! the ticket and that end's certificate instead of the token.
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -74,39 +74,10 @@ pub struct TpcOptions {
     pub mode: TpcMode,
     /// How the source is reached when it is a once server started over
     /// ssh (its certificate as ssh vouched for it, its token), instead of
-    /// `client`. Such an end dials: the copy is a push.
+    /// `client`.
     pub source_once: Option<ClientOptions>,
-    /// The same for the destination (the copy is a pull).
+    /// The same for the destination.
     pub dest_once: Option<ClientOptions>,
-}
-
-impl TpcOptions {
-    /// Who dials, as `mode` asks and a once end allows: a once server lets
-    /// in only the client whose token it printed, so it cannot be dialed.
-    pub fn resolved_mode(&self) -> Result<TpcMode> {
-        let refused = |end: &str, flag: &str| {
-            Err(Error::BadRequest(format!(
-                "the {end} is a tern started over ssh, which lets in only this client: it dials \
-                 the other end itself, so the copy is a {flag} (--tpc {flag} or auto)"
-            )))
-        };
-        match (
-            self.source_once.is_some(),
-            self.dest_once.is_some(),
-            self.mode,
-        ) {
-            (true, true, _) => Err(Error::BadRequest(
-                "two ends started over ssh cannot reach each other directly: neither lets the \
-                 other in (--via-client relays through this host)"
-                    .into(),
-            )),
-            (true, false, TpcMode::Pull) => refused("source", "push"),
-            (false, true, TpcMode::Push) => refused("destination", "pull"),
-            (true, false, _) => Ok(TpcMode::Push),
-            (false, true, _) => Ok(TpcMode::Pull),
-            (false, false, mode) => Ok(mode),
-        }
-    }
 }
 
 /// What a third-party copy did.
@@ -376,7 +347,7 @@ pub async fn third_party(
     progress: Arc<Progress>,
 ) -> Result<TpcOutcome> {
     let started = Instant::now();
-    let mode = opts.resolved_mode()?;
+    let mode = opts.mode;
     let (mut a, mut b) = tokio::try_join!(
         Leg::open(
             &req.source,
@@ -413,12 +384,8 @@ pub async fn third_party(
                     continue;
                 }
                 Followed::Unreachable(why) => {
-                    let instead = match opts.dest_once {
-                        Some(_) => "--via-client relays through this host instead",
-                        None => "--tpc push has the source dial instead",
-                    };
                     return Err(Error::BadRequest(format!(
-                        "{} cannot reach {}: {why} ({instead})",
+                        "{} cannot reach {}: {why} (--tpc push has the source dial instead)",
                         b.name, a.name
                     )));
                 }
@@ -428,12 +395,8 @@ pub async fn third_party(
         match a.follow(&mut b, &progress).await? {
             Followed::Done(done) => break (done, "push"),
             Followed::Unreachable(why) => {
-                let instead = match opts.source_once {
-                    Some(_) => " (--via-client relays through this host instead)",
-                    None => "",
-                };
                 return Err(Error::BadRequest(format!(
-                    "{} cannot reach {}: {why}{}{instead}",
+                    "{} cannot reach {}: {why}{} (--via-client relays through this host)",
                     a.name,
                     b.name,
                     pull_failed.map_or(String::new(), |p| format!(", nor the other way: {p}"))

@@ -892,11 +892,16 @@ fn the_server_refuses_a_wrong_message_in_every_state_and_then_everything() {
                 continue;
             }
             // A third-party copy's openings are due here too (tested below).
-            let third_party = matches!(
-                msg,
-                ControlMsg::TpcOpen { .. } | ControlMsg::PeerOpen { .. }
-            );
-            if at == At::Open && third_party {
+            let due_here = match at {
+                At::Open => matches!(
+                    msg,
+                    ControlMsg::TpcOpen { .. } | ControlMsg::PeerOpen { .. }
+                ),
+                // The other end of a once server's third-party copy.
+                At::Token => matches!(msg, ControlMsg::PeerOpen { .. }),
+                _ => false,
+            };
+            if due_here {
                 continue;
             }
             let mut s = server_at(at);
@@ -1705,6 +1710,35 @@ fn a_third_party_request_is_handed_to_the_driver_and_accepted_with_a_ticket() {
             ticket: ONCE,
         })
         .unwrap();
+    assert!(
+        server
+            .handle(ControlMsg::TpcOpen {
+                role: TpcRole::Source,
+                delegation: a_signed_delegation(),
+            })
+            .is_err()
+    );
+}
+
+#[test]
+fn a_once_server_takes_the_other_end_of_its_copy_instead_of_its_token() {
+    let mut server = ServerOpen::new(negotiated(Features::ALL), once_policy()).unwrap();
+    let event = server
+        .handle(ControlMsg::PeerOpen {
+            delegation: a_signed_delegation(),
+            ticket: TOKEN,
+        })
+        .unwrap();
+    assert!(matches!(event, Some(ServerEvent::PeerPresented(_))));
+    // Neither the token nor a copy of its own after that.
+    let mut again = ServerOpen::new(negotiated(Features::ALL), once_policy()).unwrap();
+    again
+        .handle(ControlMsg::PeerOpen {
+            delegation: a_signed_delegation(),
+            ticket: TOKEN,
+        })
+        .unwrap();
+    assert!(again.handle(ControlMsg::TokenAuth { token: ONCE }).is_err());
     assert!(
         server
             .handle(ControlMsg::TpcOpen {

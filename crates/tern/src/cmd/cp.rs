@@ -102,14 +102,18 @@ pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
     }
     let remote_to_remote =
         !matches!(dst, Location::Local(_)) && !matches!(sources, Sources::Local(_));
-    let both_ssh = matches!(dst, Location::Ssh { .. }) && matches!(sources, Sources::Ssh(..));
-    if remote_to_remote && both_ssh && !args.via_client {
+    // In reverse mode (-z) each tern ssh starts dials this host, so two of
+    // them cannot reach each other.
+    let both_ssh_reversed = args.ssh.reverse_connect
+        && matches!(dst, Location::Ssh { .. })
+        && matches!(sources, Sources::Ssh(..));
+    if remote_to_remote && both_ssh_reversed && !args.via_client {
         console.note(
-            "two ssh locations cannot reach each other directly (the tern ssh starts at each \
-             lets in only this host): relaying through this host, as scp -3 does (--via-client)",
+            "with -z the terns ssh starts at two ssh locations only dial this host: relaying \
+             through this host, as scp -3 does (--via-client)",
         );
     }
-    if args.via_client || (remote_to_remote && both_ssh) {
+    if args.via_client || (remote_to_remote && both_ssh_reversed) {
         return relay(&args, &dst, sources, &console, started).await;
     }
     if remote_to_remote {

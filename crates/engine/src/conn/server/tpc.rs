@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 
 use tern_proto::ControlMsg;
-use tern_proto::delegation::{Delegation, Dialer, SignedDelegation, TpcRole};
+use tern_proto::delegation::{Delegation, SignedDelegation, TpcRole};
 use tern_session::delegation::{Connection, Ledger, Refusal};
 use tern_session::open::PeerPass;
 
@@ -151,20 +151,6 @@ pub(super) async fn serve_control(
         Ok(d) => d,
         Err(r) => return Err(open::refuse(&mut control, refused(r), Linger::No).await),
     };
-    // A once server lets in nobody but its client, so it can only be the
-    // end that dials.
-    let dials = matches!(
-        (d.dialer, role),
-        (Dialer::Source, TpcRole::Source) | (Dialer::Dest, TpcRole::Dest)
-    );
-    if ctx.once.is_some() && !dials {
-        let e = Error::Unauthorized(
-            "a tern started over ssh lets in only its client: it dials the other end, and \
-             cannot be dialed"
-                .into(),
-        );
-        return Err(open::refuse(&mut control, e, Linger::No).await);
-    }
     let mode = tern_session::delegation::session_at(&d, role);
     // The client's own rights decide, as for a pull or push of its own.
     let asked = SessionOpen {
@@ -248,8 +234,9 @@ pub(super) async fn serve_control(
     if !matches!(served, Ok(Ended::Closed)) {
         let _ = stop.send(true);
     }
-    // A once server's one session was this copy, which it dialed.
-    if let (Ok(Ended::Copied), Some(claim)) = (&served, claim) {
+    // A once server's one session was this copy: done when it dialed and
+    // copied, or when the client says the copy it was dialed for ended.
+    if let (Ok(Ended::Copied | Ended::Closed), Some(claim)) = (&served, claim) {
         claim.succeeded();
     }
     served.map(|_| ())

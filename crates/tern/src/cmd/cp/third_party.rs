@@ -1,15 +1,15 @@
 //! `tern cp tern://A/PATH tern://B/PATH`: a third-party copy, straight
 //! from daemon A to daemon B; this host only orders it (PROTOCOL.md §8.13).
-//! One end may be an ssh location: ssh starts a tern there (`tern serve
-//! --once`), which takes the copy from this host and dials the daemon
-//! itself.
+//! Either end may be an ssh location: ssh starts a tern there (`tern
+//! serve --once`), which takes its part of the copy from this host as a
+//! daemon would.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use serde_json::json;
-use tern_engine::client::Endpoint;
+use tern_engine::client::{ClientOptions, Endpoint};
 use tern_engine::tpc::{DEFAULT_TTL, TpcMode, TpcOptions, TpcOutcome, TpcRequest, third_party};
 use tern_engine::transfer::Progress;
 
@@ -19,7 +19,7 @@ use crate::error::usage;
 use crate::location::SshTarget;
 use crate::options;
 use crate::size::{count, human_bytes, human_rate};
-use crate::ssh_session::{connect_of, with_once_server};
+use crate::ssh_session::{connect_of, with_once_server, with_two_once_servers};
 
 /// One end of a third-party copy.
 pub enum End {
@@ -60,21 +60,18 @@ pub async fn run(
              advertise to each other)"
         ));
     }
-    let client = options::third_party_options(args)?;
     let opts = TpcOptions {
-        // Placeholders until ssh has started the once server: they say
-        // which end it is, which decides who dials.
-        source_once: source.ssh().map(|_| client.clone()),
-        dest_once: dest.ssh().map(|_| client.clone()),
-        client,
+        client: options::third_party_options(args)?,
         ttl: DEFAULT_TTL,
         mode: match args.tpc {
             TpcArg::Pull => TpcMode::Pull,
             TpcArg::Push => TpcMode::Push,
             TpcArg::Auto => TpcMode::Auto,
         },
+        // Set once ssh has started the tern at an ssh end.
+        source_once: None,
+        dest_once: None,
     };
-    opts.resolved_mode().map_err(|e| usage(e.to_string()))?;
     let unknown = || Endpoint {
         host: String::new(),
         port: 0,
@@ -91,38 +88,49 @@ pub async fn run(
         dest_path,
     };
     let display = console.progress(progress, None);
-    let outcome = match source.ssh().or(dest.ssh()) {
-        None => third_party(&req, &opts, progress.clone())
-            .await
-            .map_err(anyhow::Error::from),
-        Some(target) => {
-            let ssh = options::copy_ssh_options(args)?;
-            let at_source = source.ssh().is_some();
-            let run = |ep: Endpoint, once| {
-                let (mut req, mut opts) = (req.clone(), opts.clone());
-                if at_source {
-                    (req.source, opts.source_once) = (ep, Some(once));
-                } else {
-                    (req.dest, opts.dest_once) = (ep, Some(once));
-                }
-                let progress = progress.clone();
-                async move {
-                    let outcome = third_party(&req, &opts, progress).await?;
-                    Ok((outcome, req))
-                }
-            };
-            let connect = connect_of(&args.ssh);
-            with_once_server(target, &ssh, connect, &opts.client, run)
-                .await
-                .map(
-                    |((mut outcome, ran), ssh_time): ((TpcOutcome, TpcRequest), Duration)| {
-                        outcome.setup += ssh_time;
-                        req = ran;
-                        outcome
-                    },
-                )
+    // Each ssh end's once server, as the client reaches it.
+    let ordered = |source_once: Option<(Endpoint, ClientOptions)>,
+                   dest_once: Option<(Endpoint, ClientOptions)>| {
+        let (mut req, mut opts) = (req.clone(), opts.clone());
+        if let Some((ep, once)) = source_once {
+            (req.source, opts.source_once) = (ep, Some(once));
+        }
+        if let Some((ep, once)) = dest_once {
+            (req.dest, opts.dest_once) = (ep, Some(once));
+        }
+        let progress = progress.clone();
+        async move {
+            let outcome = third_party(&req, &opts, progress).await?;
+            Ok((outcome, req))
         }
     };
+    let ssh = options::copy_ssh_options(args)?;
+    let connect = connect_of(&args.ssh);
+    let ran = match (source.ssh(), dest.ssh()) {
+        (None, None) => ordered(None, None)
+            .await
+            .map(|ran| (ran, Duration::ZERO))
+            .map_err(anyhow::Error::from),
+        (Some(target), None) => {
+            let run = |ep, once| ordered(Some((ep, once)), None);
+            with_once_server(target, &ssh, connect, &opts.client, run).await
+        }
+        (None, Some(target)) => {
+            let run = |ep, once| ordered(None, Some((ep, once)));
+            with_once_server(target, &ssh, connect, &opts.client, run).await
+        }
+        (Some(a), Some(b)) => {
+            let run = |at_a, at_b| ordered(Some(at_a), Some(at_b));
+            with_two_once_servers((a, b), &ssh, &opts.client, run).await
+        }
+    };
+    let outcome = ran.map(
+        |((mut outcome, ran), ssh_time): ((TpcOutcome, TpcRequest), Duration)| {
+            outcome.setup += ssh_time;
+            req = ran;
+            outcome
+        },
+    );
     display.finish();
     let outcome = outcome?;
     let elapsed = started.elapsed();
@@ -134,10 +142,10 @@ pub async fn run(
     let names = Names {
         source: name_of(&source, &req.source),
         dest: name_of(&dest, &req.dest),
-        ssh: source
-            .ssh()
-            .map(|_| "source")
-            .or(dest.ssh().map(|_| "destination")),
+        ssh: [("source", &source), ("destination", &dest)]
+            .into_iter()
+            .filter_map(|(role, end)| end.ssh().map(|_| role))
+            .collect(),
     };
     console.result(
         &report_json(&req, &names, &outcome, chosen, elapsed.as_secs_f64()),
@@ -146,11 +154,11 @@ pub async fn run(
     Ok(())
 }
 
-/// How the report names the two ends, and which one ssh reached.
+/// How the report names the two ends, and which ones ssh reached.
 struct Names {
     source: String,
     dest: String,
-    ssh: Option<&'static str>,
+    ssh: Vec<&'static str>,
 }
 
 fn name_of(end: &End, reached: &Endpoint) -> String {
@@ -186,7 +194,7 @@ fn report_json(
             "dialer": if o.direction == "pull" { "destination" } else { "source" },
             "chosen_by": chosen,
             "pull_failed": o.pull_failed,
-            "ssh_end": names.ssh,
+            "ssh_ends": names.ssh,
             "source": {
                 "endpoint": req.source.host_port(),
                 "name": names.source,
@@ -227,10 +235,6 @@ fn human(names: &Names, o: &TpcOutcome, elapsed_s: f64) -> String {
         ),
         _ => format!("{} pushed to {}", o.data_path.0.ip(), o.data_path.1),
     };
-    let why_this_way = match names.ssh {
-        Some(end) => format!(" (the {end} dials: ssh's tern lets in only this host)"),
-        None => String::new(),
-    };
     let resumed = match o.bytes_resumed {
         0 => String::new(),
         n => format!(
@@ -239,7 +243,7 @@ fn human(names: &Names, o: &TpcOutcome, elapsed_s: f64) -> String {
         ),
     };
     format!(
-        "copied {}{resumed} in {} from {} to {} directly: {how}{why_this_way} over {} at {} \
+        "copied {}{resumed} in {} from {} to {} directly: {how} over {} at {} \
          ({:.1} s on the network, {:.1} s in all)\nthis host only gave the order: {} on its two \
          control connections\n",
         human_bytes(o.bytes),
