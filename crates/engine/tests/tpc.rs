@@ -459,6 +459,36 @@ async fn an_end_dials_once_and_says_only_that_it_could_not_reach() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_daemon_at_the_name_given_is_passed_over_for_the_next_address() {
+    let pair = Pair::new(2 << 20).await;
+    let (mut a, mut b, at_a, _) = pair.offered().await;
+    let stranger_root = tempfile::tempdir().unwrap();
+    let stranger = daemon(stranger_root.path()).await;
+    // The name the client gives reaches a daemon that is not A; A's own
+    // address comes next.
+    let via = Accepted {
+        ticket: at_a.ticket,
+        addresses: vec![format!("127.0.0.1:{}", pair.a.ep.port).parse().unwrap()],
+    };
+    b.order_dial(&stranger.ep, &via, &session_of(&client()))
+        .await
+        .unwrap();
+    let done = b.follow(&mut a, &Progress::default()).await.unwrap();
+    assert!(matches!(done, Followed::Done(_)), "{done:?}");
+    assert_eq!(
+        file_difference(
+            pair.a_root.path().join("big.bin"),
+            pair.b_root.path().join("in/big.bin")
+        ),
+        None
+    );
+    assert!(
+        stranger.live.recent().is_empty(),
+        "nothing was opened at the stranger"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemons_session_runs_with_the_clients_choices() {
     let size = 6 << 20;
     let pair = Pair::new(size).await;

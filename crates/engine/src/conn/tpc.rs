@@ -516,17 +516,27 @@ pub async fn dial(
         .await;
         match reachable {
             Ok(Ok(_)) => {
-                let copied = match dialing {
+                let copied = match &dialing {
                     Dialing::Pull(sink) => {
-                        let sources = d.sources.clone();
+                        let (sources, sink) = (d.sources.clone(), sink.clone());
+                        let progress = progress.clone();
                         client::pull_into(ep, &opts, sources, d.recursive, sink, progress).await
                     }
                     Dialing::Push(source) => {
                         let to = (d.dest_path.clone(), d.top_level);
+                        let (source, progress) = (source.clone(), progress.clone());
                         client::push_from(ep, &opts, source, to, progress).await
                     }
                 };
-                return copied.map_err(DialError::Failed);
+                match copied {
+                    // Another daemon answered here (its certificate is not
+                    // the one named): nothing was presented to it, so the
+                    // next address may be the one.
+                    Err(Error::FingerprintMismatch { .. }) => {
+                        tried.push(format!("{}: another daemon", ep.host_port()));
+                    }
+                    copied => return copied.map_err(DialError::Failed),
+                }
             }
             Ok(Err(e)) => tried.push(format!("{}: {e}", ep.host_port())),
             Err(_) => tried.push(format!("{}: timed out", ep.host_port())),
