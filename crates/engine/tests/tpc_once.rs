@@ -282,3 +282,118 @@ async fn only_the_end_the_delegation_names_gets_into_a_once_server() {
     drop(at_a);
     assert!(a.ended().await.is_err(), "its client left without a copy");
 }
+
+/// A CA of a site, and certificates it issues, as PEM files in `dir`.
+struct SiteCa {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl SiteCa {
+    fn new(dir: &Path) -> SiteCa {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyUsagePurpose};
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "Site CA");
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let cert = params.self_signed(&key).unwrap();
+        std::fs::write(dir.join("ca.pem"), cert.pem()).unwrap();
+        SiteCa { cert, key }
+    }
+
+    /// NAME.pem and NAME.key in `dir`, for `cn`, usable as `ekus` say.
+    fn issue(
+        &self,
+        dir: &Path,
+        name: &str,
+        cn: &str,
+        ekus: Vec<rcgen::ExtendedKeyUsagePurpose>,
+    ) -> (std::path::PathBuf, std::path::PathBuf) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name
+            .push(rcgen::DnType::OrganizationName, "Example");
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        p.subject_alt_names
+            .push(rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap()));
+        p.extended_key_usages = ekus;
+        let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
+        let (c, k) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_daemon_that_refuses_the_ssh_ends_certificate_pushes_to_it_instead() {
+    use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+    use tern_engine::authz::Authz;
+    use tern_engine::server::SiteAuth;
+    use tern_engine::tls::{ClientCert, load_roots};
+    let pki = tempfile::tempdir().unwrap();
+    let ca = SiteCa::new(pki.path());
+    let host = ca.issue(
+        pki.path(),
+        "host",
+        "dtn.example.org",
+        vec![ServerAuth, ClientAuth],
+    );
+    let alice = ca.issue(pki.path(), "alice", "Alice", vec![ClientAuth]);
+    // The site daemon: certificates of its CA only, Alice may read public/.
+    let site_root = tempfile::tempdir().unwrap();
+    std::fs::create_dir(site_root.path().join("public")).unwrap();
+    seeded_random_file(&site_root.path().join("public/big.bin"), 3 << 20, 5);
+    let identity = ServerIdentity::from_pem(&host.0, &host.1).unwrap();
+    let roots = load_roots(&pki.path().join("ca.pem")).unwrap();
+    let mut opts = ServerOptions::new(site_root.path().to_path_buf());
+    opts.site = Some(SiteAuth {
+        client_roots: roots.clone(),
+        authz: Arc::new(Authz::parse("\"/O=Example/CN=Alice\" public r\n").unwrap()),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let site = Endpoint {
+        host: "127.0.0.1".into(),
+        port: listener.local_addr().unwrap().port(),
+    };
+    tokio::spawn(async move { serve(listener, &identity, opts, std::future::pending()).await });
+    // Alice's client trusts the site's CA; the destination is an ssh end.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join("in")).unwrap();
+    let b = once(home.path()).await;
+    let mut as_alice = client();
+    as_alice.trust = tern_engine::client::Trust::Ca(roots);
+    as_alice.client_cert = Some(ClientCert::from_pem(&alice.0, &alice.1).unwrap());
+    let mut req = request(site, b.ep.clone());
+    req.sources = vec!["public/big.bin".into()];
+    let opts = TpcOptions {
+        client: as_alice,
+        ttl: DEFAULT_TTL,
+        mode: TpcMode::Auto,
+        source_once: None,
+        dest_once: Some(b.client.clone()),
+    };
+    let outcome = third_party(&req, &opts, Arc::new(Progress::default()))
+        .await
+        .unwrap();
+    // The ssh end could not get into the site daemon, and was told why;
+    // the site daemon dialed it instead.
+    assert_eq!(outcome.direction, "push");
+    let why = outcome.pull_failed.clone().unwrap_or_default();
+    assert!(why.contains("refused this end's certificate"), "{why}");
+    assert_eq!(
+        file_difference(
+            site_root.path().join("public/big.bin"),
+            home.path().join("in/big.bin")
+        ),
+        None
+    );
+    b.ended().await.expect("its copy ended well");
+}

@@ -447,6 +447,10 @@ pub enum DialError {
     /// No connection could be opened to the other daemon at any address:
     /// nothing was presented, and the other may dial instead.
     Unreachable(String),
+    /// The other daemon proved to be the one named, then refused this
+    /// end's certificate (a site daemon and a CA that did not issue it):
+    /// nothing was presented, and the other may dial instead.
+    Refused(String),
     /// The session failed once it was opened (the pass is spent).
     Failed(Error),
 }
@@ -455,6 +459,9 @@ impl std::fmt::Display for DialError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DialError::Unreachable(why) => write!(f, "the other daemon is unreachable: {why}"),
+            DialError::Refused(why) => {
+                write!(f, "the other daemon refused this end's certificate: {why}")
+            }
             DialError::Failed(e) => e.fmt(f),
         }
     }
@@ -534,6 +541,9 @@ pub async fn dial(
                     // next address may be the one.
                     Err(Error::FingerprintMismatch { .. }) => {
                         tried.push(format!("{}: another daemon", ep.host_port()));
+                    }
+                    Err(e) if crate::conn::tls::refused_our_certificate(&e) => {
+                        return Err(DialError::Refused(e.to_string()));
                     }
                     copied => return copied.map_err(DialError::Failed),
                 }

@@ -422,19 +422,30 @@ async fn serve_end(
                 };
                 return wr.send(&done).await.map(|()| Ended::Copied);
             }
-            Err(DialError::Unreachable(reason)) => {
-                // No session: nobody answered.
+            Err(unreached @ (DialError::Unreachable(_) | DialError::Refused(_))) => {
+                // No session: nobody answered, or the other daemon would
+                // not let this one in.
                 if let Some(live) = live {
                     live.forget();
                 }
                 // Nothing was presented: this end is still whole. The
                 // client learns that, not what answered where.
-                tracing::warn!("third-party copy: the other daemon is unreachable: {reason}");
+                tracing::warn!("third-party copy: {unreached}");
                 ctx.tpc.hold(d.nonce, role, prepared);
-                let reason = format!(
-                    "no connection to the other daemon at any of the {} address(es) given",
-                    addresses.len() + 1
-                );
+                let reason = match unreached {
+                    DialError::Refused(_) => format!(
+                        "the other daemon refused this end's certificate{}",
+                        if ctx.once.is_some() {
+                            " (a tern started over ssh has none that a site's CA issued)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    _ => format!(
+                        "no connection to the other daemon at any of the {} address(es) given",
+                        addresses.len() + 1
+                    ),
+                };
                 wr.send(&ControlMsg::TpcUnreachable { reason }).await?;
             }
             Err(DialError::Failed(e)) => {
