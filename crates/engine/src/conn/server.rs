@@ -459,6 +459,9 @@ struct Requested<'a> {
     /// The third-party copy whose other end opens this session, and this
     /// daemon's end of it.
     delegated: Option<([u8; 16], TpcRole)>,
+    /// When that end pushes into this one: the names the delegation lets
+    /// it announce (its sources'), and nothing else.
+    pushed: Option<crate::store::expect::Requested>,
 }
 
 /// Exchanges hellos and reads the session request (and a once server's
@@ -502,6 +505,7 @@ async fn read_request<'a>(
     };
     let mut claim = None;
     let mut delegated = None;
+    let mut pushed = None;
     loop {
         let deadline = Some(handshaking.deadline);
         match open::expect(&mut control, &mut opening, deadline, linger).await? {
@@ -530,12 +534,18 @@ async fn read_request<'a>(
                     request: Err((role, *signed)),
                     claim,
                     delegated,
+                    pushed,
                 }));
             }
             Step::Event(ServerEvent::PeerPresented(pass)) => {
                 match ctx.tpc.present(&pass, shown_cert) {
                     Ok((role, d)) => {
                         delegated = Some((d.nonce, role));
+                        if role == TpcRole::Dest {
+                            let sources = d.sources.iter().map(|s| s.as_bytes());
+                            let names = crate::store::expect::Requested::new(sources, d.recursive);
+                            pushed = Some(names);
+                        }
                         opening.delegated(role, d);
                     }
                     Err(r) => {
@@ -555,6 +565,7 @@ async fn read_request<'a>(
                     request: Ok(*request),
                     claim,
                     delegated,
+                    pushed,
                 }));
             }
         }
@@ -583,6 +594,7 @@ async fn run_control(
         request,
         claim,
         delegated,
+        pushed,
     }) = read_request(ctx, stream, &handshaking, facts.client.as_deref()).await?
     else {
         return Ok(());
@@ -604,9 +616,14 @@ async fn run_control(
         Some((nonce, role)) => ctx.tpc.take(&nonce, role),
         None => prepare_role(ctx, &request.open, authorization),
     };
-    let role = match prepared {
-        Ok(role) => role,
-        Err(e) => return Err(open::refuse(&mut control, e, Linger::No).await),
+    let role = match (prepared, pushed) {
+        // The pushing end chooses the names it announces: only what the
+        // delegation covers is received (as a pull guards its own).
+        (Ok(Role::Receive(sink)), Some(names)) => Role::Receive(Arc::new(
+            crate::store::expect::GuardedSink::new(sink, names),
+        )),
+        (Ok(role), _) => role,
+        (Err(e), _) => return Err(open::refuse(&mut control, e, Linger::No).await),
     };
     // Authenticated: from here the session counts against its address's
     // share and the session limit, no longer against the handshake pool.
