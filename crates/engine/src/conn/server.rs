@@ -616,14 +616,9 @@ async fn run_control(
         Some((nonce, role)) => ctx.tpc.take(&nonce, role),
         None => prepare_role(ctx, &request.open, authorization),
     };
-    let role = match (prepared, pushed) {
-        // The pushing end chooses the names it announces: only what the
-        // delegation covers is received (as a pull guards its own).
-        (Ok(Role::Receive(sink)), Some(names)) => Role::Receive(Arc::new(
-            crate::store::expect::GuardedSink::new(sink, names),
-        )),
-        (Ok(role), _) => role,
-        (Err(e), _) => return Err(open::refuse(&mut control, e, Linger::No).await),
+    let role = match prepared {
+        Ok(role) => role.receiving_only(pushed),
+        Err(e) => return Err(open::refuse(&mut control, e, Linger::No).await),
     };
     // Authenticated: from here the session counts against its address's
     // share and the session limit, no longer against the handshake pool.

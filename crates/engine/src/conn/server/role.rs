@@ -10,6 +10,20 @@ pub(super) enum Role {
     Receive(Arc<dyn Sink>),
 }
 
+impl Role {
+    /// A delegated push's receiving end takes only `names` (the
+    /// delegation's sources): the pushing end chooses what it announces,
+    /// and is guarded as a pull guards its own server.
+    pub(super) fn receiving_only(self, names: Option<crate::store::expect::Requested>) -> Role {
+        match (self, names) {
+            (Role::Receive(sink), Some(names)) => Role::Receive(Arc::new(
+                crate::store::expect::GuardedSink::new(sink, names),
+            )),
+            (role, _) => role,
+        }
+    }
+}
+
 pub(super) fn prepare_role(
     ctx: &Context,
     open: &SessionOpen,
