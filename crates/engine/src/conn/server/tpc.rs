@@ -451,18 +451,10 @@ async fn serve_end(
             Err(DialError::Failed(e)) => {
                 tracing::warn!("third-party copy failed: {e}");
                 // Whoever answered at an address the client gave, if it was
-                // not the daemon the delegation names, is not described. The
-                // daemon it names refusing this end's certificate is said.
+                // not the daemon the delegation names, is not described (the
+                // named daemon refusing this end's certificate is a
+                // `DialError::Refused`, above).
                 let told = match e.kind() {
-                    _ if crate::conn::tls::refused_our_certificate(&e) => Error::Tls(format!(
-                        "the other daemon refused this end's certificate{}: {e}",
-                        if ctx.once.is_some() {
-                            " (a tern started over ssh has none that a site's CA issued: \
-                                 --via-client relays through this host)"
-                        } else {
-                            ""
-                        }
-                    )),
                     crate::ErrorKind::Connect | crate::ErrorKind::Security => Error::Tls(
                         "the other daemon did not prove to be the one the delegation names".into(),
                     ),
