@@ -241,7 +241,7 @@ async fn dialling_with(opts: OnceOptions, port: u16) -> Once {
         host: "127.0.0.1".into(),
         port,
     };
-    let server = OnceServer::dial(target, &identity, opts).unwrap();
+    let server = OnceServer::dial(target, Vec::new(), &identity, opts).unwrap();
     assert_eq!(server.line().port, None, "reverse mode prints no port");
     start(server, state)
 }

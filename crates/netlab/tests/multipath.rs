@@ -65,13 +65,25 @@ fn copy_under_way(
     size: usize,
     share: f64,
 ) -> std::process::Child {
-    let mut copy = copy_big(lab, tern, work, extra)
+    let copy = copy_big(lab, tern, work, extra);
+    started_copy_under_way(copy, &work.join("root"), size, share)
+}
+
+/// Starts `copy` with its output kept, and returns once `root` holds
+/// `share` of its `size` bytes.
+fn started_copy_under_way(
+    mut copy: std::process::Command,
+    root: &Path,
+    size: usize,
+    share: f64,
+) -> std::process::Child {
+    let mut copy = copy
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while (partial_size(&work.join("root")) as f64) < size as f64 * share {
+    while (partial_size(root) as f64) < size as f64 * share {
         assert!(
             Instant::now() < deadline,
             "the copy never got {share} of the way"
@@ -286,50 +298,71 @@ fn a_path_that_comes_back_is_rejoined() {
     let _ = std::fs::remove_dir_all(&work);
 }
 
-#[test]
-fn a_copy_over_ssh_takes_every_path_of_the_remote_host() {
-    let test = "a_copy_over_ssh_takes_every_path_of_the_remote_host";
-    let Some(tern) = tern_or_skip(test) else {
-        return;
-    };
-    let (lab, work) = two_paths("nltestsh", "rtt=10,rate=50", "rtt=20,rate=50");
-    let root = work.join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    // "ssh" to B: runs the remote command in B's namespace, as sshd would
-    // (SSH_CONNECTION names path 0's addresses, HOME the copy's root).
-    let fake_ssh = work.join("fake-ssh");
-    let into_b = lab.prefix("B").join(" ");
-    std::fs::write(
-        &fake_ssh,
-        format!(
-            "#!/bin/sh\nshift\nexec {into_b} env SSH_CONNECTION='10.47.0.1 40000 10.47.0.2 22' \
-             HOME={} XDG_STATE_HOME={} sh -c \"$1\"\n",
-            root.display(),
-            work.join("remote-state").display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&fake_ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let size = 24 << 20;
-    let data = random_file(&work.join("big.bin"), size);
-    let src = work.join("big.bin");
-    let over_ssh = |extra: &[&str], dest: &str| {
-        let mut args = vec!["cp"];
-        args.extend_from_slice(extra);
-        let ssh = [
-            "--json",
-            "--ssh",
-            fake_ssh.to_str().unwrap(),
-            "--remote-tern",
-        ];
-        args.extend_from_slice(&ssh);
-        args.extend_from_slice(&[tern.as_str(), src.to_str().unwrap(), dest]);
-        client(&lab, &tern, &work, &args).output().unwrap()
-    };
-    let out = over_ssh(&["-P", "2"], "10.47.0.2:big.bin");
-    let copied = report(&out);
-    assert_eq!(content_difference(root.join("big.bin"), &data), None);
+/// Two paths, a file `big.bin` of random bytes in `work`, and a "ssh"
+/// that runs the remote command in B's namespace as sshd would
+/// (SSH_CONNECTION names path 0's addresses, HOME is `root`).
+struct OverSsh {
+    lab: Lab,
+    work: std::path::PathBuf,
+    root: std::path::PathBuf,
+    ssh: std::path::PathBuf,
+    src: String,
+    data: Vec<u8>,
+}
+
+impl OverSsh {
+    fn new(name: &str, path0: &str, path1: &str, size: usize) -> OverSsh {
+        let (lab, work) = two_paths(name, path0, path1);
+        let root = work.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let ssh = work.join("fake-ssh");
+        let into_b = lab.prefix("B").join(" ");
+        std::fs::write(
+            &ssh,
+            format!(
+                "#!/bin/sh\nshift\nexec {into_b} env SSH_CONNECTION='10.47.0.1 40000 10.47.0.2 22' \
+                 HOME={} XDG_STATE_HOME={} sh -c \"$1\"\n",
+                root.display(),
+                work.join("remote-state").display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let data = random_file(&work.join("big.bin"), size);
+        let src = work.join("big.bin").to_string_lossy().into_owned();
+        OverSsh {
+            lab,
+            work,
+            root,
+            ssh,
+            src,
+            data,
+        }
+    }
+
+    /// `tern cp --json ARGS…` from A through the fake ssh.
+    fn cp(&self, tern: &str, args: &[&str]) -> std::process::Command {
+        let mut all = vec!["cp", "--json", "--ssh", self.ssh.to_str().unwrap()];
+        all.extend_from_slice(&["--remote-tern", tern]);
+        all.extend_from_slice(args);
+        client(&self.lab, tern, &self.work, &all)
+    }
+
+    /// [`OverSsh::cp`], which must succeed; its report.
+    fn copied(&self, tern: &str, args: &[&str]) -> Value {
+        report(&self.cp(tern, args).output().unwrap())
+    }
+
+    /// Whether `file` holds `big.bin`'s bytes.
+    fn assert_same(&self, file: &Path) {
+        assert_eq!(content_difference(file, &self.data), None);
+    }
+}
+
+/// The `paths` of `copied`, checked to be two with bytes on each, path 1
+/// to B's second address; path 1's object.
+fn both_paths_carried(copied: &Value) -> Value {
     let paths = copied["paths"].as_array().expect("a paths array");
     assert_eq!(paths.len(), 2, "{copied}");
     assert!(
@@ -341,12 +374,69 @@ fn a_copy_over_ssh_takes_every_path_of_the_remote_host() {
     );
     for p in paths {
         assert!(p["bytes"].as_u64().unwrap() > 0, "{copied}");
+        assert_eq!(p["state"], "active", "{copied}");
     }
+    paths[1].clone()
+}
+
+#[test]
+fn a_copy_over_ssh_takes_every_path_of_the_remote_host() {
+    let test = "a_copy_over_ssh_takes_every_path_of_the_remote_host";
+    let Some(tern) = tern_or_skip(test) else {
+        return;
+    };
+    let lab = OverSsh::new("nltestsh", "rtt=10,rate=50", "rtt=20,rate=50", 24 << 20);
+    let copied = lab.copied(&tern, &["-P", "2", &lab.src, "10.47.0.2:big.bin"]);
+    lab.assert_same(&lab.root.join("big.bin"));
+    both_paths_carried(&copied);
     // --paths off keeps the remote tern on the address ssh came in on.
-    let out = over_ssh(&["--paths", "off"], "10.47.0.2:again.bin");
-    let again = report(&out);
+    let again = lab.copied(&tern, &["--paths", "off", &lab.src, "10.47.0.2:again.bin"]);
     assert!(again.get("paths").is_none(), "{again}");
-    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(&lab.work);
+}
+
+#[test]
+fn a_reverse_connect_copy_takes_every_path_both_ways() {
+    let test = "a_reverse_connect_copy_takes_every_path_both_ways";
+    let Some(tern) = tern_or_skip(test) else {
+        return;
+    };
+    let lab = OverSsh::new("nltestrv", "rtt=10,rate=50", "rtt=20,rate=50", 24 << 20);
+    // Push: B dials A at both of A's addresses; A's streams take both.
+    let pushed = lab.copied(&tern, &["-z", "-P", "2", &lab.src, "10.47.0.2:big.bin"]);
+    lab.assert_same(&lab.root.join("big.bin"));
+    let path1 = both_paths_carried(&pushed);
+    assert_eq!(path1["local"], "10.47.1.1", "{pushed}");
+    // Pull, with the path named by hand: B dials 10.47.1.1 from 10.47.1.2.
+    let back = lab.work.join("back.bin");
+    let pulled = lab.copied(
+        &tern,
+        &[
+            "-z",
+            "-P",
+            "2",
+            "--path",
+            "10.47.1.1=10.47.1.2",
+            "10.47.0.2:big.bin",
+            back.to_str().unwrap(),
+        ],
+    );
+    lab.assert_same(&back);
+    let path1 = both_paths_carried(&pulled);
+    assert_eq!(path1["local"], "10.47.1.1", "{pulled}");
+    // Without this host's address, a path cannot be dialled back.
+    let out = lab
+        .cp(
+            &tern,
+            &["-z", "--path", "10.47.1.2", &lab.src, "10.47.0.2:never.bin"],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--path SRC=10.47.1.2"), "{said}");
+    assert!(!lab.root.join("never.bin").exists());
+    let _ = std::fs::remove_dir_all(&lab.work);
 }
 
 #[test]
@@ -418,4 +508,41 @@ fn advice_for_a_daemon_names_the_other_path_a_copy_took() {
     let text = String::from_utf8_lossy(&advise(false).stdout).to_string();
     assert!(text.contains("also via   10.47.1.2 (RTT"), "{text}");
     let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_reverse_connect_copy_survives_a_path_going_dead_and_rejoins_it() {
+    let test = "a_reverse_connect_copy_survives_a_path_going_dead_and_rejoins_it";
+    let Some(tern) = tern_or_skip(test) else {
+        return;
+    };
+    let size = 64 << 20;
+    let lab = OverSsh::new("nltestrr", "rtt=10,rate=20", "rtt=10,rate=20", size);
+    let args = [
+        "-z",
+        "-P",
+        "2",
+        "--stall-timeout",
+        "2",
+        &lab.src,
+        "10.47.0.2:big.bin",
+    ];
+    let copy = started_copy_under_way(lab.cp(&tern, &args), &lab.root, size, 0.2);
+    // Path 1 goes dead for 4 s: its stream stalls (2 s) and is given up;
+    // then B's dialling gets through it again and a stream rejoins it.
+    set_loss_on_path_1(&lab.lab, "100%");
+    std::thread::sleep(Duration::from_secs(4));
+    set_loss_on_path_1(&lab.lab, "0");
+    let copied = report(&copy.wait_with_output().unwrap());
+    lab.assert_same(&lab.root.join("big.bin"));
+    let paths = copied["paths"].as_array().expect("a paths array");
+    assert_eq!(paths.len(), 2, "{copied}");
+    let path1 = &paths[1];
+    assert_eq!(path1["local"], "10.47.1.1", "{copied}");
+    assert_eq!(path1["state"], "active", "{copied}");
+    let down = path1["failed_after_s"].as_f64().expect("it went down");
+    let back = path1["rejoined_after_s"].as_f64().expect("it came back");
+    assert!(back > down, "{copied}");
+    assert!(path1["streams"].as_u64().unwrap() >= 2, "{copied}");
+    let _ = std::fs::remove_dir_all(&lab.work);
 }

@@ -11,8 +11,12 @@ use tern_engine::server::{
 use crate::exit::Exit;
 
 mod probe;
+mod values;
 use crate::size::parse_size;
 pub use probe::ProbeArgs;
+pub(crate) use values::positive_secs;
+pub use values::{ChecksumArg, CompressArg, ProtectArg, SkipArg, Streams, TpcArg, WindowArg};
+use values::{non_negative_secs, parse_streams, parse_window, positive_days, stall_secs};
 
 /// `tern --version`: the package's version and the commit it was built
 /// from (`build.rs`).
@@ -205,71 +209,6 @@ The advisor of tern serve --http, without a daemon: it keeps targets (from
 Examples:
   tern advisor --http 4748
   tern advisor --http 0.0.0.0:4748 --db postgres://advisor@db.example.org/tern";
-
-/// Data-channel protection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProtectArg {
-    /// Encrypted and authenticated (TLS on every stream).
-    Private,
-    /// Authenticated, not encrypted: a keyed MAC on every block.
-    Safe,
-    /// Plain TCP with an unkeyed checksum per block.
-    Clear,
-}
-
-/// Whole-file digest algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ChecksumArg {
-    /// XXH3-128: default; far faster than any disk or network.
-    Xxh3,
-    /// BLAKE3-256, cryptographic.
-    Blake3,
-    /// CRC-32C.
-    Crc32c,
-    /// Adler-32 (as in many HEP file catalogues).
-    Adler32,
-    /// MD5 (as in many HEP file catalogues).
-    Md5,
-    /// SHA-256.
-    Sha256,
-}
-
-/// `--compress`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CompressArg {
-    /// Compress where it pays.
-    Auto,
-    /// zstd on every block that shrinks.
-    Zstd,
-    /// LZ4 on every block that shrinks.
-    Lz4,
-    /// Never compress.
-    None,
-}
-
-/// `--skip-existing`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SkipArg {
-    /// Same size.
-    Size,
-    /// Same size and modification time (to the nanosecond).
-    Mtime,
-    /// Same size and whole-file digest.
-    Digest,
-    /// Send every file.
-    Never,
-}
-
-/// `--tpc`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TpcArg {
-    /// The destination dials the source.
-    Pull,
-    /// The source dials the destination.
-    Push,
-    /// Pull; push when the destination cannot reach the source.
-    Auto,
-}
 
 /// How the data connections of a transfer are made, secured and tuned:
 /// every command that moves data through the engine (`cp`, `perf`, and
@@ -490,6 +429,16 @@ pub struct ServeArgs {
         conflicts_with = "listen"
     )]
     pub connect: Option<String>,
+    /// With --connect: the client's other addresses, one path each, to
+    /// dial for its data connections too once it is reached; ADDR@FROM
+    /// dials from this host's address FROM (`tern cp -z` passes these).
+    #[arg(
+        long,
+        value_name = "ADDR[@FROM],…",
+        requires = "connect",
+        value_delimiter = ','
+    )]
+    pub connect_paths: Vec<String>,
     /// With --once: listen on every address, not only the one ssh came in
     /// on, and name the others to the client so that its streams can take
     /// every path to this host (`tern cp` over ssh asks for this unless
@@ -699,84 +648,6 @@ pub struct CompletionsArgs {
     /// The shell.
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
-}
-
-/// `--streams`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Streams {
-    /// Decided while the transfer runs.
-    Auto,
-    /// Exactly this many.
-    Fixed(u16),
-}
-
-fn parse_streams(s: &str) -> Result<Streams, String> {
-    if s == "auto" {
-        return Ok(Streams::Auto);
-    }
-    match s.parse::<u16>() {
-        Ok(n) if (1..=128).contains(&n) => Ok(Streams::Fixed(n)),
-        _ => Err(format!(
-            "'{s}' is neither 'auto' nor a stream count from 1 to 128"
-        )),
-    }
-}
-
-/// `--window`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowArg {
-    /// tern's dynamic right-sizing.
-    Auto,
-    /// The kernel's autotuning alone.
-    Kernel,
-    /// Locked at this many bytes.
-    Fixed(u64),
-}
-
-fn parse_window(s: &str) -> Result<WindowArg, String> {
-    match s {
-        "auto" => Ok(WindowArg::Auto),
-        "kernel" => Ok(WindowArg::Kernel),
-        _ => match parse_size(s) {
-            Ok(n) if (4096..=1 << 30).contains(&n) => Ok(WindowArg::Fixed(n)),
-            Ok(n) => Err(format!("a window of {n} bytes; 4K to 1G allowed")),
-            Err(e) => Err(format!("'{s}' is not auto, kernel or a size: {e}")),
-        },
-    }
-}
-
-fn non_negative_secs(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if (0.0..=86_400.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "'{s}' is not a number of seconds between 0 and 86400"
-        )),
-    }
-}
-
-fn stall_secs(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v == 0.0 || (0.1..=86_400.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "'{s}' is not 0 (never) or a number of seconds between 0.1 and 86400"
-        )),
-    }
-}
-
-fn positive_days(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v <= 36_500.0 => Ok(v),
-        _ => Err(format!("'{s}' is not a number of days above 0")),
-    }
-}
-
-pub(crate) fn positive_secs(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if (1.0..=86_400.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "'{s}' is not a number of seconds between 1 and 86400"
-        )),
-    }
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,10 @@ const KEPT_STDERR_LINES: usize = 20;
 /// The remote tern's option to listen on every address (multi-path).
 pub const EVERY_ADDRESS: &str = "--every-address";
 
+/// The option that has a reverse-mode remote tern dial this host's other
+/// addresses too.
+pub const CONNECT_PATHS: &str = "--connect-paths";
+
 /// How long ssh may take to end once its session is over.
 const REAP_WAIT: Duration = Duration::from_secs(10);
 
@@ -57,6 +61,9 @@ pub struct SshOptions {
     /// The remote tern listens on every address and names its others, so
     /// that the streams can take every path (`serve --every-address`).
     pub every_address: bool,
+    /// In reverse mode: this host's other addresses the remote tern dials
+    /// too, one path each (`ADDR` or `ADDR@FROM`, `serve --connect-paths`).
+    pub connect_paths: Vec<String>,
 }
 
 impl SshOptions {
@@ -74,6 +81,7 @@ impl SshOptions {
             allow_special_bits: false,
             expected_fingerprint: None,
             every_address: false,
+            connect_paths: Vec::new(),
         })
     }
 }
@@ -287,6 +295,9 @@ fn spawn(
     let mut remote = vec![opts.remote_tern.clone(), "serve".into(), "--once".into()];
     if let Some(port) = connect_back {
         remote.extend(["--connect".into(), format!(":{port}")]);
+        if !opts.connect_paths.is_empty() {
+            remote.extend([CONNECT_PATHS.into(), opts.connect_paths.join(",")]);
+        }
     }
     if opts.allow_special_bits {
         remote.push("--allow-special-bits".into());

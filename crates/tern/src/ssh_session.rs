@@ -13,7 +13,7 @@ use crate::cli::SshArgs;
 use crate::location::SshTarget;
 use crate::options;
 use crate::report::Connect;
-use crate::ssh::{EVERY_ADDRESS, Remote, SshOptions};
+use crate::ssh::{CONNECT_PATHS, EVERY_ADDRESS, Remote, SshOptions};
 
 /// Runs one session against a `tern serve --once` that ssh starts on
 /// `target`: pins the certificate and presents the token from its once
@@ -50,7 +50,15 @@ where
 {
     let started = Instant::now();
     let callback = match connect {
-        Connect::Reverse => Some(Arc::new(Callback::new(listen_any().await?))),
+        Connect::Reverse => {
+            let paths = match &base.paths {
+                PathChoice::Auto => tern_engine::paths::interface_addresses(),
+                PathChoice::Off | PathChoice::Given(_) => Vec::new(),
+            };
+            Some(Arc::new(
+                Callback::new(listen_any().await?).with_paths(paths),
+            ))
+        }
         Connect::Forward => None,
     };
     let (mut remote, opts) = start_once(target, ssh, callback.clone(), base).await?;
@@ -120,6 +128,9 @@ async fn start_once(
     };
     let mut ssh = ssh.clone();
     ssh.every_address = callback.is_none() && base.paths != PathChoice::Off;
+    if let Some(callback) = &callback {
+        ssh.connect_paths = connect_paths(callback, &base.paths)?;
+    }
     let remote = match Remote::start(target, &ssh, connect_back).await {
         // A remote tern from before multi-path: one path, as it can.
         Err(e) if ssh.every_address && e.message.contains(EVERY_ADDRESS) => {
@@ -128,6 +139,14 @@ async fn start_once(
                 target.host
             );
             ssh.every_address = false;
+            Remote::start(target, &ssh, connect_back).await?
+        }
+        Err(e) if !ssh.connect_paths.is_empty() && e.message.contains(CONNECT_PATHS) => {
+            tracing::info!(
+                "the tern on {} cannot dial more than one path back: one path",
+                target.host
+            );
+            ssh.connect_paths.clear();
             Remote::start(target, &ssh, connect_back).await?
         }
         started => started?,
@@ -160,6 +179,28 @@ fn explained<T>(result: tern_engine::Result<T>, said: &[(&SshTarget, String)]) -
         // The peer's own error message says it all.
         Err(e) if told.is_empty() || matches!(e, tern_engine::Error::Peer { .. }) => Err(e.into()),
         Err(e) => Err(anyhow::Error::new(e).context(told.join("; "))),
+    }
+}
+
+/// In reverse mode, what the remote tern is told to dial besides this
+/// host's address ssh came from: every other address of this host
+/// (`--paths auto`, the remote keeps those of the right family), or each
+/// `--path SRC=DST` (it dials SRC from DST).
+fn connect_paths(callback: &Callback, paths: &PathChoice) -> Result<Vec<String>> {
+    match paths {
+        PathChoice::Off => Ok(Vec::new()),
+        PathChoice::Auto => Ok(callback.paths().iter().map(|ip| ip.to_string()).collect()),
+        PathChoice::Given(specs) => specs
+            .iter()
+            .map(|spec| match spec.local {
+                Some(local) => Ok(format!("{local}@{}", spec.remote)),
+                None => Err(crate::error::usage(format!(
+                    "--path {}: with -z the remote tern dials this host, so a path needs \
+                     this host's address on it: --path SRC={} (SRC: this host's address)",
+                    spec.remote, spec.remote
+                ))),
+            })
+            .collect(),
     }
 }
 

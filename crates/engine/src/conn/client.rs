@@ -8,15 +8,13 @@ use std::time::{Duration, Instant};
 
 use tern_proto::data::JOIN_REPLY_LEN;
 use tern_proto::hello::HELLO_LEN;
-use tern_proto::{
-    ChecksumAlg, DataJoin, Features, FileMeta, Hello, JoinReply, Protect, SessionMode,
-};
+use tern_proto::{ChecksumAlg, DataJoin, FileMeta, Hello, JoinReply, Protect, SessionMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::conn::open::{self, Linger, Step};
-use crate::conn::paths::{self, Leg, OtherPath, PathChoice, PathPlan, PathReport};
+use crate::conn::paths::{self, Leg, PathChoice, PathPlan, PathReport};
 use crate::conn::route::Route;
 pub use crate::conn::route::{Callback, Endpoint, Reach};
 pub use crate::conn::tls::{BLOCK_MAC_LABEL, ClientCert, PinVerifier, bind_token, server_name};
@@ -25,11 +23,13 @@ use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams, 
 use crate::data::tuning::{
     Connector, DEFAULT_MAX_STREAMS, Joined, PathWatch, StreamSupply, Tuning,
 };
-use crate::integrity::BlockCheck;
 use crate::store::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root};
 use crate::{Error, Result, StreamWrap};
 use tern_session::Choices;
-use tern_session::open::{ClientAgreed, ClientOpen, ClientRequest};
+
+mod plan;
+use plan::{block_check_of, first_streams, params_of, path_plan, request_of};
+use tern_session::open::ClientOpen;
 
 /// How the client connects and what it asks for.
 #[derive(Clone)]
@@ -287,7 +287,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     };
     let max_streams = agreed.max_streams;
     let accept_streams = agreed.streams;
-    let plan = path_plan(opts, &route, peer, &agreed);
+    let plan = path_plan(opts, &route, (local, peer), &agreed);
     let joiner = Arc::new(Joiner {
         plan: plan.clone(),
         ep: ep.clone(),
@@ -326,172 +326,6 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         mptcp,
         mptcp_asked: opts.mptcp,
     })
-}
-
-/// How many streams to ask for at first: from the RTT the TLS and hello
-/// round trips gave the kernel (with `-P auto`), and at least one beside
-/// each reserved path (a reservation holds from the start, not from when
-/// the controller would add its stream).
-fn first_streams(opts: &ClientOptions, control_fd: std::os::fd::RawFd) -> u16 {
-    let streams = if opts.tuning.streams_from_rtt {
-        let rtt = tern_drs::TcpInfo::read(control_fd)
-            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
-            .unwrap_or_default();
-        tern_drs::session::start_streams(rtt, opts.max_streams).max(opts.streams)
-    } else {
-        opts.streams
-    };
-    let reservations = match &opts.paths {
-        PathChoice::Given(specs) => specs.iter().filter(|s| s.reserved_bps.is_some()).count(),
-        _ => 0,
-    };
-    streams
-        .max(
-            u16::try_from(reservations)
-                .unwrap_or(u16::MAX)
-                .saturating_add(1),
-        )
-        .min(opts.max_streams.max(opts.streams))
-}
-
-/// How each block is checked, from `--protect` and what was agreed.
-fn block_check_of(
-    opts: &ClientOptions,
-    material: Option<&[u8; 32]>,
-    agreed: &ClientAgreed,
-) -> Result<BlockCheck> {
-    Ok(match opts.protect {
-        Protect::Safe => match material {
-            Some(material) => BlockCheck::KeyedBlake3(bind_token(material, &agreed.token)),
-            None => return Err(Error::Tls("cannot export keying material".into())),
-        },
-        Protect::Private if agreed.features.contains(Features::AEAD_CHECKS) => BlockCheck::Aead,
-        Protect::Clear | Protect::Private => BlockCheck::Xxh3,
-    })
-}
-
-/// The data phase's parameters: what was agreed, the client's tuning, and
-/// the stream limit over every path.
-fn params_of(
-    opts: &ClientOptions,
-    agreed: &ClientAgreed,
-    plan: Option<&Arc<PathPlan>>,
-    block_check: BlockCheck,
-) -> TransferParams {
-    let mut params = TransferParams::new(agreed.streams, agreed.block_size, opts.checksum);
-    params.max_streams = agreed.max_streams;
-    params.tuning = opts.tuning.clone();
-    params.tuning.other_paths = plan.map_or(0, |p| p.others() as u16);
-    params.tuning.reserved = plan.map_or_else(Vec::new, |p| p.reserved());
-    // Reserved paths hold one stream each and take no more.
-    let best_effort_others = params
-        .tuning
-        .other_paths
-        .saturating_sub(params.tuning.reserved.len() as u16);
-    params.tuning.stream_limit = Some(
-        opts.max_streams
-            .saturating_mul(1 + best_effort_others)
-            .saturating_add(params.tuning.reserved.len() as u16),
-    );
-    params.apply_agreed(&agreed.options);
-    params.block_check = block_check;
-    params.resume = agreed.features.contains(Features::RESUME);
-    params.entries = agreed.features.contains(Features::ENTRIES);
-    params.pace = opts.rate_limit.map(|bps| {
-        Arc::new(crate::data::pace::Pace::new(
-            bps,
-            u64::from(agreed.block_size),
-        ))
-    });
-    params
-}
-
-/// Which path each data stream takes, when there is more than the one
-/// the control connection took (dialling out only: a daemon that dials
-/// back reaches this host by the way ssh came).
-fn path_plan(
-    opts: &ClientOptions,
-    route: &Route,
-    peer: Option<SocketAddr>,
-    agreed: &ClientAgreed,
-) -> Option<Arc<PathPlan>> {
-    let (Route::Dial(_), Some(peer)) = (route, peer) else {
-        return None;
-    };
-    let others: Vec<OtherPath> = match &opts.paths {
-        PathChoice::Off => return None,
-        PathChoice::Auto => agreed
-            .paths
-            .iter()
-            .map(|&remote| OtherPath {
-                remote,
-                local: None,
-                reserved_bps: None,
-            })
-            .collect(),
-        PathChoice::Given(specs) => specs
-            .iter()
-            .map(|s| OtherPath {
-                remote: SocketAddr::new(s.remote, peer.port()),
-                local: s.local,
-                reserved_bps: s.reserved_bps,
-            })
-            .collect(),
-    };
-    let reserving = others.iter().any(|o| o.reserved_bps.is_some());
-    let spares_from = agreed.max_streams - agreed.options.spare_streams();
-    // Streams the controller adds try the other paths; a fixed count is
-    // spread over them from the start, and so is a start that leaves the
-    // controller no room to add (a copy starting where the last ended).
-    let first_on_control = if opts.tuning.auto_streams && !reserving {
-        agreed.streams.min((spares_from / 2).max(1))
-    } else {
-        1
-    };
-    let plan = PathPlan::new(peer, others, first_on_control, spares_from).with_mptcp(opts.mptcp);
-    (plan.others() > 0).then(|| Arc::new(plan))
-}
-
-/// Paths a client asks stream room for, before it knows how many it has.
-const PATHS_ROOM: u16 = 4;
-
-/// What the client asks of a session, from its options.
-fn request_of(opts: &ClientOptions, mode: SessionMode, streams: u16) -> ClientRequest {
-    // Room for `max_streams` on each of a few paths: which paths there are
-    // is known only once the session is open (the controller is held to
-    // `max_streams` per path found).
-    // Only a client that sends runs the controller: on a pull the daemon
-    // would grow to the whole room, blind to the paths.
-    let client_sends = match &mode {
-        SessionMode::Push { .. } => true,
-        SessionMode::Pull { .. } => false,
-        SessionMode::Perf { server_sends, .. } => !server_sends,
-    };
-    let may_find_paths = opts.tuning.auto_streams
-        && client_sends
-        && opts.paths != PathChoice::Off
-        && matches!(opts.reach, Reach::Dial);
-    let max_streams = if may_find_paths {
-        opts.max_streams
-            .saturating_mul(PATHS_ROOM)
-            .min(tern_session::open::MAX_STREAMS / 2)
-            .max(opts.max_streams)
-    } else {
-        opts.max_streams
-    };
-    ClientRequest {
-        mode,
-        streams,
-        max_streams,
-        block_size: opts.block_size,
-        checksum: opts.checksum,
-        protect: opts.protect,
-        window: crate::data::tuning::wire_window(opts.tuning.window),
-        congestion: opts.tuning.congestion.clone(),
-        choices: opts.choices,
-        once_token: opts.once_token,
-        peer: opts.peer_pass.clone(),
-    }
 }
 
 /// Connects the session's first `n` data streams at once.
@@ -593,12 +427,24 @@ impl Joiner {
             } = plan.leg(k)
             {
                 let timeout = self.connect_timeout.min(OTHER_PATH_CONNECT_TIMEOUT);
-                match paths::connect(remote, local, timeout, self.io_timeout, self.mptcp).await {
-                    Ok(tcp) => return Ok(tcp),
+                let tcp = match (self.route.callback(), remote, local) {
+                    (Some(callback), _, Some(at)) => {
+                        callback.accept(Some(at), timeout, self.io_timeout).await
+                    }
+                    (None, Some(remote), _) => {
+                        paths::connect(remote, local, timeout, self.io_timeout, self.mptcp).await
+                    }
+                    _ => Err(Error::Protocol(format!("path {index} has no address"))),
+                };
+                match tcp {
+                    Ok(tcp) => {
+                        if let (Some(_), Ok(peer)) = (self.route.callback(), tcp.peer_addr()) {
+                            plan.arrived(index, peer);
+                        }
+                        return Ok(tcp);
+                    }
                     Err(e) => {
-                        tracing::info!(
-                            "path {index} ({remote}): {e}; stream {k} takes the first path"
-                        );
+                        tracing::info!("path {index}: {e}; stream {k} takes the first path");
                         plan.unreachable(index, k, e.to_string());
                     }
                 }

@@ -37,6 +37,27 @@ use crate::{Error, Result};
 /// Connections a reverse-mode server keeps dialled and idle ahead of use.
 pub const SPARES: usize = 4;
 
+/// Connections kept dialled and idle over each other path to the client.
+const PATH_SPARES: usize = 2;
+
+/// Times a connection over another path is dialled again after it failed
+/// (the path down, or the client closed it as dead), waiting longer each
+/// time, before the path is given up.
+const PATH_REDIALS: u32 = 12;
+
+/// The first wait before dialling a failed path again; doubled each time,
+/// up to [`PATH_REDIAL_MAX_WAIT`].
+const PATH_REDIAL_WAIT: Duration = Duration::from_secs(1);
+const PATH_REDIAL_MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// Another path to the client in reverse mode: its address there, and this
+/// host's address to dial from when given (`tern serve --connect-paths`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DialPath {
+    pub to: IpAddr,
+    pub from: Option<IpAddr>,
+}
+
 /// How a once server runs.
 #[derive(Debug, Clone)]
 pub struct OnceOptions {
@@ -62,8 +83,12 @@ impl OnceOptions {
 enum Incoming {
     /// The client connects to this listener.
     Listen(TcpListener),
-    /// The server dials the client here (reverse mode).
-    Dial(Endpoint),
+    /// The server dials the client here (reverse mode), and at `others`
+    /// (its addresses on other paths) once it reached it.
+    Dial {
+        target: Endpoint,
+        others: Vec<DialPath>,
+    },
 }
 
 /// A `tern serve --once` server, ready to print its once line and run.
@@ -111,13 +136,58 @@ impl OnceServer {
     }
 
     /// Connects out to the client at `target` for every connection
-    /// (reverse mode).
+    /// (reverse mode), and over `others` (its addresses on other paths) for
+    /// the data connections the client takes there.
     pub fn dial(
         target: Endpoint,
+        others: Vec<DialPath>,
         identity: &ServerIdentity,
         opts: OnceOptions,
     ) -> Result<OnceServer> {
-        OnceServer::new(Incoming::Dial(target), None, None, identity, opts)
+        let others = if others.is_empty() {
+            others
+        } else {
+            // It names its own other addresses, from which the client then
+            // takes connections.
+            OnceServer::advertised(&target, others)
+        };
+        let incoming = Incoming::Dial { target, others };
+        let server = OnceServer::new(incoming, None, None, identity, opts)?;
+        if let Incoming::Dial { others, .. } = &server.incoming {
+            if !others.is_empty() {
+                let everywhere = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0));
+                let _ = server.ctx.bound.set(everywhere);
+            }
+        }
+        Ok(server)
+    }
+
+    /// The paths of `others` worth dialling besides `target`: of its
+    /// family, not `target` itself, none to a client on this host.
+    fn advertised(target: &Endpoint, others: Vec<DialPath>) -> Vec<DialPath> {
+        let Ok(first) = target.host.parse::<IpAddr>() else {
+            return others;
+        };
+        let first = first.to_canonical();
+        if first.is_loopback() {
+            return Vec::new();
+        }
+        let mut kept: Vec<DialPath> = Vec::new();
+        for path in others {
+            let to = path.to.to_canonical();
+            if to.is_ipv4() == first.is_ipv4()
+                && to != first
+                && !to.is_loopback()
+                && kept.iter().all(|k| k.to != to)
+            {
+                kept.push(DialPath {
+                    to,
+                    from: path.from,
+                });
+            }
+        }
+        kept.truncate(tern_proto::MAX_PATHS);
+        kept
     }
 
     fn new(
@@ -161,7 +231,11 @@ impl OnceServer {
         let mut done = self.gate.done.subscribe();
         let mut tasks = JoinSet::new();
         let mut dialler = match &self.incoming {
-            Incoming::Dial(target) => Some(Dialler::start(target.clone(), &self.ctx.opts)),
+            Incoming::Dial { target, others } => Some(Dialler::start(
+                target.clone(),
+                others.clone(),
+                &self.ctx.opts,
+            )),
             Incoming::Listen(_) => None,
         };
         let waited = tokio::time::sleep(self.wait);
@@ -210,7 +284,7 @@ impl OnceServer {
 async fn accept(incoming: &Incoming) -> std::io::Result<(TcpStream, SocketAddr)> {
     match incoming {
         Incoming::Listen(l) => l.accept().await,
-        Incoming::Dial(_) => std::future::pending().await,
+        Incoming::Dial { .. } => std::future::pending().await,
     }
 }
 
@@ -222,63 +296,70 @@ async fn next_dialled(dialler: &mut Option<Dialler>) -> Result<(TcpStream, Socke
 }
 
 /// Reverse mode: keeps [`SPARES`] connections to the client dialled and
-/// idle, and hands one on as soon as the client speaks on it.
+/// idle, and hands one on as soon as the client speaks on it; once the
+/// client was reached, keeps [`PATH_SPARES`] over each other path too, and
+/// dials a path again (waiting longer each time) when its connection fails.
 #[derive(Debug)]
 struct Dialler {
     target: Endpoint,
+    others: Vec<DialPath>,
     connect_timeout: Duration,
     io_timeout: Duration,
-    /// Connections dialled and waiting for the client's first bytes.
-    spares: JoinSet<Result<(TcpStream, SocketAddr)>>,
+    /// Connections dialled and waiting for the client's first bytes, each
+    /// with its path (0: `target`; then `others`).
+    spares: JoinSet<(usize, Result<(TcpStream, SocketAddr)>)>,
     /// Dials left before the server stops adding spares.
     budget: usize,
     /// True once any dial succeeded.
     reached: bool,
+    /// Failures in a row of each other path's connections.
+    failures: Vec<u32>,
 }
 
 impl Dialler {
-    fn start(target: Endpoint, opts: &ServerOptions) -> Dialler {
+    fn start(target: Endpoint, others: Vec<DialPath>, opts: &ServerOptions) -> Dialler {
+        let paths = others.len();
         let mut d = Dialler {
             target,
+            others,
             connect_timeout: opts.join_timeout,
             io_timeout: opts.io_timeout,
             spares: JoinSet::new(),
             // A control connection, every stream a session may have, and
-            // the spares left over at the end.
-            budget: 1 + usize::from(crate::conn::server::MAX_STREAMS) + 2 * SPARES,
+            // the spares left over at the end; each other path's spares
+            // and their redials.
+            budget: 1
+                + usize::from(crate::conn::server::MAX_STREAMS)
+                + 2 * SPARES
+                + paths * (2 * PATH_SPARES + PATH_REDIALS as usize),
             reached: false,
+            failures: vec![0; paths],
         };
         for _ in 0..SPARES {
-            d.dial_one();
+            d.dial_one(0, Duration::ZERO);
         }
         d
     }
 
-    fn dial_one(&mut self) {
+    /// Dials path `path` after `wait`.
+    fn dial_one(&mut self, path: usize, wait: Duration) {
         if self.budget == 0 {
             return;
         }
         self.budget -= 1;
-        let (target, timeout, io_timeout) =
-            (self.target.clone(), self.connect_timeout, self.io_timeout);
+        let (timeout, io_timeout) = (self.connect_timeout, self.io_timeout);
+        let to = path.checked_sub(1).map(|i| self.others[i]);
+        let target = self.target.clone();
         self.spares.spawn(async move {
-            let conn = tcp_connect(&target, timeout, io_timeout, false).await?;
-            let peer = conn.peer_addr().map_err(|e| Error::Connect {
-                addr: target.host_port(),
-                source: e,
-            })?;
-            // Idle until the client uses it; no timeout, spares wait for
-            // the whole session.
-            let n = conn
-                .peek(&mut [0u8; 1])
-                .await
-                .map_err(|e| Error::PeerGone(e.to_string()))?;
-            if n == 0 {
-                return Err(Error::PeerGone(
-                    "the client closed a spare connection".into(),
-                ));
-            }
-            Ok((conn, peer))
+            tokio::time::sleep(wait).await;
+            let conn = match to {
+                None => tcp_connect(&target, timeout, io_timeout, false).await,
+                Some(p) => {
+                    let remote = SocketAddr::new(p.to, target.port);
+                    crate::conn::paths::connect(remote, p.from, timeout, io_timeout, false).await
+                }
+            };
+            (path, spare(conn).await)
         });
     }
 
@@ -288,17 +369,59 @@ impl Dialler {
             let Some(joined) = self.spares.join_next().await else {
                 return std::future::pending().await;
             };
-            match joined.map_err(|e| Error::Protocol(format!("dial task: {e}")))? {
+            let (path, used) = joined.map_err(|e| Error::Protocol(format!("dial task: {e}")))?;
+            match used {
                 Ok(used) => {
-                    self.reached = true;
-                    self.dial_one();
+                    if !self.reached {
+                        self.reached = true;
+                        for other in 1..=self.others.len() {
+                            for _ in 0..PATH_SPARES {
+                                self.dial_one(other, Duration::ZERO);
+                            }
+                        }
+                    }
+                    if path > 0 {
+                        self.failures[path - 1] = 0;
+                    }
+                    self.dial_one(path, Duration::ZERO);
                     return Ok(used);
                 }
                 Err(e) if !self.reached && self.spares.is_empty() => {
                     return Err(e);
                 }
+                Err(e) if path > 0 => {
+                    let failures = &mut self.failures[path - 1];
+                    *failures += 1;
+                    tracing::debug!("a connection over path {path} to the client: {e}");
+                    if *failures <= PATH_REDIALS {
+                        let wait = PATH_REDIAL_WAIT
+                            .saturating_mul(1 << (*failures - 1).min(8))
+                            .min(PATH_REDIAL_MAX_WAIT);
+                        self.dial_one(path, wait);
+                    }
+                }
                 Err(e) => tracing::debug!("spare connection to the client: {e}"),
             }
         }
     }
+}
+
+/// A connection dialled to the client, once the client speaks on it.
+async fn spare(conn: Result<TcpStream>) -> Result<(TcpStream, SocketAddr)> {
+    let conn = conn?;
+    let peer = conn
+        .peer_addr()
+        .map_err(|e| Error::PeerGone(format!("a spare connection: {e}")))?;
+    // Idle until the client uses it; no timeout, spares wait for the whole
+    // session (keepalive ends one whose path died).
+    let n = conn
+        .peek(&mut [0u8; 1])
+        .await
+        .map_err(|e| Error::PeerGone(e.to_string()))?;
+    if n == 0 {
+        return Err(Error::PeerGone(
+            "the client closed a spare connection".into(),
+        ));
+    }
+    Ok((conn, peer))
 }

@@ -13,14 +13,21 @@
 //! rate without a plan. A path whose connection cannot be made is marked
 //! failed and its stream goes over path 0; replacements for streams given
 //! up go over path 0 too, since the path that lost them may be dead.
+//!
+//! In reverse mode (`-z`) the server dials: a path is then one of this
+//! host's addresses that the server dials too, and its streams take the
+//! connections that arrived there ([`Callback`]); the server's address on
+//! it is learnt from them. A path that went down is back when a connection
+//! arrives over it again (the server keeps dialling it).
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio::net::TcpStream;
 
+use crate::conn::route::Callback;
 use crate::data::transfer::LostStream;
 use crate::{Error, Result};
 
@@ -76,7 +83,7 @@ impl Advertise {
 
 /// This host's addresses a peer elsewhere could reach: not loopback, not
 /// link-local, not unspecified.
-fn interface_addresses() -> Vec<IpAddr> {
+pub fn interface_addresses() -> Vec<IpAddr> {
     let Ok(interfaces) = if_addrs::get_if_addrs() else {
         return Vec::new();
     };
@@ -171,17 +178,22 @@ pub struct PathReport {
     pub rejoined_after_s: Option<f64>,
 }
 
-/// A path besides the control connection's, as a plan takes it.
+/// A path besides the control connection's, as a plan takes it: where
+/// the client dials (`remote`, from `local` when given), or in reverse mode
+/// where the server's connections arrive (`local`; `remote`, the server's
+/// address on the path, is learnt from them unless named).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct OtherPath {
-    pub remote: SocketAddr,
+    pub remote: Option<SocketAddr>,
     pub local: Option<IpAddr>,
     pub reserved_bps: Option<u64>,
 }
 
 #[derive(Debug)]
 struct Path {
-    remote: SocketAddr,
+    /// The server's address on the path; unknown in reverse mode until a
+    /// connection came over it.
+    remote: Option<SocketAddr>,
     local: Option<IpAddr>,
     reserved_bps: Option<u64>,
     streams: Vec<u16>,
@@ -203,6 +215,7 @@ struct Path {
 /// A path that went down: when to try it again, after how many tries.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Down {
+    since: Duration,
     retry_at: Duration,
     tries: u32,
 }
@@ -227,7 +240,7 @@ fn wait_after(tries: u32) -> Duration {
 const REJOIN_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Path {
-    fn new(remote: SocketAddr, local: Option<IpAddr>, reserved_bps: Option<u64>) -> Path {
+    fn new(remote: Option<SocketAddr>, local: Option<IpAddr>, reserved_bps: Option<u64>) -> Path {
         Path {
             remote,
             local,
@@ -242,6 +255,15 @@ impl Path {
         }
     }
 
+    /// Where it goes, for the log.
+    fn describe(&self) -> String {
+        match (self.local, self.remote) {
+            (_, Some(remote)) => remote.to_string(),
+            (Some(local), None) => format!("to {local}"),
+            (None, None) => "?".into(),
+        }
+    }
+
     /// Takes new streams: not down.
     fn usable(&self) -> bool {
         self.down.is_none()
@@ -252,6 +274,7 @@ impl Path {
         // A path that keeps coming back and failing is tried less often.
         let rejoins = self.rejoins;
         self.down.get_or_insert(Down {
+            since: at,
             retry_at: at + wait_after(rejoins),
             tries: rejoins,
         });
@@ -271,6 +294,10 @@ pub(crate) struct PathPlan {
     /// over it.
     rejoin: Mutex<Option<(usize, Duration)>>,
     mptcp: bool,
+    /// Reverse mode: where the server's connections arrive. Paths are then
+    /// told apart by this host's address on each, and a path is back when
+    /// the server's connection arrives over it again.
+    callback: Option<Arc<Callback>>,
 }
 
 /// Where one data stream goes.
@@ -281,35 +308,79 @@ pub(crate) enum Leg {
     /// Path `index` of the plan, at this address.
     Path {
         index: usize,
-        remote: SocketAddr,
+        remote: Option<SocketAddr>,
         local: Option<IpAddr>,
     },
 }
 
 impl PathPlan {
     /// A plan over the control path (`control`, the daemon's address the
-    /// client reached) and `others`; the streams below `first_on_control`
-    /// and the spares from `spares_from` on take the control path.
+    /// client reached; in reverse mode, with `callback`, also this host's
+    /// address the server reached, `control_local`) and `others`; the
+    /// streams below `first_on_control` and the spares from `spares_from`
+    /// on take the control path.
     pub(crate) fn new(
         control: SocketAddr,
         others: Vec<OtherPath>,
         first_on_control: u16,
         spares_from: u16,
     ) -> PathPlan {
-        let mut paths = vec![Path::new(control, None, None)];
+        PathPlan::over(control, None, None, others, first_on_control, spares_from)
+    }
+
+    /// [`PathPlan::new`] in reverse mode: paths are this host's addresses
+    /// that `callback` takes the server's connections at.
+    pub(crate) fn reverse(
+        callback: Arc<Callback>,
+        control: SocketAddr,
+        control_local: IpAddr,
+        others: Vec<OtherPath>,
+        first_on_control: u16,
+        spares_from: u16,
+    ) -> PathPlan {
+        let local = Some(control_local.to_canonical());
+        let others = others.into_iter().filter(|o| o.local.is_some()).collect();
+        PathPlan::over(
+            control,
+            local,
+            Some(callback),
+            others,
+            first_on_control,
+            spares_from,
+        )
+    }
+
+    fn over(
+        control: SocketAddr,
+        control_local: Option<IpAddr>,
+        callback: Option<Arc<Callback>>,
+        others: Vec<OtherPath>,
+        first_on_control: u16,
+        spares_from: u16,
+    ) -> PathPlan {
+        let reverse = callback.is_some();
+        let control = canonical(control);
+        let mut paths = vec![Path::new(Some(control), control_local, None)];
         for other in others {
-            if let Some(bps) = other
-                .reserved_bps
-                .filter(|_| other.remote.ip() == control.ip())
-            {
+            let same = |p: &Path| {
+                if reverse {
+                    p.local == other.local.map(|ip| ip.to_canonical())
+                } else {
+                    p.remote.map(|r| r.ip()) == other.remote.map(|r| r.ip())
+                }
+            };
+            if let Some(bps) = other.reserved_bps.filter(|_| same(&paths[0])) {
                 tracing::warn!(
-                    "{}: the session started on this address, so its {bps} bit/s reservation \
-                     is not applied (name another address of the daemon)",
-                    other.remote.ip()
+                    "{}: the session started on this path, so its {bps} bit/s reservation \
+                     is not applied (name another address)",
+                    other
+                        .remote
+                        .map_or_else(String::new, |r| r.ip().to_string())
                 );
             }
-            if paths.iter().all(|p| p.remote.ip() != other.remote.ip()) {
-                paths.push(Path::new(other.remote, other.local, other.reserved_bps));
+            if !paths.iter().any(same) {
+                let local = other.local.map(|ip| ip.to_canonical());
+                paths.push(Path::new(other.remote, local, other.reserved_bps));
             }
         }
         PathPlan {
@@ -319,6 +390,7 @@ impl PathPlan {
             started: std::time::Instant::now(),
             rejoin: Mutex::new(None),
             mptcp: false,
+            callback,
         }
     }
 
@@ -338,7 +410,7 @@ impl PathPlan {
         let paths = self.paths.lock().expect("paths");
         paths
             .iter()
-            .filter_map(|p| Some((p.remote.ip(), p.reserved_bps?)))
+            .filter_map(|p| Some((p.remote?.ip(), p.reserved_bps?)))
             .collect()
     }
 
@@ -394,6 +466,7 @@ impl PathPlan {
         let path = &mut paths[index];
         path.streams.retain(|&s| s != k);
         path.went_down(at, &why);
+        self.forget_arrivals(path);
         path.unreachable.get_or_insert((why, at));
         paths[0].streams.push(k);
     }
@@ -411,12 +484,35 @@ impl PathPlan {
         }
         if index > 0 && path.streams.iter().all(|s| path.lost.contains(s)) {
             path.went_down(at, "every stream on it stalled or was lost");
+            self.forget_arrivals(path);
         }
     }
 
-    /// The paths down and due a try at `at`: index, address, source. None
-    /// while a path that answered waits for its stream.
-    fn due_at(&self, at: Duration) -> Vec<(usize, SocketAddr, Option<IpAddr>)> {
+    /// Reverse mode: the server's connections that came over `path` before
+    /// it went down may be dead with it; only one arriving after says it
+    /// is back.
+    fn forget_arrivals(&self, path: &Path) {
+        if let (Some(callback), Some(local)) = (&self.callback, path.local) {
+            callback.discard_at(local);
+        }
+    }
+
+    /// Reverse mode: a connection of path `index` came from the server's
+    /// `peer`, its address on that path.
+    pub(crate) fn arrived(&self, index: usize, peer: SocketAddr) {
+        let mut paths = self.paths.lock().expect("paths");
+        let peer = canonical(peer);
+        if let Some(path) = paths.get_mut(index) {
+            // A path named by hand knows the server's address, not its port.
+            if path.remote.is_none_or(|r| r.ip() == peer.ip()) {
+                path.remote = Some(peer);
+            }
+        }
+    }
+
+    /// The paths down and due a try at `at`. None while a path that
+    /// answered waits for its stream.
+    fn due_at(&self, at: Duration) -> Vec<Due> {
         if self.rejoin.lock().expect("rejoin").is_some() {
             return Vec::new();
         }
@@ -426,7 +522,14 @@ impl PathPlan {
             .enumerate()
             .filter(|(_, p)| p.rejoins < MAX_REJOINS)
             .filter(|(_, p)| p.down.is_some_and(|d| d.retry_at <= at))
-            .map(|(i, p)| (i, p.remote, p.local))
+            .filter_map(|(index, p)| {
+                Some(Due {
+                    index,
+                    remote: p.remote,
+                    local: p.local,
+                    since: p.down?.since,
+                })
+            })
             .collect()
     }
 
@@ -442,7 +545,7 @@ impl PathPlan {
         if ok {
             tracing::info!(
                 "path {index} ({}) answers again: a stream rejoins it",
-                path.remote
+                path.describe()
             );
             *self.rejoin.lock().expect("rejoin") = Some((index, at));
         } else {
@@ -519,7 +622,9 @@ impl PathPlan {
                 PathReport {
                     index,
                     local: p.local.map(|ip| ip.to_string()),
-                    remote: p.remote.to_string(),
+                    remote: p
+                        .remote
+                        .map_or_else(|| "unknown".to_string(), |r| r.to_string()),
                     streams: p.streams.len(),
                     bytes,
                     rate_bps: if secs > 0.0 {
@@ -570,26 +675,63 @@ impl crate::data::tuning::PathWatch for PathPlan {
 
     fn retry(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>> {
         Box::pin(async move {
-            for (index, remote, local) in self.due_at(self.started.elapsed()) {
-                let tried = connect(
-                    remote,
-                    local,
-                    REJOIN_CONNECT_TIMEOUT,
-                    REJOIN_CONNECT_TIMEOUT,
-                    self.mptcp,
-                )
-                .await;
-                if let Err(e) = &tried {
-                    tracing::debug!("path {index} ({remote}) still down: {e}");
-                }
-                self.tried_at(index, tried.is_ok(), self.started.elapsed());
-                if tried.is_ok() {
+            for due in self.due_at(self.started.elapsed()) {
+                let answered = self.try_path(&due).await;
+                self.tried_at(due.index, answered, self.started.elapsed());
+                if answered {
                     // One path at a time: the next spare goes to it.
                     return true;
                 }
             }
             false
         })
+    }
+}
+
+/// `addr` with an IPv4-mapped address as plain IPv4 (a dual-stack
+/// listener's view of an IPv4 peer).
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    SocketAddr::new(addr.ip().to_canonical(), addr.port())
+}
+
+/// A path down, due a try.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Due {
+    index: usize,
+    remote: Option<SocketAddr>,
+    local: Option<IpAddr>,
+    /// When it went down, from the plan's start.
+    since: Duration,
+}
+
+impl PathPlan {
+    /// Whether path `due` answers: a connection over it can be made, or in
+    /// reverse mode the server's dialling got through it since it went down.
+    async fn try_path(&self, due: &Due) -> bool {
+        if let Some(callback) = &self.callback {
+            let Some(local) = due.local else {
+                return false;
+            };
+            let since = self.started + due.since;
+            return callback
+                .arrived_at(local, since, REJOIN_CONNECT_TIMEOUT)
+                .await;
+        }
+        let Some(remote) = due.remote else {
+            return false;
+        };
+        let tried = connect(
+            remote,
+            due.local,
+            REJOIN_CONNECT_TIMEOUT,
+            REJOIN_CONNECT_TIMEOUT,
+            self.mptcp,
+        )
+        .await;
+        if let Err(e) = &tried {
+            tracing::debug!("path {} ({remote}) still down: {e}", due.index);
+        }
+        tried.is_ok()
     }
 }
 

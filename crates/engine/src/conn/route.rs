@@ -5,11 +5,11 @@
 //! every connection of a session, control and data, comes through one.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::{Error, Result};
 
@@ -73,14 +73,41 @@ pub(crate) async fn tcp_connect(
     Err(fail(last))
 }
 
-/// Client side, reverse mode: the port the far end dials, and a filter
-/// that takes data connections only from where the control connection came.
+/// Client side, reverse mode: the port the far end dials, the
+/// connections it dialled that wait for a path to ask for them, and the
+/// far end's addresses that connections are taken from.
+///
+/// With several paths the far end dials each of this host's addresses;
+/// a connection is taken for the path whose address it arrived at, and
+/// one that arrived at another path's address waits for that path.
 #[derive(Debug)]
 pub struct Callback {
     listener: TcpListener,
     /// Set when the far end is known to be gone: waiting stops.
     closed: watch::Sender<bool>,
+    /// Connections that arrived for another path than the one waited for.
+    waiting: Mutex<Vec<Arrived>>,
+    /// A connection went to `waiting`.
+    arrived: Notify,
+    /// The far end's addresses, once its control connection came (from
+    /// others, connections are dropped); empty: any.
+    peers: Mutex<Vec<IpAddr>>,
+    /// This host's addresses the far end is asked to dial besides the one
+    /// it reaches first, one path each.
+    paths: Vec<IpAddr>,
 }
+
+/// A dialled connection not yet taken.
+#[derive(Debug)]
+struct Arrived {
+    conn: TcpStream,
+    /// This host's address it arrived at.
+    at: IpAddr,
+    when: Instant,
+}
+
+/// Connections kept waiting for their path at most; older ones are closed.
+const MAX_WAITING: usize = 64;
 
 impl Callback {
     /// Takes connections from `listener`.
@@ -88,7 +115,24 @@ impl Callback {
         Callback {
             listener,
             closed: watch::channel(false).0,
+            waiting: Mutex::new(Vec::new()),
+            arrived: Notify::new(),
+            peers: Mutex::new(Vec::new()),
+            paths: Vec::new(),
         }
+    }
+
+    /// The far end is asked to dial `paths` too (this host's addresses),
+    /// one path each.
+    pub fn with_paths(mut self, paths: Vec<IpAddr>) -> Callback {
+        self.paths = paths.into_iter().map(|ip| ip.to_canonical()).collect();
+        self
+    }
+
+    /// This host's addresses the far end is asked to dial besides the
+    /// first.
+    pub fn paths(&self) -> &[IpAddr] {
+        &self.paths
     }
 
     /// The far end is gone (its ssh ended): connections waited for now or
@@ -105,29 +149,121 @@ impl Callback {
             .map_err(|e| Error::io("listen", "callback", e))
     }
 
-    /// The next connection from `from` (any address when `None`); others
-    /// are logged and dropped.
-    async fn accept(
+    /// From now on, connections are taken only from `peers` (and those
+    /// allowed before).
+    pub(crate) fn allow(&self, peers: impl IntoIterator<Item = IpAddr>) {
+        let mut allowed = self.peers.lock().expect("peers");
+        for ip in peers {
+            let ip = ip.to_canonical();
+            if !allowed.contains(&ip) {
+                allowed.push(ip);
+            }
+        }
+    }
+
+    fn allowed(&self, peer: IpAddr) -> bool {
+        let allowed = self.peers.lock().expect("peers");
+        allowed.is_empty() || allowed.contains(&peer.to_canonical())
+    }
+
+    /// A waiting connection that arrived at `at` (any address when `None`).
+    fn take(&self, at: Option<IpAddr>) -> Option<TcpStream> {
+        let mut waiting = self.waiting.lock().expect("waiting");
+        let i = waiting
+            .iter()
+            .position(|a| at.is_none_or(|at| at == a.at))?;
+        Some(waiting.remove(i).conn)
+    }
+
+    /// Keeps `conn`, which arrived at `at`, until its path asks for it.
+    fn keep(&self, conn: TcpStream, at: IpAddr) {
+        let mut waiting = self.waiting.lock().expect("waiting");
+        if waiting.len() >= MAX_WAITING {
+            waiting.remove(0);
+        }
+        waiting.push(Arrived {
+            conn,
+            at,
+            when: Instant::now(),
+        });
+        drop(waiting);
+        self.arrived.notify_waiters();
+    }
+
+    /// Closes the waiting connections that arrived at `at`: the path they
+    /// came over is down, and they may be dead with it.
+    pub(crate) fn discard_at(&self, at: IpAddr) {
+        self.waiting.lock().expect("waiting").retain(|a| a.at != at);
+    }
+
+    /// Whether a connection arrived at `at` after `since`, looking at those
+    /// the far end dialled within `wait` from now.
+    pub(crate) async fn arrived_at(&self, at: IpAddr, since: Instant, wait: Duration) -> bool {
+        let fresh = |cb: &Callback| {
+            cb.waiting
+                .lock()
+                .expect("waiting")
+                .iter()
+                .any(|a| a.at == at && a.when > since)
+        };
+        let gathered = tokio::time::timeout(wait, async {
+            loop {
+                if fresh(self) {
+                    return;
+                }
+                match self.listener.accept().await {
+                    Ok((conn, peer)) => {
+                        if let (true, Some(local)) = (self.allowed(peer.ip()), arrival(&conn)) {
+                            self.keep(conn, local);
+                        }
+                    }
+                    // Out of descriptors, say: not in a tight loop.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        });
+        let _ = gathered.await;
+        fresh(self)
+    }
+
+    /// The next connection that arrived at `at` (any address when `None`)
+    /// from the far end; others are logged and dropped.
+    pub(crate) async fn accept(
         &self,
-        from: Option<IpAddr>,
+        at: Option<IpAddr>,
         timeout: Duration,
         io_timeout: Duration,
     ) -> Result<TcpStream> {
         let port = self.port().unwrap_or(0);
         let waited = async {
             loop {
-                let (conn, peer) = self.listener.accept().await.map_err(|e| Error::Connect {
-                    addr: format!("callback port {port}"),
-                    source: e,
-                })?;
-                let ip = peer.ip().to_canonical();
-                match from {
-                    Some(want) if want != ip => {
-                        tracing::warn!(
-                            "dropped a connection from {peer}: the session's peer is {want}"
-                        );
+                let notified = self.arrived.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if let Some(conn) = self.take(at) {
+                    return Ok::<TcpStream, Error>(conn);
+                }
+                tokio::select! {
+                    accepted = self.listener.accept() => {
+                        let (conn, peer) = accepted.map_err(|e| Error::Connect {
+                            addr: format!("callback port {port}"),
+                            source: e,
+                        })?;
+                        if !self.allowed(peer.ip()) {
+                            tracing::warn!(
+                                "dropped a connection from {peer}: not the session's peer"
+                            );
+                            continue;
+                        }
+                        let Some(arrived) = arrival(&conn) else {
+                            continue;
+                        };
+                        if at.is_none_or(|at| at == arrived) {
+                            return Ok(conn);
+                        }
+                        self.keep(conn, arrived);
                     }
-                    _ => return Ok::<TcpStream, Error>(conn),
+                    () = &mut notified => {}
                 }
             }
         };
@@ -140,7 +276,10 @@ impl Callback {
             waited = tokio::time::timeout(timeout, waited) => waited.map_err(|_| {
                 fail(
                     std::io::ErrorKind::TimedOut,
-                    format!("the far end did not connect back within {timeout:?}"),
+                    match at {
+                        Some(at) => format!("the far end did not connect back to {at} within {timeout:?}"),
+                        None => format!("the far end did not connect back within {timeout:?}"),
+                    },
                 )
             })??,
             _ = closed.wait_for(|c| *c) => {
@@ -153,6 +292,11 @@ impl Callback {
         crate::conn::net::prepare(&conn, io_timeout);
         Ok(conn)
     }
+}
+
+/// This host's address `conn` arrived at.
+fn arrival(conn: &TcpStream) -> Option<IpAddr> {
+    conn.local_addr().ok().map(|a| a.ip().to_canonical())
 }
 
 /// Which way a client's connections go.
@@ -171,10 +315,11 @@ pub enum Reach {
 pub enum Route {
     /// Dial this endpoint.
     Dial(Endpoint),
-    /// Take connections the server dialled, from `from` once known.
+    /// Take connections the server dialled: those that arrived at `at`
+    /// once the control connection did (the control path's address here).
     Callback {
         callback: Arc<Callback>,
-        from: Option<IpAddr>,
+        at: Option<IpAddr>,
     },
 }
 
@@ -184,7 +329,7 @@ impl Route {
         match reach {
             Reach::Callback(callback) => Route::Callback {
                 callback: callback.clone(),
-                from: None,
+                at: None,
             },
             Reach::Dial => Route::Dial(ep.clone()),
         }
@@ -199,19 +344,31 @@ impl Route {
     ) -> Result<TcpStream> {
         match self {
             Route::Dial(ep) => tcp_connect(ep, timeout, io_timeout, mptcp).await,
-            Route::Callback { callback, from } => callback.accept(*from, timeout, io_timeout).await,
+            Route::Callback { callback, at } => callback.accept(*at, timeout, io_timeout).await,
         }
     }
 
     /// The route for the session's data connections, once the control
-    /// connection `control` is up: in reverse mode only from its peer.
+    /// connection `control` is up: in reverse mode only from its peer (and
+    /// the peer's other addresses, [`Callback::allow`]), over its path.
     pub(crate) fn for_data(&self, control: &TcpStream) -> Route {
         match self {
             Route::Dial(_) => self.clone(),
-            Route::Callback { callback, .. } => Route::Callback {
-                callback: callback.clone(),
-                from: control.peer_addr().ok().map(|a| a.ip().to_canonical()),
-            },
+            Route::Callback { callback, .. } => {
+                callback.allow(control.peer_addr().ok().map(|a| a.ip()));
+                Route::Callback {
+                    callback: callback.clone(),
+                    at: arrival(control),
+                }
+            }
+        }
+    }
+
+    /// The callback, in reverse mode.
+    pub(crate) fn callback(&self) -> Option<&Arc<Callback>> {
+        match self {
+            Route::Dial(_) => None,
+            Route::Callback { callback, .. } => Some(callback),
         }
     }
 }
@@ -224,20 +381,46 @@ mod tests {
     async fn a_callback_takes_data_connections_only_from_the_control_peer() {
         let cb = Callback::new(TcpListener::bind("127.0.0.1:0").await.unwrap());
         let addr: SocketAddr = ([127, 0, 0, 1], cb.port().unwrap()).into();
+        let local = IpAddr::from([127, 0, 0, 1]);
+        cb.allow([local]);
         let stranger = tokio::net::TcpSocket::new_v4().unwrap();
         stranger.bind(([127, 0, 0, 2], 0).into()).unwrap();
         let _stranger = stranger.connect(addr).await.unwrap();
         let _peer = TcpStream::connect(addr).await.unwrap();
         let t = Duration::from_secs(5);
-        let local = IpAddr::from([127, 0, 0, 1]);
-        let got = cb.accept(Some(local), t, t).await.unwrap();
+        let got = cb.accept(None, t, t).await.unwrap();
         assert_eq!(got.peer_addr().unwrap().ip(), local);
-        let none = cb.accept(Some(local), Duration::from_millis(100), t).await;
+        let none = cb.accept(None, Duration::from_millis(100), t).await;
         assert!(matches!(none, Err(Error::Connect { .. })), "{none:?}");
         cb.close();
         let started = std::time::Instant::now();
         let closed = cb.accept(None, t, t).await;
         assert!(matches!(closed, Err(Error::Connect { .. })), "{closed:?}");
         assert!(started.elapsed() < t, "a closed callback fails at once");
+    }
+
+    #[tokio::test]
+    async fn each_path_takes_the_connections_that_arrived_at_its_address() {
+        let cb = Callback::new(TcpListener::bind("0.0.0.0:0").await.unwrap());
+        let port = cb.port().unwrap();
+        let (path0, path1) = (IpAddr::from([127, 0, 0, 1]), IpAddr::from([127, 0, 0, 3]));
+        let t = Duration::from_secs(5);
+        let before = Instant::now();
+        // Path 1's connection arrives first, while path 0 waits.
+        let _one = TcpStream::connect((path1, port)).await.unwrap();
+        let _zero = TcpStream::connect((path0, port)).await.unwrap();
+        let got = cb.accept(Some(path0), t, t).await.unwrap();
+        assert_eq!(got.local_addr().unwrap().ip(), path0);
+        assert!(cb.arrived_at(path1, before, Duration::ZERO).await);
+        let got = cb.accept(Some(path1), t, t).await.unwrap();
+        assert_eq!(got.local_addr().unwrap().ip(), path1);
+        // Nothing new at path 1 since; a connection discarded there is gone.
+        let since = Instant::now();
+        assert!(!cb.arrived_at(path1, since, Duration::from_millis(50)).await);
+        let _again = TcpStream::connect((path1, port)).await.unwrap();
+        assert!(cb.arrived_at(path1, since, t).await);
+        cb.discard_at(path1);
+        let none = cb.accept(Some(path1), Duration::from_millis(100), t).await;
+        assert!(matches!(none, Err(Error::Connect { .. })), "{none:?}");
     }
 }

@@ -561,9 +561,10 @@ impl Tuners {
             .filter(|&g| self.groups[g].share > 0 && self.members(g) > 0)
             .map(|g| {
                 let p = &self.groups[g];
+                let members = self.members(g);
                 format!(
-                    "{} streams at {:.1} ms: {:.1} MiB each",
-                    self.members(g),
+                    "{members} stream{} at {:.1} ms: {:.1} MiB each",
+                    if members == 1 { "" } else { "s" },
                     f64::from(p.sizer.min_rtt_us()) / 1e3,
                     p.share as f64 / f64::from(1 << 20)
                 )

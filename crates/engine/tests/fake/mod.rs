@@ -1023,7 +1023,7 @@ pub fn fake_ssh(dir: &Path, line: &OnceLine) -> PathBuf {
          # Stands in for: ssh HOST 'tern serve --once [--connect :PORT]'\n\
          for arg in \"$@\"; do last=$arg; done\n\
          case \"$last\" in\n\
-         *--connect*) printf '%s\\n' \"$last\" | sed -n 's/.*:\\([0-9][0-9]*\\).*/\\1/p' > '{port}.tmp' && mv '{port}.tmp' '{port}' ;;\n\
+         *--connect*) printf '%s\\n' \"$last\" | sed -n 's/.*--connect :\\([0-9][0-9]*\\).*/\\1/p' > '{port}.tmp' && mv '{port}.tmp' '{port}' ;;\n\
          esac\n\
          echo 'Welcome to a host that is not there'\n\
          echo '{line}'\n\

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tern_engine::authz::Authz;
 use tern_engine::client::Endpoint;
-use tern_engine::once::{OnceOptions, OnceServer};
+use tern_engine::once::{DialPath, OnceOptions, OnceServer};
 use tern_engine::server::{LiveSessions, SiteAuth, serve};
 use tern_engine::tls::{ServerIdentity, load_roots};
 
@@ -171,7 +171,12 @@ async fn serve_once(args: ServeArgs) -> Result<()> {
     let server = match &args.connect {
         Some(target) => {
             let target = once_dial_target(target, ssh.as_deref())?;
-            OnceServer::dial(target, &identity, opts)?
+            let others = args
+                .connect_paths
+                .iter()
+                .map(|p| dial_path(p))
+                .collect::<Result<Vec<_>>>()?;
+            OnceServer::dial(target, others, &identity, opts)?
         }
         None if args.every_address => {
             let server = once_listener(None, None, &identity, opts).await?;
@@ -226,6 +231,25 @@ async fn once_listener(
 /// Field `index` of `SSH_CONNECTION`, as an address.
 fn ssh_connection_ip(ssh_connection: Option<&str>, index: usize) -> Option<std::net::IpAddr> {
     ssh_connection?.split_whitespace().nth(index)?.parse().ok()
+}
+
+/// One of `--connect-paths`: `ADDR` or `ADDR@FROM`.
+fn dial_path(arg: &str) -> Result<DialPath> {
+    let ip = |s: &str| {
+        s.trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::IpAddr>()
+            .map_err(|_| usage(format!("--connect-paths {arg}: '{s}' is not an IP address")))
+    };
+    Ok(match arg.split_once('@') {
+        Some((to, from)) => DialPath {
+            to: ip(to)?,
+            from: Some(ip(from)?),
+        },
+        None => DialPath {
+            to: ip(arg)?,
+            from: None,
+        },
+    })
 }
 
 /// `--connect HOST:PORT`, where an empty HOST is the client's address from

@@ -17,7 +17,7 @@ fn addr(s: &str) -> SocketAddr {
 
 fn other(remote: &str, reserved_bps: Option<u64>) -> OtherPath {
     OtherPath {
-        remote: addr(remote),
+        remote: Some(addr(remote)),
         local: None,
         reserved_bps,
     }
@@ -71,7 +71,7 @@ fn added_streams_try_the_other_paths_first_and_replacements_take_the_control_pat
         plan.leg(4),
         Leg::Path {
             index: 1,
-            remote: addr("10.47.1.2:4747"),
+            remote: Some(addr("10.47.1.2:4747")),
             local: None
         }
     );
@@ -222,7 +222,15 @@ fn a_path_that_lost_its_streams_is_tried_again_with_backoff_and_rejoins() {
     );
     assert!(plan.due_at(s(12)).is_empty(), "not tried at once");
     let due = plan.due_at(s(13));
-    assert_eq!(due, vec![(1, addr("10.47.1.2:4747"), None)]);
+    assert_eq!(
+        due,
+        vec![Due {
+            index: 1,
+            remote: Some(addr("10.47.1.2:4747")),
+            local: None,
+            since: s(10)
+        }]
+    );
     // A try that fails waits twice as long before the next.
     plan.tried_at(1, false, s(13));
     assert!(plan.due_at(s(18)).is_empty());
