@@ -10,7 +10,7 @@
 #   bash bench/multipath.sh --out FILE   write the report to FILE (and, with --write, BENCHMARKS.md)
 #
 # Runs: two (1000 Mbit/s x 50 ms + 250 x 75) and three paths (+ 1000 x 90): tern perf, tern
-# perf --paths off, tern cp, GridFTP split evenly, iperf3 per path, MPTCP; a failure run
+# perf --paths off, tern cp, tern cp -z (over a fake ssh into B), GridFTP split evenly, iperf3 per path, MPTCP; a failure run
 # (path 1 cut a third into a copy); a reserved-path run (300 Mbit/s on path 1). MP_RUNS
 # (e.g. "two fail") runs only some. Needs root, target/release/{tern,netlab}, python3,
 # iperf3 and GridFTP (bench/install-peers.sh). A tern without multi-path (no --paths in
@@ -81,6 +81,8 @@ HAVE_PATHS=0 HAVE_PATH=0 HAVE_MPTCP=0
 if grep -q -- '--paths' <<<"$CP_HELP" && grep -q -- '--paths' <<<"$PERF_HELP"; then HAVE_PATHS=1; fi
 if grep -qE -- '--path([^s]|$)' <<<"$PERF_HELP"; then HAVE_PATH=1; fi
 if grep -q -- '--mptcp' <<<"$PERF_HELP"; then HAVE_MPTCP=1; fi
+HAVE_CONNECT_PATHS=0
+if grep -q -- '--connect-paths' <<<"$("$TERN" serve --help 2>&1 || true)"; then HAVE_CONNECT_PATHS=1; fi
 # A daemon that takes MPTCP too (plain TCP clients are served as before).
 if grep -q -- '--mptcp' <<<"$("$TERN" serve --help 2>&1 || true)"; then TERN_SERVE_EXTRA=--mptcp; fi
 if [ "$HAVE_PATHS" = 0 ]; then
@@ -94,6 +96,15 @@ mkdir -p "$WORK/samples" "$WORK/parts"
 # daemon address (it would start every stream where that copy ended).
 export XDG_STATE_HOME=$WORK/xdg-state
 bench_svg_path multipath-failure.svg "${MP_SVG:-}"
+# "ssh" to B for the -z row: runs the remote command in B as sshd would (SSH_CONNECTION
+# names path 0's addresses), with the destination directory as HOME.
+FAKE_SSH=$WORK/fake-ssh
+cat >"$FAKE_SSH" <<EOF_SSH
+#!/bin/sh
+shift
+exec "$NETLAB" --lab "$LAB" exec B env SSH_CONNECTION='10.47.0.1 40000 10.47.0.2 22' HOME="$DST" XDG_STATE_HOME="$WORK/remote-state" sh -c "\$1"
+EOF_SSH
+chmod 755 "$FAKE_SSH"
 BG=()                     # clients running side by side (stopped by the trap)
 SAMPLER=""
 bench_cleanup_extra() {
@@ -205,6 +216,7 @@ tern_perf() {
 }
 # tern_cp RUN ID LABEL SRC BYTES ARGS...: one verified tern cp of SRC to B, with the sampler.
 # With CUT_PATH set, that path is killed (100 % loss) once B has received a third of SRC.
+# With VIA_SSH=1, to B over the fake ssh (a `tern serve --once` in B, HOME the destination).
 tern_cp() {
     local run=$1 id=$2 label=$3 src=$4 bytes=$5 s="$1-$2.txt" t0 t1 bps status=ok note="" rc=0
     shift 5
@@ -215,6 +227,9 @@ tern_cp() {
     find "$DST" -mindepth 1 -delete 2>/dev/null || true
     sampler_start "$WORK/samples/$s" $((secs + 60))
     local cmd=("$TERN" cp "$@" --fingerprint "$FP" --json --no-progress "$src" "tern://$B0:$TPORT/x.bin")
+    if [ "${VIA_SSH:-0}" = 1 ]; then
+        cmd=("$TERN" cp "$@" --ssh "$FAKE_SSH" --remote-tern "$TERN" --json --no-progress "$src" "$B0:x.bin")
+    fi
     M_CMD=$(quote "${cmd[@]}")
     : >"$LOGS/run.err"
     t0=$(now)
@@ -467,6 +482,11 @@ for entry in "${RUNS[@]}"; do
             iperf3_mptcp "$RUN"
             log " disk to disk, ${CP_MIB} MiB"
             tern_cp "$RUN" tern-cp "tern cp ${CP_MIB} MiB, no flags" "$SRC" "$CP_BYTES"
+            if [ "$HAVE_CONNECT_PATHS" = 1 ]; then
+                VIA_SSH=1 tern_cp "$RUN" tern-cp-z "tern cp -z ${CP_MIB} MiB over ssh (B dials A's addresses back)" "$SRC" "$CP_BYTES" -z
+            else
+                skip_row "$RUN" tern-cp-z "tern cp -z over ssh" "tern cp -z" "this tern's serve has no --connect-paths (reverse connect uses one path)"
+            fi
             guc_paths "$RUN"
             ;;
         fail)

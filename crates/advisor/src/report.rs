@@ -128,10 +128,15 @@ impl TransferReport {
     /// so that the archive keeps each path under its own address. `None`
     /// for a path that carried nothing.
     pub fn for_path(&self, path: &PathReport) -> Option<TransferReport> {
-        let remote: std::net::SocketAddr = path.remote.parse().ok()?;
+        let ip = path.remote_ip()?;
+        let port = path
+            .remote
+            .as_deref()
+            .and_then(|r| r.parse::<std::net::SocketAddr>().ok())
+            .map(|a| a.port());
         (path.bytes > 0).then(|| TransferReport {
-            host: remote.ip().to_string(),
-            port: Some(remote.port()),
+            host: ip.to_string(),
+            port,
             throughput_bps: Some(path.rate_bps).filter(|r| *r > 0.0),
             rtt_ms: path.rtt_ms,
             bytes: Some(path.bytes),
@@ -267,7 +272,7 @@ mod tests {
         let path = |remote: &str, bytes: u64| PathReport {
             index: 1,
             local: None,
-            remote: remote.into(),
+            remote: Some(remote.into()),
             streams: 2,
             bytes,
             rate_bps: 2.2e8,

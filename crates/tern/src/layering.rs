@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["cli::probe"],
     &["cli"],
     &["exit", "addr", "advice", "report", "path_memory"],
-    &["report::paths"],
+    &["report::paths", "cli::values"],
     &[
         "error",
         "size",

@@ -40,10 +40,11 @@ pub const SPARES: usize = 4;
 /// Connections kept dialled and idle over each other path to the client.
 const PATH_SPARES: usize = 2;
 
-/// Times a connection over another path is dialled again after it failed
-/// (the path down, or the client closed it as dead), waiting longer each
-/// time, before the path is given up.
-const PATH_REDIALS: u32 = 12;
+/// Failures in a row of connections over another path (the path down, or
+/// the client closed them as dead; each dialled again, waiting longer each
+/// time) before the path is given up: with two spares failing in turn,
+/// about five minutes.
+const PATH_REDIALS: u32 = 24;
 
 /// The first wait before dialling a failed path again; doubled each time,
 /// up to [`PATH_REDIAL_MAX_WAIT`].
@@ -165,19 +166,21 @@ impl OnceServer {
     /// The paths of `others` worth dialling besides `target`: of its
     /// family, not `target` itself, none to a client on this host.
     fn advertised(target: &Endpoint, others: Vec<DialPath>) -> Vec<DialPath> {
-        let Ok(first) = target.host.parse::<IpAddr>() else {
-            return others;
-        };
-        let first = first.to_canonical();
-        if first.is_loopback() {
+        // A target named, not numbered: of any family.
+        let first = target
+            .host
+            .parse::<IpAddr>()
+            .ok()
+            .map(|ip| ip.to_canonical());
+        if first.is_some_and(|ip| ip.is_loopback()) {
             return Vec::new();
         }
         let mut kept: Vec<DialPath> = Vec::new();
         for path in others {
             let to = path.to.to_canonical();
-            if to.is_ipv4() == first.is_ipv4()
-                && to != first
+            if first.is_none_or(|first| to.is_ipv4() == first.is_ipv4() && to != first)
                 && !to.is_loopback()
+                && !to.is_unspecified()
                 && kept.iter().all(|k| k.to != to)
             {
                 kept.push(DialPath {
@@ -308,32 +311,35 @@ struct Dialler {
     /// Connections dialled and waiting for the client's first bytes, each
     /// with its path (0: `target`; then `others`).
     spares: JoinSet<(usize, Result<(TcpStream, SocketAddr)>)>,
-    /// Dials left before the server stops adding spares.
-    budget: usize,
+    /// Dials left on each path before the server stops adding spares there.
+    budgets: Vec<usize>,
     /// True once any dial succeeded.
     reached: bool,
-    /// Failures in a row of each other path's connections.
+    /// Failures in a row of each path's connections.
     failures: Vec<u32>,
 }
 
 impl Dialler {
     fn start(target: Endpoint, others: Vec<DialPath>, opts: &ServerOptions) -> Dialler {
         let paths = others.len();
+        let streams = usize::from(crate::conn::server::MAX_STREAMS);
+        // The first path: a control connection, every stream a session may
+        // have, and the spares left over at the end. Each other path: every
+        // stream, its spares, and their redials.
+        let mut budgets = vec![1 + streams + 2 * SPARES];
+        budgets.extend(std::iter::repeat_n(
+            streams + 2 * PATH_SPARES + PATH_REDIALS as usize,
+            paths,
+        ));
         let mut d = Dialler {
             target,
             others,
             connect_timeout: opts.join_timeout,
             io_timeout: opts.io_timeout,
             spares: JoinSet::new(),
-            // A control connection, every stream a session may have, and
-            // the spares left over at the end; each other path's spares
-            // and their redials.
-            budget: 1
-                + usize::from(crate::conn::server::MAX_STREAMS)
-                + 2 * SPARES
-                + paths * (2 * PATH_SPARES + PATH_REDIALS as usize),
+            budgets,
             reached: false,
-            failures: vec![0; paths],
+            failures: vec![0; 1 + paths],
         };
         for _ in 0..SPARES {
             d.dial_one(0, Duration::ZERO);
@@ -343,10 +349,10 @@ impl Dialler {
 
     /// Dials path `path` after `wait`.
     fn dial_one(&mut self, path: usize, wait: Duration) {
-        if self.budget == 0 {
+        let Some(budget) = self.budgets.get_mut(path).filter(|b| **b > 0) else {
             return;
-        }
-        self.budget -= 1;
+        };
+        *budget -= 1;
         let (timeout, io_timeout) = (self.connect_timeout, self.io_timeout);
         let to = path.checked_sub(1).map(|i| self.others[i]);
         let target = self.target.clone();
@@ -380,9 +386,7 @@ impl Dialler {
                             }
                         }
                     }
-                    if path > 0 {
-                        self.failures[path - 1] = 0;
-                    }
+                    self.failures[path] = 0;
                     self.dial_one(path, Duration::ZERO);
                     return Ok(used);
                 }
@@ -390,14 +394,21 @@ impl Dialler {
                     return Err(e);
                 }
                 Err(e) if path > 0 => {
-                    let failures = &mut self.failures[path - 1];
+                    let failures = &mut self.failures[path];
                     *failures += 1;
+                    let failures = *failures;
                     tracing::debug!("a connection over path {path} to the client: {e}");
-                    if *failures <= PATH_REDIALS {
+                    if failures <= PATH_REDIALS {
                         let wait = PATH_REDIAL_WAIT
-                            .saturating_mul(1 << (*failures - 1).min(8))
+                            .saturating_mul(1 << (failures - 1).min(8))
                             .min(PATH_REDIAL_MAX_WAIT);
                         self.dial_one(path, wait);
+                    } else if failures == PATH_REDIALS + 1 {
+                        tracing::info!(
+                            "path {path} to the client ({}) failed {PATH_REDIALS} times in a \
+                             row: no more connections over it ({e})",
+                            self.others[path - 1].to
+                        );
                     }
                 }
                 Err(e) => tracing::debug!("spare connection to the client: {e}"),

@@ -148,8 +148,9 @@ pub struct PathReport {
     /// The address data connections came from, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local: Option<String>,
-    /// The daemon's address on this path.
-    pub remote: String,
+    /// The daemon's address on this path; in reverse mode, unknown (null)
+    /// until a connection came over it.
+    pub remote: Option<String>,
     /// Streams that went over it.
     pub streams: usize,
     /// Payload bytes they carried.
@@ -269,15 +270,20 @@ impl Path {
         self.down.is_none()
     }
 
-    fn went_down(&mut self, at: Duration, why: &str) {
+    /// It went down at `at` (true when it was not down already).
+    fn went_down(&mut self, at: Duration, why: &str) -> bool {
         self.first_down.get_or_insert_with(|| (at, why.to_string()));
+        if self.down.is_some() {
+            return false;
+        }
         // A path that keeps coming back and failing is tried less often.
         let rejoins = self.rejoins;
-        self.down.get_or_insert(Down {
+        self.down = Some(Down {
             since: at,
             retry_at: at + wait_after(rejoins),
             tries: rejoins,
         });
+        true
     }
 }
 
@@ -369,18 +375,24 @@ impl PathPlan {
                     p.remote.map(|r| r.ip()) == other.remote.map(|r| r.ip())
                 }
             };
-            if let Some(bps) = other.reserved_bps.filter(|_| same(&paths[0])) {
+            // Streams find their reservation by the server's address: one
+            // the control path shares cannot hold one.
+            let shares_control = same(&paths[0])
+                || other.remote.map(|r| r.ip().to_canonical()) == Some(control.ip());
+            let mut reserved_bps = other.reserved_bps;
+            if let Some(bps) = reserved_bps.filter(|_| shares_control) {
                 tracing::warn!(
-                    "{}: the session started on this path, so its {bps} bit/s reservation \
+                    "{}: the session started on this address, so its {bps} bit/s reservation \
                      is not applied (name another address)",
                     other
                         .remote
                         .map_or_else(String::new, |r| r.ip().to_string())
                 );
+                reserved_bps = None;
             }
             if !paths.iter().any(same) {
                 let local = other.local.map(|ip| ip.to_canonical());
-                paths.push(Path::new(other.remote, local, other.reserved_bps));
+                paths.push(Path::new(other.remote, local, reserved_bps));
             }
         }
         PathPlan {
@@ -465,8 +477,9 @@ impl PathPlan {
         let mut paths = self.paths.lock().expect("paths");
         let path = &mut paths[index];
         path.streams.retain(|&s| s != k);
-        path.went_down(at, &why);
-        self.forget_arrivals(path);
+        if path.went_down(at, &why) {
+            self.forget_arrivals(path);
+        }
         path.unreachable.get_or_insert((why, at));
         paths[0].streams.push(k);
     }
@@ -482,8 +495,10 @@ impl PathPlan {
         if !path.lost.contains(&k) {
             path.lost.push(k);
         }
-        if index > 0 && path.streams.iter().all(|s| path.lost.contains(s)) {
-            path.went_down(at, "every stream on it stalled or was lost");
+        if index > 0
+            && path.streams.iter().all(|s| path.lost.contains(s))
+            && path.went_down(at, "every stream on it stalled or was lost")
+        {
             self.forget_arrivals(path);
         }
     }
@@ -622,9 +637,12 @@ impl PathPlan {
                 PathReport {
                     index,
                     local: p.local.map(|ip| ip.to_string()),
-                    remote: p
-                        .remote
-                        .map_or_else(|| "unknown".to_string(), |r| r.to_string()),
+                    // A path named by hand in reverse mode knows the
+                    // server's address before (or without) its port.
+                    remote: p.remote.map(|r| match r.port() {
+                        0 => r.ip().to_string(),
+                        _ => r.to_string(),
+                    }),
                     streams: p.streams.len(),
                     bytes,
                     rate_bps: if secs > 0.0 {
@@ -653,14 +671,25 @@ fn count_streams(n: usize) -> String {
     }
 }
 
+impl PathReport {
+    /// The server's address on the path, when known.
+    pub fn remote_ip(&self) -> Option<IpAddr> {
+        let remote = self.remote.as_deref()?;
+        let ip = match remote.parse::<SocketAddr>() {
+            Ok(addr) => addr.ip(),
+            Err(_) => remote.parse::<IpAddr>().ok()?,
+        };
+        Some(ip.to_canonical())
+    }
+}
+
 /// Puts what the tuning saw of each path (`tuning`, by the peer's
 /// address) into the reports of those paths.
 pub(crate) fn add_tuning(reports: &mut [PathReport], tuning: &[tern_drs::PathTuning]) {
     for report in reports {
-        let Ok(remote) = report.remote.parse::<SocketAddr>() else {
+        let Some(ip) = report.remote_ip() else {
             continue;
         };
-        let ip = remote.ip().to_canonical();
         if let Some(t) = tuning.iter().find(|t| t.remote.to_canonical() == ip) {
             report.rtt_ms = t.min_rtt_ms;
             report.limit = Some(t.limit);

@@ -89,12 +89,34 @@ pub struct Callback {
     waiting: Mutex<Vec<Arrived>>,
     /// A connection went to `waiting`.
     arrived: Notify,
-    /// The far end's addresses, once its control connection came (from
-    /// others, connections are dropped); empty: any.
-    peers: Mutex<Vec<IpAddr>>,
+    /// Whom connections are taken from.
+    admit: Mutex<Admit>,
     /// This host's addresses the far end is asked to dial besides the one
     /// it reaches first, one path each.
     paths: Vec<IpAddr>,
+}
+
+/// Whom a callback takes connections from: anyone until the control
+/// connection came; then, at the control path's address here, only the
+/// control connection's peer, and at other paths' addresses that peer and
+/// the far end's other addresses.
+#[derive(Debug, Default)]
+struct Admit {
+    /// The control connection's address here, and its peer.
+    control: Option<(Option<IpAddr>, Option<IpAddr>)>,
+    /// The far end's other addresses.
+    others: Vec<IpAddr>,
+}
+
+impl Admit {
+    fn admits(&self, peer: IpAddr, arrived_at: IpAddr) -> bool {
+        let Some((control_at, control_peer)) = self.control else {
+            return true;
+        };
+        let peer = peer.to_canonical();
+        control_peer == Some(peer)
+            || (control_at != Some(arrived_at) && self.others.contains(&peer))
+    }
 }
 
 /// A dialled connection not yet taken.
@@ -106,8 +128,8 @@ struct Arrived {
     when: Instant,
 }
 
-/// Connections kept waiting for their path at most; older ones are closed.
-const MAX_WAITING: usize = 64;
+/// Connections kept waiting for one path at most; older ones are closed.
+const MAX_WAITING: usize = 16;
 
 impl Callback {
     /// Takes connections from `listener`.
@@ -117,7 +139,7 @@ impl Callback {
             closed: watch::channel(false).0,
             waiting: Mutex::new(Vec::new()),
             arrived: Notify::new(),
-            peers: Mutex::new(Vec::new()),
+            admit: Mutex::new(Admit::default()),
             paths: Vec::new(),
         }
     }
@@ -149,21 +171,30 @@ impl Callback {
             .map_err(|e| Error::io("listen", "callback", e))
     }
 
-    /// From now on, connections are taken only from `peers` (and those
-    /// allowed before).
+    /// The control connection came to `at` from `peer`: from now on the
+    /// control path takes connections only from `peer` (from nobody when
+    /// either is unknown), and the other paths from `peer` and the
+    /// addresses [`Callback::allow`] names.
+    pub(crate) fn controlled(&self, at: Option<IpAddr>, peer: Option<IpAddr>) {
+        let canonical = |ip: Option<IpAddr>| ip.map(|ip| ip.to_canonical());
+        self.admit.lock().expect("admit").control = Some((canonical(at), canonical(peer)));
+    }
+
+    /// The far end's other addresses, whose connections the other paths
+    /// take too.
     pub(crate) fn allow(&self, peers: impl IntoIterator<Item = IpAddr>) {
-        let mut allowed = self.peers.lock().expect("peers");
+        let mut admit = self.admit.lock().expect("admit");
         for ip in peers {
             let ip = ip.to_canonical();
-            if !allowed.contains(&ip) {
-                allowed.push(ip);
+            if !admit.others.contains(&ip) {
+                admit.others.push(ip);
             }
         }
     }
 
-    fn allowed(&self, peer: IpAddr) -> bool {
-        let allowed = self.peers.lock().expect("peers");
-        allowed.is_empty() || allowed.contains(&peer.to_canonical())
+    /// Whether a connection from `peer` that arrived at `at` is taken.
+    fn admits(&self, peer: IpAddr, at: IpAddr) -> bool {
+        self.admit.lock().expect("admit").admits(peer, at)
     }
 
     /// A waiting connection that arrived at `at` (any address when `None`).
@@ -178,8 +209,10 @@ impl Callback {
     /// Keeps `conn`, which arrived at `at`, until its path asks for it.
     fn keep(&self, conn: TcpStream, at: IpAddr) {
         let mut waiting = self.waiting.lock().expect("waiting");
-        if waiting.len() >= MAX_WAITING {
-            waiting.remove(0);
+        if waiting.iter().filter(|a| a.at == at).count() >= MAX_WAITING {
+            if let Some(oldest) = waiting.iter().position(|a| a.at == at) {
+                waiting.remove(oldest);
+            }
         }
         waiting.push(Arrived {
             conn,
@@ -190,9 +223,25 @@ impl Callback {
         self.arrived.notify_waiters();
     }
 
-    /// Closes the waiting connections that arrived at `at`: the path they
-    /// came over is down, and they may be dead with it.
+    /// Closes the connections that arrived at `at`, waiting or still in
+    /// the listener's queue: the path they came over is down, and they may
+    /// be dead with it.
     pub(crate) fn discard_at(&self, at: IpAddr) {
+        let listener = socket2::SockRef::from(&self.listener);
+        // The listener is non-blocking: this takes what is queued now.
+        while let Ok((socket, peer)) = listener.accept() {
+            let queued = socket
+                .set_nonblocking(true)
+                .and_then(|()| TcpStream::from_std(std::net::TcpStream::from(socket)));
+            let (Ok(conn), Some(peer)) = (queued, peer.as_socket()) else {
+                continue;
+            };
+            if let Some(arrived) = arrival(&conn) {
+                if arrived != at && self.admits(peer.ip(), arrived) {
+                    self.keep(conn, arrived);
+                }
+            }
+        }
         self.waiting.lock().expect("waiting").retain(|a| a.at != at);
     }
 
@@ -213,8 +262,10 @@ impl Callback {
                 }
                 match self.listener.accept().await {
                     Ok((conn, peer)) => {
-                        if let (true, Some(local)) = (self.allowed(peer.ip()), arrival(&conn)) {
-                            self.keep(conn, local);
+                        if let Some(local) = arrival(&conn) {
+                            if self.admits(peer.ip(), local) {
+                                self.keep(conn, local);
+                            }
                         }
                     }
                     // Out of descriptors, say: not in a tight loop.
@@ -249,15 +300,15 @@ impl Callback {
                             addr: format!("callback port {port}"),
                             source: e,
                         })?;
-                        if !self.allowed(peer.ip()) {
+                        let Some(arrived) = arrival(&conn) else {
+                            continue;
+                        };
+                        if !self.admits(peer.ip(), arrived) {
                             tracing::warn!(
                                 "dropped a connection from {peer}: not the session's peer"
                             );
                             continue;
                         }
-                        let Some(arrived) = arrival(&conn) else {
-                            continue;
-                        };
                         if at.is_none_or(|at| at == arrived) {
                             return Ok(conn);
                         }
@@ -355,7 +406,7 @@ impl Route {
         match self {
             Route::Dial(_) => self.clone(),
             Route::Callback { callback, .. } => {
-                callback.allow(control.peer_addr().ok().map(|a| a.ip()));
+                callback.controlled(arrival(control), control.peer_addr().ok().map(|a| a.ip()));
                 Route::Callback {
                     callback: callback.clone(),
                     at: arrival(control),
@@ -382,7 +433,7 @@ mod tests {
         let cb = Callback::new(TcpListener::bind("127.0.0.1:0").await.unwrap());
         let addr: SocketAddr = ([127, 0, 0, 1], cb.port().unwrap()).into();
         let local = IpAddr::from([127, 0, 0, 1]);
-        cb.allow([local]);
+        cb.controlled(Some(local), Some(local));
         let stranger = tokio::net::TcpSocket::new_v4().unwrap();
         stranger.bind(([127, 0, 0, 2], 0).into()).unwrap();
         let _stranger = stranger.connect(addr).await.unwrap();
@@ -422,5 +473,46 @@ mod tests {
         cb.discard_at(path1);
         let none = cb.accept(Some(path1), Duration::from_millis(100), t).await;
         assert!(matches!(none, Err(Error::Connect { .. })), "{none:?}");
+        // One still in the listener's queue when the path went down is
+        // discarded too: it does not say the path is back.
+        let _stale = TcpStream::connect((path1, port)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let since = Instant::now();
+        cb.discard_at(path1);
+        assert!(
+            !cb.arrived_at(path1, since, Duration::from_millis(100))
+                .await
+        );
+    }
+
+    /// A connection to `port` at `to`, from `from`.
+    async fn from(from: [u8; 4], to: IpAddr, port: u16) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((from, 0).into()).unwrap();
+        socket.connect(SocketAddr::new(to, port)).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn other_paths_take_the_far_ends_other_addresses_and_the_control_path_does_not() {
+        let cb = Callback::new(TcpListener::bind("0.0.0.0:0").await.unwrap());
+        let port = cb.port().unwrap();
+        let (path0, path1) = (IpAddr::from([127, 0, 0, 1]), IpAddr::from([127, 0, 0, 3]));
+        let (t, short) = (Duration::from_secs(5), Duration::from_millis(100));
+        cb.controlled(Some(path0), Some(IpAddr::from([127, 0, 0, 2])));
+        // Not the far end's: dropped on every path.
+        let _stranger = from([127, 0, 0, 5], path1, port).await;
+        assert!(cb.accept(Some(path1), short, t).await.is_err());
+        cb.allow([IpAddr::from([127, 0, 0, 5])]);
+        // Named by the far end: taken on another path, not on the control's.
+        let _zero = from([127, 0, 0, 5], path0, port).await;
+        assert!(cb.accept(Some(path0), short, t).await.is_err());
+        let _one = from([127, 0, 0, 5], path1, port).await;
+        let got = cb.accept(Some(path1), t, t).await.unwrap();
+        assert_eq!(got.peer_addr().unwrap().ip(), IpAddr::from([127, 0, 0, 5]));
+        // The control connection's peer: taken on both.
+        let _control = from([127, 0, 0, 2], path0, port).await;
+        assert!(cb.accept(Some(path0), t, t).await.is_ok());
+        let _control = from([127, 0, 0, 2], path1, port).await;
+        assert!(cb.accept(Some(path1), t, t).await.is_ok());
     }
 }

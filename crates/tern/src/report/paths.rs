@@ -75,7 +75,9 @@ pub(super) fn path_line(p: &PathReport) -> String {
     format!(
         "  path {}: {from}{}, {}, {} ({}){rtt}{limit}{state}",
         p.index,
-        p.remote,
+        p.remote
+            .as_deref()
+            .unwrap_or("the server's address unknown (nothing came over it)"),
         count(p.streams, "stream"),
         human_bytes(p.bytes),
         human_rate(p.rate_bps),
@@ -90,7 +92,7 @@ mod tests {
         PathReport {
             index: 1,
             local: None,
-            remote: "10.47.1.2:4747".into(),
+            remote: Some("10.47.1.2:4747".into()),
             streams: 2,
             bytes: 100 << 20,
             rate_bps: 2e8,

@@ -108,8 +108,16 @@ pub(super) fn path_plan(
     };
     let callback = route.callback();
     if let Some(callback) = callback {
-        // The server's other addresses may dial this host too.
-        callback.allow(agreed.paths.iter().map(|a| a.ip()));
+        // The server's other addresses may dial this host's other paths
+        // (not an address of this host: anyone here could connect from it).
+        let own = crate::conn::paths::interface_addresses();
+        callback.allow(
+            agreed
+                .paths
+                .iter()
+                .map(|a| a.ip().to_canonical())
+                .filter(|ip| !ip.is_loopback() && !own.contains(ip)),
+        );
     }
     let others: Vec<OtherPath> = match (&opts.paths, callback) {
         (PathChoice::Off, _) => return None,
