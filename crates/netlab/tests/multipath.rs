@@ -424,6 +424,16 @@ fn a_reverse_connect_copy_takes_every_path_both_ways() {
     lab.assert_same(&back);
     let path1 = both_paths_carried(&pulled);
     assert_eq!(path1["local"], "10.47.1.1", "{pulled}");
+    // tern perf -z both ways: the same paths, memory to memory.
+    for extra in [&[][..], &["--reverse"][..]] {
+        let mut args = vec!["perf", "--json", "--ssh", lab.ssh.to_str().unwrap()];
+        args.extend_from_slice(&["--remote-tern", &tern, "-z", "-P", "2", "--time", "2"]);
+        args.extend_from_slice(extra);
+        args.push("10.47.0.2:");
+        let perf = report(&client(&lab.lab, &tern, &lab.work, &args).output().unwrap());
+        let path1 = both_paths_carried(&perf);
+        assert_eq!(path1["local"], "10.47.1.1", "{extra:?}: {perf}");
+    }
     // Without this host's address, a path cannot be dialled back.
     let out = lab
         .cp(
