@@ -7,7 +7,7 @@
 # Installs, one package at a time so that one failure does not stop the rest:
 # iperf3, rsync, openssh-server, openssh-client, globus-gass-copy-progs
 # (globus-url-copy), globus-gridftp-server-progs (globus-gridftp-server),
-# xrootd-client (xrdcp), xrootd-server (xrootd), mptcpize (iperf3 over MPTCP in
+# xrootd-client (xrdcp), xrootd-server (xrootd), mptcpd (mptcpize: iperf3 over MPTCP in
 # bench/multipath.sh). Needs root and apt-get.
 # Writes a summary to stdout and to bench/peers-status.txt (ignored by git),
 # which bench/wan.sh copies into its report. Exit status is 0 even when some
@@ -16,12 +16,12 @@ set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATUS_FILE=$REPO/bench/peers-status.txt
-PACKAGES="iperf3 rsync openssh-server openssh-client globus-gass-copy-progs globus-gridftp-server-progs xrootd-client xrootd-server mptcpize"
+PACKAGES="iperf3 rsync openssh-server openssh-client globus-gass-copy-progs globus-gridftp-server-progs xrootd-client xrootd-server mptcpd"
 # The command each package is installed for (what wan.sh runs).
 declare -A PROVIDES=(
     [iperf3]=iperf3 [rsync]=rsync [openssh-server]=/usr/sbin/sshd [openssh-client]=scp
     [globus-gass-copy-progs]=globus-url-copy [globus-gridftp-server-progs]=globus-gridftp-server
-    [xrootd-client]=xrdcp [xrootd-server]=xrootd [mptcpize]=mptcpize
+    [xrootd-client]=xrdcp [xrootd-server]=xrootd [mptcpd]=mptcpize
 )
 
 STATUS_ONLY=0
