@@ -344,7 +344,9 @@ pub struct SshArgs {
     #[arg(long, default_value = "tern", value_name = "PATH")]
     pub remote_tern: String,
     /// For [USER@]HOST: locations: this side listens and the remote tern
-    /// connects to it (when only this side may accept connections).
+    /// connects to it (when only this side may accept connections); unless
+    /// --paths off it connects to each of this host's addresses, one path
+    /// each.
     #[arg(short = 'z', long)]
     pub reverse_connect: bool,
     /// Give up when the remote tern has not answered through ssh within
