@@ -445,6 +445,23 @@ fn a_reverse_connect_copy_takes_every_path_both_ways() {
     assert_eq!(out.status.code(), Some(2), "a usage error");
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("--path SRC=10.47.1.2"), "{said}");
+    // Nor with an address that is not this host's.
+    let out = lab
+        .cp(
+            &tern,
+            &[
+                "-z",
+                "--path",
+                "10.99.0.1=10.47.1.2",
+                &lab.src,
+                "10.47.0.2:never.bin",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("not an address of this host"), "{said}");
     assert!(!lab.root.join("never.bin").exists());
     let _ = std::fs::remove_dir_all(&lab.work);
 }

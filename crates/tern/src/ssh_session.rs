@@ -193,6 +193,13 @@ fn connect_paths(callback: &Callback, paths: &PathChoice) -> Result<Vec<String>>
         PathChoice::Given(specs) => specs
             .iter()
             .map(|spec| match spec.local {
+                Some(local) if !tern_engine::paths::interface_addresses().contains(&local) => {
+                    Err(crate::error::usage(format!(
+                        "--path {local}={}: with -z the remote tern dials {local}, which is not \
+                         an address of this host",
+                        spec.remote
+                    )))
+                }
                 Some(local) => Ok(format!("{local}@{}", spec.remote)),
                 None => Err(crate::error::usage(format!(
                     "--path {}: with -z the remote tern dials this host, so a path needs \
