@@ -257,19 +257,27 @@ impl Callback {
         };
         let gathered = tokio::time::timeout(wait, async {
             loop {
+                // A join waiting at the same time may take it from the
+                // listener and keep it: that wakes this too.
+                let kept = self.arrived.notified();
+                tokio::pin!(kept);
+                kept.as_mut().enable();
                 if fresh(self) {
                     return;
                 }
-                match self.listener.accept().await {
-                    Ok((conn, peer)) => {
-                        if let Some(local) = arrival(&conn) {
-                            if self.admits(peer.ip(), local) {
-                                self.keep(conn, local);
+                tokio::select! {
+                    accepted = self.listener.accept() => match accepted {
+                        Ok((conn, peer)) => {
+                            if let Some(local) = arrival(&conn) {
+                                if self.admits(peer.ip(), local) {
+                                    self.keep(conn, local);
+                                }
                             }
                         }
-                    }
-                    // Out of descriptors, say: not in a tight loop.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                        // Out of descriptors, say: not in a tight loop.
+                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                    },
+                    () = &mut kept => {}
                 }
             }
         });
