@@ -190,24 +190,25 @@ fn connect_paths(callback: &Callback, paths: &PathChoice) -> Result<Vec<String>>
     match paths {
         PathChoice::Off => Ok(Vec::new()),
         PathChoice::Auto => Ok(callback.paths().iter().map(|ip| ip.to_string()).collect()),
-        PathChoice::Given(specs) => specs
-            .iter()
-            .map(|spec| match spec.local {
-                Some(local) if !tern_engine::paths::interface_addresses().contains(&local) => {
-                    Err(crate::error::usage(format!(
+        PathChoice::Given(specs) => {
+            let own = tern_engine::paths::interface_addresses();
+            specs
+                .iter()
+                .map(|spec| match spec.local {
+                    Some(local) if !own.contains(&local) => Err(crate::error::usage(format!(
                         "--path {local}={}: with -z the remote tern dials {local}, which is not \
                          an address of this host",
                         spec.remote
-                    )))
-                }
-                Some(local) => Ok(format!("{local}@{}", spec.remote)),
-                None => Err(crate::error::usage(format!(
-                    "--path {}: with -z the remote tern dials this host, so a path needs \
+                    ))),
+                    Some(local) => Ok(format!("{local}@{}", spec.remote)),
+                    None => Err(crate::error::usage(format!(
+                        "--path {}: with -z the remote tern dials this host, so a path needs \
                      this host's address on it: --path SRC={} (SRC: this host's address)",
-                    spec.remote, spec.remote
-                ))),
-            })
-            .collect(),
+                        spec.remote, spec.remote
+                    ))),
+                })
+                .collect()
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use tern_session::open::{ClientAgreed, ClientRequest};
 
 use super::{ClientOptions, bind_token};
 use crate::conn::paths::{OtherPath, PathChoice, PathPlan};
-use crate::conn::route::Route;
+use crate::conn::route::{Callback, Route};
 use crate::data::transfer::TransferParams;
 use crate::integrity::BlockCheck;
 use crate::{Error, Result};
@@ -107,18 +107,6 @@ pub(super) fn path_plan(
         return None;
     };
     let callback = route.callback();
-    if let Some(callback) = callback {
-        // The server's other addresses may dial this host's other paths
-        // (not an address of this host: anyone here could connect from it).
-        let own = crate::conn::paths::interface_addresses();
-        callback.allow(
-            agreed
-                .paths
-                .iter()
-                .map(|a| a.ip().to_canonical())
-                .filter(|ip| !ip.is_loopback() && !own.contains(ip)),
-        );
-    }
     let others: Vec<OtherPath> = match (&opts.paths, callback) {
         (PathChoice::Off, _) => return None,
         (PathChoice::Auto, None) => agreed
@@ -153,8 +141,8 @@ pub(super) fn path_plan(
             })
             .collect(),
     };
-    if let (Some(callback), PathChoice::Given(specs)) = (callback, &opts.paths) {
-        callback.allow(specs.iter().map(|s| s.remote));
+    if let Some(callback) = callback {
+        admit_the_servers_addresses(callback, &agreed.paths, &others);
     }
     let reserving = others.iter().any(|o| o.reserved_bps.is_some());
     let spares_from = agreed.max_streams - agreed.options.spare_streams();
@@ -179,6 +167,19 @@ pub(super) fn path_plan(
     };
     let plan = plan.with_mptcp(opts.mptcp);
     (plan.others() > 0).then(|| Arc::new(plan))
+}
+
+/// Reverse mode: the server may dial this host's other paths from the
+/// addresses it named (not one of this host's: anyone here could connect
+/// from it) and from those named by hand.
+fn admit_the_servers_addresses(callback: &Callback, named: &[SocketAddr], others: &[OtherPath]) {
+    let own = crate::conn::paths::interface_addresses();
+    let named = named
+        .iter()
+        .map(|a| a.ip().to_canonical())
+        .filter(|ip| !ip.is_loopback() && !own.contains(ip));
+    let by_hand = others.iter().filter_map(|o| o.remote.map(|r| r.ip()));
+    callback.allow(named.chain(by_hand));
 }
 
 /// Paths a client asks stream room for, before it knows how many it has.
