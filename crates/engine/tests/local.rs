@@ -508,13 +508,39 @@ async fn files_already_at_the_destination_are_skipped_by_each_policy() {
 }
 
 /// A source whose files named in `unreadable` cannot be opened (as a file
-/// that vanished or lost its permissions after it was listed).
-struct Unreadable {
+/// that vanished or lost its permissions after it was listed), and which
+/// counts the bytes read from the others.
+struct TestSource {
     inner: FsSource,
     unreadable: Vec<&'static str>,
+    read: Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl tern_engine::fsio::Source for Unreadable {
+impl TestSource {
+    fn new(src: &Path, unreadable: Vec<&'static str>) -> TestSource {
+        TestSource {
+            inner: FsSource::new(Root::Ambient, vec![src.to_path_buf()], true),
+            unreadable,
+            read: Arc::default(),
+        }
+    }
+}
+
+/// Counts what it reads into `read`.
+struct CountingRead {
+    inner: Arc<dyn tern_engine::fsio::BlockRead>,
+    read: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl tern_engine::fsio::BlockRead for CountingRead {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.read
+            .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.inner.read_at(offset, buf)
+    }
+}
+
+impl tern_engine::fsio::Source for TestSource {
     fn list(&self) -> tern_engine::Result<Vec<tern_engine::fsio::SourceItem>> {
         self.inner.list()
     }
@@ -531,7 +557,10 @@ impl tern_engine::fsio::Source for Unreadable {
             let denied = std::io::Error::from_raw_os_error(libc::EACCES);
             return Err(tern_engine::Error::io("open", &item.local, denied));
         }
-        self.inner.open(item)
+        Ok(Arc::new(CountingRead {
+            inner: self.inner.open(item)?,
+            read: self.read.clone(),
+        }))
     }
     fn digests(&self) -> bool {
         true
@@ -552,10 +581,7 @@ async fn an_unreadable_file_is_reported_and_the_rest_arrives() {
     let dest = dir.path().join("copy");
     for streams in [1, 3] {
         let _ = std::fs::remove_dir_all(&dest);
-        let source = Arc::new(Unreadable {
-            inner: FsSource::new(Root::Ambient, vec![src.clone()], true),
-            unreadable: vec!["b"],
-        });
+        let source = Arc::new(TestSource::new(&src, vec!["b"]));
         let sink = Arc::new(FsSink::new(Root::Ambient, dest.clone(), 1).unwrap());
         // As tern cp runs it: each file waits for the receiver's look at
         // the destination, then its digest and its blocks start together.
@@ -577,5 +603,44 @@ async fn an_unreadable_file_is_reported_and_the_rest_arrives() {
             let n = e.unwrap().file_name();
             !tern_engine::fsio::is_internal(std::os::unix::ffi::OsStrExt::as_bytes(n.as_os_str()))
         }));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sender_reads_every_byte_once_whatever_the_skip_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("tree");
+    std::fs::create_dir_all(src.join("many")).unwrap();
+    let mut files = Vec::new();
+    for i in 0..40 {
+        let name = format!("many/{i}");
+        files.push((
+            name.clone(),
+            fresh_random_file(&src.join(name), 3000 + i * 17),
+        ));
+    }
+    files.push((
+        "big".into(),
+        fresh_random_file(&src.join("big"), 9 * BS as usize + 77),
+    ));
+    let total: u64 = files.iter().map(|(_, data)| data.len() as u64).sum();
+    for skip in [SkipExisting::Never, SkipExisting::Size, SkipExisting::Mtime] {
+        let source = Arc::new(TestSource::new(&src, vec![]));
+        let read = source.read.clone();
+        let dest = dir.path().join(format!("copy-{skip:?}"));
+        let sink = Arc::new(FsSink::new(Root::Ambient, dest.clone(), 1).unwrap());
+        let mut p = params(3, ChecksumAlg::Xxh3);
+        p.skip_existing = skip;
+        local::copy(source, sink, p, Arc::new(Progress::default()), None)
+            .await
+            .unwrap();
+        for (name, data) in &files {
+            assert_eq!(content_difference(dest.join(name), data), None, "{skip:?}");
+        }
+        assert_eq!(
+            read.load(std::sync::atomic::Ordering::Relaxed),
+            total,
+            "{skip:?}: the digest is folded from the blocks read for sending"
+        );
     }
 }

@@ -7,6 +7,9 @@ use tern_proto::{BlockHeader, ControlMsg, EntryMeta, Existing, FileMeta, RelPath
 use crate::{BlockSet, EntryFailure, FileOutcome, Problem};
 use crate::{Error, Result};
 
+mod ranges;
+use ranges::missing_ranges;
+
 /// Settings of a receiver session.
 #[derive(Debug, Clone)]
 pub struct ReceiverConfig {
@@ -124,6 +127,12 @@ pub struct ReceiverSession {
     failed_ids: BTreeSet<u32>,
     finishing: bool,
     bad_digest: Option<u32>,
+    /// Per stream: files whose judgement waits for the stream's frames to
+    /// reach a mark, as (mark, file id), so that a frame wakes only them.
+    mark_waits: Vec<BTreeSet<(u64, u32)>>,
+    /// Files to judge again: a block of theirs was written, or a stream
+    /// reached their mark.
+    due: Vec<u32>,
 }
 
 impl ReceiverSession {
@@ -137,6 +146,8 @@ impl ReceiverSession {
             cfg,
             files: BTreeMap::new(),
             frames: vec![0; n],
+            mark_waits: vec![BTreeSet::new(); n],
+            due: Vec::new(),
             alive: vec![true; n],
             stream_bytes: vec![0; n],
             actions: VecDeque::new(),
@@ -352,16 +363,44 @@ impl ReceiverSession {
         file.received.insert(header.offset / bs);
         file.prefix_blocks += file.received.run_from(file.prefix_blocks);
         self.stream_bytes[stream] += u64::from(header.length);
+        self.due.push(header.file_id);
         self.count_frame(stream);
         Ok(())
     }
 
     fn count_frame(&mut self, stream: usize) {
         self.frames[stream] += 1;
+        let reached = self.frames[stream];
+        let waits = &mut self.mark_waits[stream];
+        while let Some(&(mark, file_id)) = waits.first() {
+            if mark > reached {
+                break;
+            }
+            waits.pop_first();
+            self.due.push(file_id);
+        }
     }
 
-    /// Re-judges files waiting for their stream marks. The driver calls this
-    /// after feeding blocks (cheap when nothing waits).
+    /// Judges again the files whose state changed since the last call: a
+    /// block of theirs was written, or a stream's frames reached their
+    /// mark. The driver calls this after feeding blocks; it costs nothing
+    /// for the files that still wait, however many there are.
+    pub fn judge_due(&mut self) -> Result<()> {
+        let mut due = std::mem::take(&mut self.due);
+        due.sort_unstable();
+        due.dedup();
+        for &file_id in &due {
+            self.judge(file_id)?;
+        }
+        due.clear();
+        if self.due.is_empty() {
+            self.due = due;
+        }
+        Ok(())
+    }
+
+    /// Re-judges every file waiting for its stream marks (after a stream
+    /// was lost: marks on it will never be reached).
     pub fn poll_judgements(&mut self) -> Result<()> {
         let waiting: Vec<u32> = self
             .files
@@ -546,6 +585,17 @@ impl ReceiverSession {
                 .zip(&self.alive)
                 .any(|((&mark, &got), &alive)| alive && got < mark);
             if waiting && !all_in {
+                for (k, ((&mark, &got), &alive)) in sent
+                    .marks
+                    .iter()
+                    .zip(&self.frames)
+                    .zip(&self.alive)
+                    .enumerate()
+                {
+                    if alive && got < mark {
+                        self.mark_waits[k].insert((mark, file_id));
+                    }
+                }
                 return Ok(());
             }
             // A block being written (claimed) is not missing: a copy of it
@@ -722,51 +772,5 @@ impl ReceiverSession {
     /// Paths of files announced but not finished (for cleanup messages).
     pub fn unfinished(&self) -> impl Iterator<Item = &FileMeta> {
         self.files.values().map(|f| &f.meta)
-    }
-}
-
-/// Runs of missing blocks as `(offset, length)` ranges, each a whole number
-/// of blocks (the last may end at the file's end) and at most 2 GiB, so a
-/// `BlockRequest` stays small however many blocks a dead stream took.
-fn missing_ranges(held: impl Fn(u64) -> bool, size: u64, bs: u64) -> Vec<(u64, u32)> {
-    let max_run = ((1u64 << 31) / bs).max(1);
-    let blocks = size.div_ceil(bs);
-    let mut ranges = Vec::new();
-    let mut i = 0;
-    while i < blocks {
-        if held(i) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < blocks && !held(i) && i - start < max_run {
-            i += 1;
-        }
-        let offset = start * bs;
-        let end = (i * bs).min(size);
-        ranges.push((offset, (end - offset) as u32));
-    }
-    ranges
-}
-
-#[cfg(test)]
-mod range_tests {
-    use super::*;
-
-    #[test]
-    fn missing_blocks_coalesce_into_ranges() {
-        let mut got = BlockSet::default();
-        for i in [0, 1, 4, 7] {
-            got.insert(i);
-        }
-        // 8 blocks of 10 bytes, the last one 5 bytes long.
-        assert_eq!(
-            missing_ranges(|i| got.contains(i), 75, 10),
-            vec![(20, 20), (50, 20)]
-        );
-        assert_eq!(missing_ranges(|_| false, 75, 10), vec![(0, 75)]);
-        let big = missing_ranges(|_| false, 5 << 30, 1 << 20);
-        assert_eq!(big.len(), 3, "runs are capped at 2 GiB");
-        assert_eq!(big.iter().map(|r| u64::from(r.1)).sum::<u64>(), 5 << 30);
     }
 }

@@ -56,8 +56,13 @@ pub struct SenderConfig {
 pub enum DigestNeed {
     /// The receiver's `FileCheck` has not come yet: the file may be skipped.
     Wait,
-    /// Compute it.
+    /// Compute it, from the blocks as they are read for sending (or by
+    /// reading what they did not cover).
     Compute,
+    /// Read it now: the receiver holds a copy of the same size and waits
+    /// for this digest to compare (`--skip-existing digest`); no block goes
+    /// before it.
+    Read,
     /// The file is gone (skipped or done): reading it would be wasted.
     None,
 }
@@ -409,6 +414,7 @@ impl SenderSession {
         match self.files.get(&file_id) {
             None => DigestNeed::None,
             Some(f) if f.held && f.theirs.is_none() => DigestNeed::Wait,
+            Some(f) if f.held => DigestNeed::Read,
             Some(_) => DigestNeed::Compute,
         }
     }

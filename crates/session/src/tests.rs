@@ -658,7 +658,7 @@ impl Sim {
                 }
             }
         }
-        self.r.poll_judgements()?;
+        self.r.judge_due()?;
         self.receiver_digests()?;
         self.receiver_actions()?;
         while self.to_s.front().is_some_and(|(at, _)| *at <= self.now_ms) {
@@ -1081,7 +1081,11 @@ fn a_skipped_file_is_never_read_for_its_digest() {
         existing: Existing::Digest(vec![1]),
     })
     .unwrap();
-    assert_eq!(s.digest_need(3), DigestNeed::Compute, "needed to compare");
+    assert_eq!(
+        s.digest_need(3),
+        DigestNeed::Read,
+        "needed to compare first"
+    );
 }
 
 #[test]

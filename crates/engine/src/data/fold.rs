@@ -14,6 +14,10 @@
 //!
 //! The fold knows nothing of sessions: the drivers decide when a file's
 //! digest is due and whether a stalled fold must be finished by reading.
+//! A fold that ended (finished, taken or forgotten) is closed: its memory
+//! is freed and blocks fed for it later (repairs, copies still on their
+//! way) are ignored; a closed file costs one bit, so a session of millions
+//! of files keeps no state per finished file.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
@@ -35,7 +39,7 @@ const SPARE_BUFFERS: usize = 16;
 #[derive(Debug)]
 pub(crate) struct Folds {
     alg: ChecksumAlg,
-    files: Mutex<HashMap<u32, Arc<Slot>>>,
+    files: Mutex<Slots>,
     /// Buffers of released blocks, for reuse.
     spare: Mutex<Vec<Vec<u8>>>,
     /// Bytes held over all files.
@@ -43,6 +47,31 @@ pub(crate) struct Folds {
     held_cap: usize,
     /// Notified whenever a fold moves on or spoils.
     pub(crate) progress: Notify,
+}
+
+/// The open folds, and which files' folds have ended.
+#[derive(Debug, Default)]
+struct Slots {
+    open: HashMap<u32, Arc<Slot>>,
+    /// One bit per file id whose fold ended.
+    closed: Vec<u64>,
+}
+
+impl Slots {
+    fn is_closed(&self, file_id: u32) -> bool {
+        let (word, bit) = ((file_id / 64) as usize, file_id % 64);
+        self.closed.get(word).is_some_and(|w| w & (1 << bit) != 0)
+    }
+
+    /// Ends `file_id`'s fold; returns it if it was open.
+    fn close(&mut self, file_id: u32) -> Option<Arc<Slot>> {
+        let (word, bit) = ((file_id / 64) as usize, file_id % 64);
+        if word >= self.closed.len() {
+            self.closed.resize(word + 1, 0);
+        }
+        self.closed[word] |= 1 << bit;
+        self.open.remove(&file_id)
+    }
 }
 
 #[derive(Debug)]
@@ -91,31 +120,45 @@ impl Folds {
         }
     }
 
-    fn slot(&self, file_id: u32) -> Arc<Slot> {
-        self.files
-            .lock()
-            .expect("folds")
-            .entry(file_id)
-            .or_insert_with(|| {
-                Arc::new(Slot {
-                    fold: Mutex::new(Fold {
-                        digest: FileDigest::new(self.alg),
-                        cursor: 0,
-                        ahead: BTreeMap::new(),
-                        ahead_bytes: 0,
-                        spoiled: false,
-                        moved: Instant::now(),
-                    }),
-                    turn: Condvar::new(),
-                })
+    /// `file_id`'s fold, begun if need be; `None` once it ended.
+    fn slot(&self, file_id: u32) -> Option<Arc<Slot>> {
+        let mut slots = self.files.lock().expect("folds");
+        if slots.is_closed(file_id) {
+            return None;
+        }
+        let slot = slots.open.entry(file_id).or_insert_with(|| {
+            Arc::new(Slot {
+                fold: Mutex::new(Fold {
+                    digest: FileDigest::new(self.alg),
+                    cursor: 0,
+                    ahead: BTreeMap::new(),
+                    ahead_bytes: 0,
+                    spoiled: false,
+                    moved: Instant::now(),
+                }),
+                turn: Condvar::new(),
             })
-            .clone()
+        });
+        Some(slot.clone())
+    }
+
+    /// Ends `file_id`'s fold: frees what it held and wakes a sender
+    /// waiting in it. Returns the fold's digest so far and its cursor.
+    fn close(&self, file_id: u32) -> Option<(FileDigest, u64)> {
+        let slot = self.files.lock().expect("folds").close(file_id)?;
+        let mut fold = slot.fold.lock().expect("fold");
+        self.spoil_locked(&mut fold);
+        slot.turn.notify_all();
+        let digest = std::mem::replace(&mut fold.digest, FileDigest::new(self.alg));
+        Some((digest, fold.cursor))
     }
 
     /// Marks a file as one whose digest is read, not folded (a resumed
     /// file: its kept blocks never pass).
     pub(crate) fn exclude(&self, file_id: u32) {
-        let slot = self.slot(file_id);
+        let Some(slot) = self.slot(file_id) else {
+            return;
+        };
         let mut fold = slot.fold.lock().expect("fold");
         self.spoil_locked(&mut fold);
     }
@@ -129,7 +172,9 @@ impl Folds {
         buf: Vec<u8>,
         len: usize,
     ) -> Vec<u8> {
-        let slot = self.slot(file_id);
+        let Some(slot) = self.slot(file_id) else {
+            return buf;
+        };
         let mut fold = slot.fold.lock().expect("fold");
         if fold.spoiled || offset < fold.cursor || fold.ahead.contains_key(&offset) {
             return buf;
@@ -150,7 +195,9 @@ impl Folds {
     /// Feeds a block whose buffer is still needed (the sender's, about to
     /// go out): waits up to `wait` for the blocks before it, then copies.
     pub(crate) fn feed_copied(&self, file_id: u32, offset: u64, data: &[u8], wait: Duration) {
-        let slot = self.slot(file_id);
+        let Some(slot) = self.slot(file_id) else {
+            return;
+        };
         let mut fold = slot.fold.lock().expect("fold");
         let deadline = Instant::now() + wait;
         while !fold.spoiled && offset > fold.cursor {
@@ -241,10 +288,18 @@ impl Folds {
         }
     }
 
-    /// Where `file_id`'s fold stands.
+    /// Where `file_id`'s fold stands (an ended one is spoiled at 0: were
+    /// its digest wanted again, it would be read whole).
     pub(crate) fn standing(&self, file_id: u32) -> Standing {
-        let Some(slot) = self.files.lock().expect("folds").get(&file_id).cloned() else {
-            return Standing::None;
+        let slot = {
+            let slots = self.files.lock().expect("folds");
+            if slots.is_closed(file_id) {
+                return Standing::Spoiled { cursor: 0 };
+            }
+            let Some(slot) = slots.open.get(&file_id).cloned() else {
+                return Standing::None;
+            };
+            slot
         };
         let fold = slot.fold.lock().expect("fold");
         if fold.spoiled {
@@ -261,35 +316,42 @@ impl Folds {
 
     /// Takes `file_id`'s digest so far and the offset it covers up to (a
     /// fresh digest at 0 when nothing was fed); the caller reads the rest.
-    /// The fold stays spoiled: blocks fed later (repairs) are ignored.
+    /// The fold ends: blocks fed later (repairs) are ignored.
     pub(crate) fn take(&self, file_id: u32) -> (FileDigest, u64) {
-        let slot = self.slot(file_id);
-        let mut fold = slot.fold.lock().expect("fold");
-        self.spoil_locked(&mut fold);
-        slot.turn.notify_all();
-        let digest = std::mem::replace(&mut fold.digest, FileDigest::new(self.alg));
-        (digest, fold.cursor)
+        self.close(file_id)
+            .unwrap_or_else(|| (FileDigest::new(self.alg), 0))
     }
 
-    /// The digest of `file_id` when its fold covers exactly `size` bytes.
+    /// The digest of `file_id` when its fold covers exactly `size` bytes;
+    /// the fold then ends.
     pub(crate) fn finished(&self, file_id: u32, size: u64) -> Option<Vec<u8>> {
-        let slot = self.files.lock().expect("folds").get(&file_id).cloned()?;
-        let mut fold = slot.fold.lock().expect("fold");
-        if fold.spoiled || fold.cursor != size {
-            return None;
+        let slot = self
+            .files
+            .lock()
+            .expect("folds")
+            .open
+            .get(&file_id)
+            .cloned()?;
+        {
+            let fold = slot.fold.lock().expect("fold");
+            if fold.spoiled || fold.cursor != size {
+                return None;
+            }
         }
-        self.spoil_locked(&mut fold);
-        let digest = std::mem::replace(&mut fold.digest, FileDigest::new(self.alg));
-        Some(digest.finish())
+        let (digest, cursor) = self.close(file_id)?;
+        (cursor == size).then(|| digest.finish())
     }
 
     /// Stops folding `file_id` (done, skipped or given up) and frees what
     /// it held.
     pub(crate) fn forget(&self, file_id: u32) {
-        let slot = self.slot(file_id);
-        let mut fold = slot.fold.lock().expect("fold");
-        self.spoil_locked(&mut fold);
-        slot.turn.notify_all();
+        self.close(file_id);
+    }
+
+    /// Folds still open (tests: ended ones must not linger).
+    #[cfg(test)]
+    pub(crate) fn open_folds(&self) -> usize {
+        self.files.lock().expect("folds").open.len()
     }
 }
 

@@ -164,7 +164,7 @@ fn a_copy_still_being_written_when_the_marks_are_reached_is_not_asked_for_again(
         r.handle_block(1, &copy, true).unwrap(),
         BlockVerdict::Duplicate
     );
-    r.poll_judgements().unwrap();
+    r.judge_due().unwrap();
     let mut actions = Vec::new();
     while let Some(a) = r.poll_action() {
         actions.push(a);
@@ -176,7 +176,7 @@ fn a_copy_still_being_written_when_the_marks_are_reached_is_not_asked_for_again(
         "nothing is missing: {actions:?}"
     );
     r.block_written(0, &copy).unwrap();
-    r.poll_judgements().unwrap();
+    r.judge_due().unwrap();
     r.set_digest(1, digest_for(1)).unwrap();
     let finalize = std::iter::from_fn(|| r.poll_action())
         .any(|a| matches!(a, RecvAction::Finalize { file_id: 1 }));

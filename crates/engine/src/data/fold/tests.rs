@@ -176,3 +176,52 @@ fn a_fold_short_of_the_size_is_not_finished() {
         matches!(folds.standing(5), Standing::Folding { cursor, .. } if cursor == BLOCK as u64)
     );
 }
+
+#[test]
+fn an_ended_fold_frees_its_state_and_ignores_later_blocks() {
+    let file = data(3 * BLOCK);
+    let folds = Folds::new(ChecksumAlg::Xxh3);
+    // Finished, taken and forgotten folds, and one still going.
+    for offset in [0, BLOCK, 2 * BLOCK] {
+        let offset = offset as u64;
+        folds.feed_copied(1, offset, block(&file, offset), Duration::ZERO);
+    }
+    assert!(folds.finished(1, file.len() as u64).is_some());
+    folds.feed_copied(2, 0, block(&file, 0), Duration::ZERO);
+    assert_eq!(folds.take(2).1, BLOCK as u64);
+    folds.feed_copied(
+        3,
+        2 * BLOCK as u64,
+        block(&file, 2 * BLOCK as u64),
+        Duration::ZERO,
+    );
+    assert_eq!(*folds.held.lock().unwrap(), BLOCK, "a block held ahead");
+    folds.forget(3);
+    folds.feed_copied(4, 0, block(&file, 0), Duration::ZERO);
+    assert_eq!(folds.open_folds(), 1, "only the fold still going is kept");
+    assert_eq!(
+        *folds.held.lock().unwrap(),
+        0,
+        "what the forgotten fold held is freed"
+    );
+
+    // Blocks that come after the end (repairs, copies) start nothing.
+    for id in [1, 2, 3] {
+        folds.feed_copied(
+            id,
+            2 * BLOCK as u64,
+            block(&file, 2 * BLOCK as u64),
+            Duration::ZERO,
+        );
+        let back = folds.feed_owned(id, BLOCK as u64, vec![0u8; BLOCK], BLOCK);
+        assert_eq!(back.len(), BLOCK);
+        assert_eq!(folds.standing(id), Standing::Spoiled { cursor: 0 });
+        assert_eq!(folds.finished(id, file.len() as u64), None);
+    }
+    assert_eq!(folds.open_folds(), 1);
+    assert_eq!(
+        *folds.held.lock().unwrap(),
+        0,
+        "nothing held for ended folds"
+    );
+}

@@ -662,14 +662,14 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                 shared.progress.stream_moved(k, u64::from(h.length));
                 let judged = {
                     let mut s = shared.session.lock().expect("session");
-                    s.block_written(k, &h).and_then(|()| s.poll_judgements())
+                    s.block_written(k, &h).and_then(|()| s.judge_due())
                 };
                 if let Err(e) = judged {
                     return shared.failure.fail(e, &shared.wake);
                 }
             }
         }
-        let judged = shared.session.lock().expect("session").poll_judgements();
+        let judged = shared.session.lock().expect("session").judge_due();
         if let Err(e) = judged {
             return shared.failure.fail(e, &shared.wake);
         }

@@ -247,7 +247,7 @@ pub async fn run_sender(
     let watch = params.stall_timeout.map(|t| Arc::new(Watch::new(t)));
     let (wanted_tx, wanted_rx) = mpsc::unbounded_channel();
     let replaces = watch.is_some() && !fixed && growth_cap < max_streams;
-    let fold = params.skip_existing == tern_proto::SkipExisting::Never && source.digests();
+    let fold = source.digests();
     let shared = Arc::new(SendShared {
         session: Mutex::new(session),
         wake: Notify::new(),
@@ -581,7 +581,12 @@ async fn prepare_block(
         ));
     }
     let (r, offset, file_id) = (reader.clone(), task.offset, task.file_id);
-    let folds = shared.folds.clone().filter(|_| read);
+    // Only a block's first read is folded: a repair or a copy re-reads
+    // bytes the fold has had.
+    let folds = shared
+        .folds
+        .clone()
+        .filter(|_| read && !task.repair && !task.copy);
     let worked = tokio::task::spawn_blocking(move || {
         let mut b = bufs;
         if read {

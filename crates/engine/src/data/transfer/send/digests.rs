@@ -29,23 +29,25 @@ pub(super) async fn sender_digests(
     'files: while let Some((file_id, size)) = ids.recv().await {
         // With a skip policy the receiver may keep its own copy: its answer
         // comes first, so a skipped file is never read.
-        loop {
+        let need = loop {
             let notified = shared.wake.notified();
             if shared.failure.is_set() {
                 return;
             }
             match shared.session.lock().expect("session").digest_need(file_id) {
-                DigestNeed::Compute => break,
                 DigestNeed::None => continue 'files,
                 DigestNeed::Wait => {}
+                need => break need,
             }
             notified.await;
-        }
+        };
         if !shared.source.digests() {
             set_digest(&shared, file_id, Vec::new());
             continue;
         }
         let (digest, from) = match &shared.folds {
+            // Wanted before any block is read: nothing to fold from.
+            Some(folds) if need == DigestNeed::Read => folds.take(file_id),
             Some(folds) if size != FileMeta::UNKNOWN_SIZE => {
                 match folded(&shared, folds, file_id, size).await {
                     Folded::Done(digest) => {
@@ -64,7 +66,7 @@ pub(super) async fn sender_digests(
             let item = &sh.items[&file_id];
             let reader = sh.source.open(item)?;
             let mut digest = digest;
-            let mut buf = vec![0u8; DIGEST_CHUNK];
+            let mut buf = vec![0u8; (size - from.min(size)).min(DIGEST_CHUNK as u64) as usize];
             let mut pos = from;
             while pos < size {
                 let n = (size - pos).min(DIGEST_CHUNK as u64) as usize;
