@@ -73,6 +73,12 @@ impl Features {
     /// Third-party copies: `TpcOpen`, `TpcAccept`, `TpcDial`, `PeerOpen`,
     /// `TpcProgress`, `TpcDone`.
     pub const TPC: Features = Features(1 << 13);
+    /// This end can hold [`MANY_FILES_IN_FLIGHT`](crate::MANY_FILES_IN_FLIGHT)
+    /// received files open at once (its descriptor limit allows it): with
+    /// the bit at both ends a sender may keep that many files in flight,
+    /// without it at most [`FILES_IN_FLIGHT`](crate::FILES_IN_FLIGHT). An
+    /// end whose limit is lower leaves the bit out of its `Hello`.
+    pub const MANY_FILES: Features = Features(1 << 14);
 
     /// Everything this build implements.
     pub const ALL: Features = Features(
@@ -89,7 +95,8 @@ impl Features {
             | Self::ENTRIES.0
             | Self::AEAD_CHECKS.0
             | Self::PATHS.0
-            | Self::TPC.0,
+            | Self::TPC.0
+            | Self::MANY_FILES.0,
     );
 
     /// True when every bit of `other` is set in `self`.

@@ -50,6 +50,16 @@ pub const MAX_BLOCK_SIZE: u32 = 64 << 20;
 /// Largest control frame body a decoder accepts (4 MiB).
 pub const MAX_CONTROL_FRAME: u32 = 4 << 20;
 
+/// Files a sender keeps in flight at most, unless both ends said
+/// [`Features::MANY_FILES`].
+pub const FILES_IN_FLIGHT: usize = 1024;
+
+/// Files a sender keeps in flight at most when both ends said
+/// [`Features::MANY_FILES`]: many small files over a long path need them
+/// (each is in flight from its announcement through the receiver's group
+/// commit to its `FileDone`).
+pub const MANY_FILES_IN_FLIGHT: usize = 4096;
+
 /// Size of a session token, shared by the control and data connections.
 pub const TOKEN_LEN: usize = 16;
 

@@ -744,6 +744,20 @@ impl ReceiverSession {
         self.actions.pop_front()
     }
 
+    /// The next action if it is one `wanted` takes (the driver batches
+    /// runs of the same kind: messages into one write, files opened in one
+    /// go).
+    pub fn poll_action_if(
+        &mut self,
+        wanted: impl FnOnce(&RecvAction) -> bool,
+    ) -> Option<RecvAction> {
+        if wanted(self.actions.front()?) {
+            self.actions.pop_front()
+        } else {
+            None
+        }
+    }
+
     /// Everything received and confirmed; our `Close` is queued.
     pub fn is_complete(&self) -> bool {
         self.close_sent

@@ -230,7 +230,10 @@ pub(crate) async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Conne
         .export_keying_material(&mut binding, tern_proto::delegation::BINDING_LABEL, None)
         .is_ok();
     let mut stream: BoxStream = Box::new(tls);
-    let ours = Hello::ours();
+    let ours = Hello {
+        features: crate::data::transfer::offered_features(),
+        ..Hello::ours()
+    };
     stream.write_all(&ours.encode()).await.map_err(gone)?;
     let mut theirs = [0u8; HELLO_LEN];
     // Under TLS 1.3 the server judges our certificate after our side of

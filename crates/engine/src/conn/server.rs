@@ -481,7 +481,10 @@ async fn read_request<'a>(
     hello[..4].copy_from_slice(&HELLO_MAGIC);
     hello[4..].copy_from_slice(&rest);
     let theirs = Hello::decode(&hello)?;
-    let ours = Hello::ours();
+    let ours = Hello {
+        features: crate::data::transfer::offered_features(),
+        ..Hello::ours()
+    };
     stream
         .write_all(&ours.encode())
         .await

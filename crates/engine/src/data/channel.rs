@@ -92,8 +92,14 @@ impl Control {
 impl ControlWriter {
     /// Sends one message.
     pub async fn send(&mut self, msg: &ControlMsg) -> Result<()> {
-        let frame = encode_control(msg);
-        self.0.write_all(&frame).await.map_err(gone)?;
+        self.send_all(std::slice::from_ref(msg)).await
+    }
+
+    /// Sends messages in one write (one TLS record and one system call
+    /// for many small messages, such as a tree's announcements).
+    pub async fn send_all(&mut self, msgs: &[ControlMsg]) -> Result<()> {
+        let frames: Vec<u8> = msgs.iter().flat_map(encode_control).collect();
+        self.0.write_all(&frames).await.map_err(gone)?;
         self.0.flush().await.map_err(gone)
     }
 }

@@ -103,10 +103,15 @@ impl Header {
 }
 
 /// This boot's identity, or "unknown" (then nothing survives a reboot).
+/// Read once per process: every received file's journal header names it.
 pub fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
+    static BOOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into())
+    })
+    .clone()
 }
 
 /// A block the journal says was written, and the hash of its bytes.

@@ -82,6 +82,7 @@ pub(super) fn params_of(
             .saturating_add(params.tuning.reserved.len() as u16),
     );
     params.apply_agreed(&agreed.options);
+    params.limit_files_in_flight(agreed.features);
     params.block_check = block_check;
     params.resume = agreed.features.contains(Features::RESUME);
     params.entries = agreed.features.contains(Features::ENTRIES);

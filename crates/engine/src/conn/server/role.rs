@@ -120,6 +120,7 @@ pub(super) fn params_of(request: &SessionRequest, block_check: BlockCheck) -> Tr
     params.resume = request.features.contains(tern_proto::Features::RESUME);
     params.entries = request.features.contains(tern_proto::Features::ENTRIES);
     params.apply_agreed(&request.options);
+    params.limit_files_in_flight(request.features);
     params
 }
 

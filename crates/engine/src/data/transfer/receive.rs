@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tern_proto::data::{HEADER_LEN, RAW_LEN_LEN};
 use tern_proto::{
-    BlockFlags, BlockHeader, ChecksumAlg, Codec, ControlMsg, DataFrame, Existing, RawLen,
+    BlockFlags, BlockHeader, ChecksumAlg, Codec, ControlMsg, DataFrame, Existing, FileMeta, RawLen,
     SkipExisting,
 };
 use tokio::io::AsyncReadExt;
@@ -326,8 +326,18 @@ async fn receiver_actions(
         };
         let done = match action {
             RecvAction::Send(msg) => {
-                let closing = matches!(msg, ControlMsg::Close { .. });
-                if let Err(e) = wr.send(&msg).await {
+                let mut batch = vec![msg];
+                {
+                    let mut s = shared.session.lock().expect("session");
+                    while batch.len() < super::CONTROL_BATCH {
+                        match s.poll_action_if(|a| matches!(a, RecvAction::Send(_))) {
+                            Some(RecvAction::Send(msg)) => batch.push(msg),
+                            _ => break,
+                        }
+                    }
+                }
+                let closing = batch.iter().any(|m| matches!(m, ControlMsg::Close { .. }));
+                if let Err(e) = wr.send_all(&batch).await {
                     return shared.failure.fail(e, &shared.wake);
                 }
                 Ok(closing)
@@ -365,23 +375,42 @@ async fn receiver_actions(
                     .map_err(Error::from)
             }
             RecvAction::OpenFile(meta) => {
+                let mut metas = vec![meta];
+                {
+                    let mut s = shared.session.lock().expect("session");
+                    while metas.len() < super::OPEN_BATCH {
+                        match s.poll_action_if(|a| matches!(a, RecvAction::OpenFile(_))) {
+                            Some(RecvAction::OpenFile(meta)) => metas.push(meta),
+                            _ => break,
+                        }
+                    }
+                }
                 let sink = shared.sink.clone();
-                let id = meta.file_id;
                 let (block_size, resume) = (shared.block_size, shared.resume);
                 let (skip, alg) = (shared.skip, shared.checksum);
+                // One trip off the async threads for a run of files: a tree
+                // of small files opens thousands.
                 let opened = blocking(move || {
-                    let existing = crate::store::skip::check(&*sink, &meta, skip, alg)?;
-                    if existing == Some(Existing::Same) {
-                        return Ok(Opened::Skipped);
-                    }
-                    let (w, kept) = sink.create_file(&meta, block_size, resume)?;
-                    Ok(Opened::File(w, kept, existing))
+                    Ok(metas
+                        .into_iter()
+                        .map(|meta| {
+                            (
+                                meta.file_id,
+                                open_file(&*sink, &meta, block_size, resume, skip, alg),
+                            )
+                        })
+                        .collect::<Vec<_>>())
                 })
                 .await;
-                match opened {
-                    Ok(opened) => file_opened(&shared, id, opened, verify, &digest_tx),
-                    Err(e) => file_not_opened(&shared, id, e),
-                }
+                opened.and_then(|opened| {
+                    for (id, opened) in opened {
+                        match opened {
+                            Ok(opened) => file_opened(&shared, id, opened, verify, &digest_tx)?,
+                            Err(e) => file_not_opened(&shared, id, e)?,
+                        };
+                    }
+                    Ok(false)
+                })
             }
             // Durable at its final name before it is booked (and the
             // sender told); small files in groups. The session closes
@@ -408,6 +437,24 @@ async fn receiver_actions(
             }
         }
     }
+}
+
+/// Opens the temporary file for an announced file, unless the copy at its
+/// final name is complete under the skip policy.
+fn open_file(
+    sink: &dyn Sink,
+    meta: &FileMeta,
+    block_size: u32,
+    resume: bool,
+    skip: SkipExisting,
+    alg: ChecksumAlg,
+) -> Result<Opened> {
+    let existing = crate::store::skip::check(sink, meta, skip, alg)?;
+    if existing == Some(Existing::Same) {
+        return Ok(Opened::Skipped);
+    }
+    let (w, kept) = sink.create_file(meta, block_size, resume)?;
+    Ok(Opened::File(w, kept, existing))
 }
 
 /// Books an opened (or skipped) file in the session; the file's blocks

@@ -485,11 +485,13 @@ async fn sender_control_writer(
                 s.is_complete(),
             )
         };
-        for msg in out {
-            if let ControlMsg::FileAnnounce(meta) = &msg {
+        for msg in &out {
+            if let ControlMsg::FileAnnounce(meta) = msg {
                 let _ = digest_tx.send((meta.file_id, meta.size));
             }
-            if let Err(e) = wr.send(&msg).await {
+        }
+        for batch in out.chunks(super::CONTROL_BATCH) {
+            if let Err(e) = wr.send_all(batch).await {
                 return shared.failure.fail(e, &shared.wake);
             }
         }

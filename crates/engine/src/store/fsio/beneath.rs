@@ -142,9 +142,16 @@ pub(crate) fn open_own(dir: impl AsFd, name: &OsStr) -> io::Result<Option<std::f
 /// Creates `name` in `dir` afresh (mode 0600), removing whatever was at the
 /// name: the file is this process's own, whoever made the name before.
 pub(crate) fn create_new(dir: impl AsFd, name: &OsStr) -> io::Result<std::fs::File> {
-    remove(&dir, name)?;
     let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))?;
+    let create = || rustix::fs::openat(&dir, name, flags, Mode::from_raw_mode(0o600));
+    // Usually nothing is there: removing first would cost a lookup per file.
+    let fd = match create() {
+        Err(rustix::io::Errno::EXIST) => {
+            remove(&dir, name)?;
+            create()?
+        }
+        other => other?,
+    };
     Ok(std::fs::File::from(fd))
 }
 
