@@ -744,17 +744,19 @@ impl ReceiverSession {
         self.actions.pop_front()
     }
 
-    /// The next action if it is one `wanted` takes (the driver batches
-    /// runs of the same kind: messages into one write, files opened in one
-    /// go).
-    pub fn poll_action_if(
+    /// The next action if `take` takes it (the driver batches runs of the
+    /// same kind: messages into one write, files opened in one go); an
+    /// action it gives back stays first.
+    pub fn poll_action_as<T>(
         &mut self,
-        wanted: impl FnOnce(&RecvAction) -> bool,
-    ) -> Option<RecvAction> {
-        if wanted(self.actions.front()?) {
-            self.actions.pop_front()
-        } else {
-            None
+        take: impl FnOnce(RecvAction) -> std::result::Result<T, RecvAction>,
+    ) -> Option<T> {
+        match take(self.actions.pop_front()?) {
+            Ok(taken) => Some(taken),
+            Err(action) => {
+                self.actions.push_front(action);
+                None
+            }
         }
     }
 

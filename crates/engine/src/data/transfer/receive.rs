@@ -326,16 +326,10 @@ async fn receiver_actions(
         };
         let done = match action {
             RecvAction::Send(msg) => {
-                let mut batch = vec![msg];
-                {
-                    let mut s = shared.session.lock().expect("session");
-                    while batch.len() < super::CONTROL_BATCH {
-                        match s.poll_action_if(|a| matches!(a, RecvAction::Send(_))) {
-                            Some(RecvAction::Send(msg)) => batch.push(msg),
-                            _ => break,
-                        }
-                    }
-                }
+                let batch = run_of(&shared, msg, super::CONTROL_BATCH, |a| match a {
+                    RecvAction::Send(msg) => Ok(msg),
+                    other => Err(other),
+                });
                 let closing = batch.iter().any(|m| matches!(m, ControlMsg::Close { .. }));
                 if let Err(e) = wr.send_all(&batch).await {
                     return shared.failure.fail(e, &shared.wake);
@@ -375,16 +369,10 @@ async fn receiver_actions(
                     .map_err(Error::from)
             }
             RecvAction::OpenFile(meta) => {
-                let mut metas = vec![meta];
-                {
-                    let mut s = shared.session.lock().expect("session");
-                    while metas.len() < super::OPEN_BATCH {
-                        match s.poll_action_if(|a| matches!(a, RecvAction::OpenFile(_))) {
-                            Some(RecvAction::OpenFile(meta)) => metas.push(meta),
-                            _ => break,
-                        }
-                    }
-                }
+                let metas = run_of(&shared, meta, super::OPEN_BATCH, |a| match a {
+                    RecvAction::OpenFile(meta) => Ok(meta),
+                    other => Err(other),
+                });
                 let sink = shared.sink.clone();
                 let (block_size, resume) = (shared.block_size, shared.resume);
                 let (skip, alg) = (shared.skip, shared.checksum);
@@ -437,6 +425,24 @@ async fn receiver_actions(
             }
         }
     }
+}
+
+/// `first` and the actions of its kind queued right after it, up to `most`.
+fn run_of<T>(
+    shared: &RecvShared,
+    first: T,
+    most: usize,
+    take: impl Fn(RecvAction) -> std::result::Result<T, RecvAction>,
+) -> Vec<T> {
+    let mut run = vec![first];
+    let mut s = shared.session.lock().expect("session");
+    while run.len() < most {
+        match s.poll_action_as(&take) {
+            Some(next) => run.push(next),
+            None => break,
+        }
+    }
+    run
 }
 
 /// Opens the temporary file for an announced file, unless the copy at its
