@@ -126,7 +126,40 @@ pub struct Recorded {
 }
 
 fn block_hash(data: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(data)
+    twox_hash::XxHash3_64::oneshot(data)
+}
+
+/// A block's XXH3-64 taken piece by piece, as the block is written: each
+/// piece is hashed while it is still in the cache the write just read it
+/// through, instead of in a second pass over the whole block.
+pub struct BlockHasher(twox_hash::XxHash3_64);
+
+impl BlockHasher {
+    /// A hasher for one block.
+    pub fn new() -> BlockHasher {
+        BlockHasher(twox_hash::XxHash3_64::new())
+    }
+
+    /// The next piece of the block.
+    pub fn update(&mut self, piece: &[u8]) {
+        std::hash::Hasher::write(&mut self.0, piece);
+    }
+
+    fn finish(&self) -> u64 {
+        std::hash::Hasher::finish(&self.0)
+    }
+}
+
+impl std::fmt::Debug for BlockHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BlockHasher")
+    }
+}
+
+impl Default for BlockHasher {
+    fn default() -> BlockHasher {
+        BlockHasher::new()
+    }
 }
 
 /// The blocks of `text` (a journal) that can be trusted for the file
@@ -247,7 +280,20 @@ impl JournalWriter {
 
     /// Records a block written to the partial file.
     pub fn record(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
-        let line = format!("{offset} {} {:016x}\n", data.len(), block_hash(data));
+        let mut hasher = BlockHasher::new();
+        hasher.update(data);
+        self.record_hashed(offset, data.len(), &hasher)
+    }
+
+    /// Records a block of `len` bytes written to the partial file, whose
+    /// bytes `hasher` took as they were written.
+    pub fn record_hashed(
+        &mut self,
+        offset: u64,
+        len: usize,
+        hasher: &BlockHasher,
+    ) -> io::Result<()> {
+        let line = format!("{offset} {len} {:016x}\n", hasher.finish());
         (&self.journal).write_all(line.as_bytes())?;
         self.dirty = true;
         if self.last_sync.elapsed() >= SYNC_EVERY {
@@ -273,6 +319,23 @@ impl JournalWriter {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_block_hashed_in_pieces_has_the_hash_older_journals_recorded() {
+        let data: Vec<u8> = (0..(3 << 20) + 17)
+            .map(|i: u32| (i * 31 + i / 7) as u8)
+            .collect();
+        // What journals written before hold: XXH3-64 with seed 0.
+        let recorded = xxhash_rust::xxh3::xxh3_64(&data);
+        assert_eq!(block_hash(&data), recorded);
+        for piece in [1, 4096, 128 << 10, 1 << 20] {
+            let mut hasher = BlockHasher::new();
+            for p in data.chunks(piece) {
+                hasher.update(p);
+            }
+            assert_eq!(hasher.finish(), recorded, "pieces of {piece}");
+        }
+    }
 
     fn header(boot: &str) -> Header {
         Header {

@@ -573,17 +573,29 @@ impl BlockWrite for FileWriter {
         // kernel CPU of eight 128 KiB ones (4.2 s against 0.45 s of system
         // time per 2 GiB, measured with a C loop; 256 KiB pieces: 2.1 s),
         // and the bytes are the same.
+        // The journal's hash of the block is taken piece by piece, while
+        // each piece is still in the cache its write read it through.
+        let mut hasher = self
+            .journal
+            .lock()
+            .expect("journal")
+            .is_some()
+            .then(journal::BlockHasher::new);
         let mut at = offset;
         for piece in data.chunks(WRITE_PIECE) {
             self.file.write_all_at(piece, at)?;
+            if let Some(h) = &mut hasher {
+                h.update(piece);
+            }
             at += piece.len() as u64;
         }
         if let Some(behind) = &self.behind {
             behind.written(&self.file, offset + data.len() as u64);
         }
-        match self.journal.lock().expect("journal").as_mut() {
-            Some(j) => j.record(offset, data),
-            None => Ok(()),
+        match (self.journal.lock().expect("journal").as_mut(), &hasher) {
+            (Some(j), Some(h)) => j.record_hashed(offset, data.len(), h),
+            (Some(j), None) => j.record(offset, data),
+            (None, _) => Ok(()),
         }
     }
 
