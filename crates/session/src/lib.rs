@@ -155,6 +155,10 @@ impl BlockSet {
         fresh
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.words.iter().all(|&word| word == 0)
+    }
+
     pub(crate) fn contains(&self, index: u64) -> bool {
         let (w, b) = ((index / 64) as usize, index % 64);
         self.words.get(w).is_some_and(|word| word & (1 << b) != 0)

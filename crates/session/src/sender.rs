@@ -59,9 +59,11 @@ pub enum DigestNeed {
     /// Compute it, from the blocks as they are read for sending (or by
     /// reading what they did not cover).
     Compute,
-    /// Read it now: the receiver holds a copy of the same size and waits
-    /// for this digest to compare (`--skip-existing digest`); no block goes
-    /// before it.
+    /// Read it now, whole: the blocks read for sending will not cover it.
+    /// The receiver holds a copy of the same size and waits for this
+    /// digest to compare (`--skip-existing digest`; no block goes before
+    /// it), or it keeps part of the file from an earlier session
+    /// (`FileHave`: those blocks are never read).
     Read,
     /// The file is gone (skipped or done): reading it would be wasted.
     None,
@@ -414,7 +416,7 @@ impl SenderSession {
         match self.files.get(&file_id) {
             None => DigestNeed::None,
             Some(f) if f.held && f.theirs.is_none() => DigestNeed::Wait,
-            Some(f) if f.held => DigestNeed::Read,
+            Some(f) if f.held || !f.skip.is_empty() => DigestNeed::Read,
             Some(_) => DigestNeed::Compute,
         }
     }

@@ -1215,3 +1215,24 @@ fn an_older_receiver_is_sent_no_links_pipes_or_names_it_cannot_decode() {
     assert_eq!(failed, vec!["d/link", "d/pipe", "d/caf\\xe9", "d/f\\xff"]);
     assert!(s.failed().iter().all(|f| !f.by_peer));
 }
+
+#[test]
+fn a_file_the_receiver_partly_keeps_is_read_for_its_digest() {
+    let mut s = one_stream_sender(false);
+    let bs = u64::from(BS);
+    s.push(Sim::file("resumed", 3 * bs));
+    s.push(Sim::file("fresh", 3 * bs));
+    s.finish_listing();
+    assert_eq!(s.digest_need(1), DigestNeed::Compute);
+    s.handle_control(ControlMsg::FileHave {
+        file_id: 1,
+        ranges: vec![(0, bs)],
+    })
+    .unwrap();
+    assert_eq!(
+        s.digest_need(1),
+        DigestNeed::Read,
+        "its first block is never read: the blocks read for sending cannot make its digest"
+    );
+    assert_eq!(s.digest_need(2), DigestNeed::Compute);
+}

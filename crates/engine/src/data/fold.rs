@@ -16,10 +16,11 @@
 //! digest is due and whether a stalled fold must be finished by reading.
 //! A fold that ended (finished, taken or forgotten) is closed: its memory
 //! is freed and blocks fed for it later (repairs, copies still on their
-//! way) are ignored; a closed file costs one bit, so a session of millions
-//! of files keeps no state per finished file.
+//! way) are ignored. Ended files are kept as a watermark (every id below
+//! it) and the few ended above it, so a session of millions of files keeps
+//! no state per finished file, and a peer's made-up ids cost an entry each.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -53,23 +54,29 @@ pub(crate) struct Folds {
 #[derive(Debug, Default)]
 struct Slots {
     open: HashMap<u32, Arc<Slot>>,
-    /// One bit per file id whose fold ended.
-    closed: Vec<u64>,
+    /// Every file id below this one has ended…
+    closed_below: u32,
+    /// … and these above it (files end roughly in id order, so this stays
+    /// small; a peer's made-up ids cost one entry each, never a table).
+    closed_above: BTreeSet<u32>,
 }
 
 impl Slots {
     fn is_closed(&self, file_id: u32) -> bool {
-        let (word, bit) = ((file_id / 64) as usize, file_id % 64);
-        self.closed.get(word).is_some_and(|w| w & (1 << bit) != 0)
+        file_id < self.closed_below || self.closed_above.contains(&file_id)
     }
 
     /// Ends `file_id`'s fold; returns it if it was open.
     fn close(&mut self, file_id: u32) -> Option<Arc<Slot>> {
-        let (word, bit) = ((file_id / 64) as usize, file_id % 64);
-        if word >= self.closed.len() {
-            self.closed.resize(word + 1, 0);
+        if file_id >= self.closed_below {
+            self.closed_above.insert(file_id);
+            while self.closed_above.remove(&self.closed_below) {
+                match self.closed_below.checked_add(1) {
+                    Some(next) => self.closed_below = next,
+                    None => break,
+                }
+            }
         }
-        self.closed[word] |= 1 << bit;
         self.open.remove(&file_id)
     }
 }

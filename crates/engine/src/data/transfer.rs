@@ -169,12 +169,23 @@ fn open_files_limit() -> u64 {
         .map_or(1024, |(soft, _)| soft)
 }
 
+/// Descriptors this process has open now (`None` when it cannot tell).
+fn open_descriptors() -> Option<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|dir| dir.count() as u64)
+}
+
 /// The features this end offers in its `Hello`: all it implements, less
-/// [`Features::MANY_FILES`](tern_proto::Features::MANY_FILES) when its
-/// descriptor limit cannot hold that many files.
+/// [`Features::MANY_FILES`](tern_proto::Features::MANY_FILES) when the
+/// descriptors left under its limit, with what this process has open now
+/// (a daemon's other sessions), cannot hold that many files. Two sessions
+/// that start at the same moment may both be offered it; the limit is
+/// then what fails a file's open, as before.
 pub fn offered_features() -> tern_proto::Features {
     let all = tern_proto::Features::ALL;
-    if files_in_flight(open_files_limit()) >= tern_proto::MANY_FILES_IN_FLIGHT {
+    let room = open_descriptors().map(|open| open_files_limit().saturating_sub(open));
+    if room.is_some_and(|room| files_in_flight(room) >= tern_proto::MANY_FILES_IN_FLIGHT) {
         all
     } else {
         tern_proto::Features(all.0 & !tern_proto::Features::MANY_FILES.0)

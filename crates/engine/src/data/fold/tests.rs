@@ -225,3 +225,23 @@ fn an_ended_fold_frees_its_state_and_ignores_later_blocks() {
         "nothing held for ended folds"
     );
 }
+
+#[test]
+fn ended_files_are_a_watermark_and_a_few_above_it() {
+    let folds = Folds::new(ChecksumAlg::Crc32c);
+    for id in [2, 0, 1, u32::MAX, 5] {
+        folds.forget(id);
+    }
+    let slots = folds.files.lock().unwrap();
+    assert_eq!(slots.closed_below, 3, "0, 1 and 2 ended: below 3");
+    assert_eq!(
+        slots.closed_above.iter().copied().collect::<Vec<_>>(),
+        vec![5, u32::MAX]
+    );
+    for id in [0, 1, 2, 5, u32::MAX] {
+        assert!(slots.is_closed(id), "{id}");
+    }
+    for id in [3, 4, 6, u32::MAX - 1] {
+        assert!(!slots.is_closed(id), "{id}");
+    }
+}

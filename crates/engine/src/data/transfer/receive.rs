@@ -390,15 +390,10 @@ async fn receiver_actions(
                         .collect::<Vec<_>>())
                 })
                 .await;
-                opened.and_then(|opened| {
-                    for (id, opened) in opened {
-                        match opened {
-                            Ok(opened) => file_opened(&shared, id, opened, verify, &digest_tx)?,
-                            Err(e) => file_not_opened(&shared, id, e)?,
-                        };
-                    }
-                    Ok(false)
-                })
+                match opened {
+                    Ok(opened) => book_opened(&shared, opened, verify, &digest_tx).await,
+                    Err(e) => Err(e),
+                }
             }
             // Durable at its final name before it is booked (and the
             // sender told); small files in groups. The session closes
@@ -443,6 +438,33 @@ fn run_of<T>(
         }
     }
     run
+}
+
+/// Books a run of opened (or skipped, or failed) files in the session, in
+/// order. A file the sender gave up while the run was being opened
+/// (`EntryFailed` crossed it) is dropped again: the session no longer
+/// knows it.
+async fn book_opened(
+    shared: &Arc<RecvShared>,
+    opened: Vec<(u32, Result<Opened>)>,
+    verify: bool,
+    digest_tx: &mpsc::UnboundedSender<u32>,
+) -> Result<bool> {
+    for (id, opened) in opened {
+        if shared.session.lock().expect("session").was_given_up(id) {
+            if let Ok(Opened::File(w, ..)) = opened {
+                blocking(move || w.discard()).await?;
+            }
+            shared.opened_upto.store(id, Ordering::SeqCst);
+            shared.wake.notify_waiters();
+            continue;
+        }
+        match opened {
+            Ok(opened) => file_opened(shared, id, opened, verify, digest_tx)?,
+            Err(e) => file_not_opened(shared, id, e)?,
+        };
+    }
+    Ok(false)
 }
 
 /// Opens the temporary file for an announced file, unless the copy at its
@@ -685,7 +707,15 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                         .expect("session")
                         .was_given_up(h.file_id)
                     {
-                        // Given up at either end while this block came.
+                        // Given up at either end while this block came; its
+                        // frame still counts toward the stream's marks.
+                        let counted = {
+                            let mut s = shared.session.lock().expect("session");
+                            s.block_written(k, &h).and_then(|()| s.judge_due())
+                        };
+                        if let Err(e) = counted {
+                            return shared.failure.fail(e, &shared.wake);
+                        }
                         continue;
                     }
                     return shared.failure.fail(

@@ -144,6 +144,10 @@ impl SendShared {
                 .map(|problem| session.file_failed(file_id, problem))
         };
         self.readers.lock().expect("readers").remove(&file_id);
+        if let Some(folds) = &self.folds {
+            // Blocks of it already read are ignored: they are not held.
+            folds.forget(file_id);
+        }
         match given_up {
             Ok(()) => {
                 self.control_wake.notify_one();

@@ -25,6 +25,10 @@ pub(super) async fn receiver_digests(
             .get(&file_id)
             .cloned()
         else {
+            // Dropped (given up) before its turn: what its fold held goes.
+            if let Some(folds) = &shared.folds {
+                folds.forget(file_id);
+            }
             continue;
         };
         // Folded from the blocks as they are written, until the fold is

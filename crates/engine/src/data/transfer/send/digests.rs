@@ -35,7 +35,12 @@ pub(super) async fn sender_digests(
                 return;
             }
             match shared.session.lock().expect("session").digest_need(file_id) {
-                DigestNeed::None => continue 'files,
+                DigestNeed::None => {
+                    if let Some(folds) = &shared.folds {
+                        folds.forget(file_id);
+                    }
+                    continue 'files;
+                }
                 DigestNeed::Wait => {}
                 need => break need,
             }
@@ -133,6 +138,11 @@ async fn folded(shared: &SendShared, folds: &Folds, file_id: u32, size: u64) -> 
         if need == DigestNeed::None {
             folds.forget(file_id);
             return Folded::Gone;
+        }
+        if need == DigestNeed::Read {
+            // The receiver kept blocks of it (FileHave): they never pass.
+            let (digest, from) = folds.take(file_id);
+            return Folded::Rest(digest, from);
         }
         let since = handed_out.then(|| *handed_out_since.get_or_insert_with(Instant::now));
         let stalled =
