@@ -74,10 +74,11 @@ impl Features {
     /// `TpcProgress`, `TpcDone`.
     pub const TPC: Features = Features(1 << 13);
     /// This end can hold [`MANY_FILES_IN_FLIGHT`](crate::MANY_FILES_IN_FLIGHT)
-    /// received files open at once (its descriptor limit allows it): with
-    /// the bit at both ends a sender may keep that many files in flight,
-    /// without it at most [`FILES_IN_FLIGHT`](crate::FILES_IN_FLIGHT). An
-    /// end whose limit is lower leaves the bit out of its `Hello`.
+    /// more files open at once (the descriptors left under its limit, with
+    /// what it has open when it says `Hello`, allow it): with the bit at
+    /// both ends a sender may keep that many files in flight, without it at
+    /// most [`FILES_IN_FLIGHT`](crate::FILES_IN_FLIGHT). An end with less
+    /// room leaves the bit out of its `Hello`.
     pub const MANY_FILES: Features = Features(1 << 14);
 
     /// Everything this build implements.
