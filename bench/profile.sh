@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/profile.sh: where tern cp's CPU goes, per GB, sender and receiver.
 #
-#   bash bench/profile.sh [--size MIB] [--tern BIN] [--protect MODE] [--out FILE]
+#   bash bench/profile.sh [--size MIB] [--tern BIN] [--protect MODE] [--out FILE] [--keep DIR]
 #
 # Copies one random file (default 2048 MiB) from the page cache to a local
 # `tern serve` on 127.0.0.1 twice, with the page cache reset before each copy
@@ -10,7 +10,8 @@
 # category (file read, file write and writeback, socket copies, TLS crypto,
 # hashing, user-space copies, scheduling and wakeups, other), from
 # `perf report` symbol shares times the process's measured CPU time.
-# Needs root (drop_caches), perf, python3. See docs/EFFICIENCY.md.
+# --keep DIR leaves both perf recordings there (perf.client, perf.server) for
+# `perf report -i`. Needs root (drop_caches), perf, python3. See docs/EFFICIENCY.md.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,13 +19,15 @@ TERN=$REPO/target/release/tern
 SIZE_MIB=2048
 PROTECT=private
 OUT=""
+KEEP=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --size) SIZE_MIB=$2; shift ;;
         --tern) TERN=$2; shift ;;
         --protect) PROTECT=$2; shift ;;
         --out) OUT=$2; shift ;;
-        -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --keep) KEEP=$2; shift ;;
+        -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "profile.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -79,6 +82,9 @@ wait "$PERF_PID" 2>/dev/null || true
 for side in client server; do
     perf script -i "$WORK/perf.$side" -F comm,ip,sym 2>/dev/null >"$WORK/$side.stacks" || true
 done
+if [ -n "$KEEP" ]; then
+    mkdir -p "$KEEP" && cp "$WORK/perf.client" "$WORK/perf.server" "$KEEP/"
+fi
 read -r wall _ _ <"$WORK/client.time"
 python3 - "$WORK" "$SIZE_MIB" "$wall" "$(( s1 - s0 ))" "$TERN" "$PROTECT" "$OUT" <<'PY'
 import os, re, sys, subprocess

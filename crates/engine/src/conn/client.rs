@@ -23,6 +23,7 @@ use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams, 
 use crate::data::tuning::{
     Connector, DEFAULT_MAX_STREAMS, Joined, PathWatch, StreamSupply, Tuning,
 };
+use crate::data::{FirstStreams, PendingJoins};
 use crate::store::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root};
 use crate::{Error, Result, StreamWrap};
 use tern_session::Choices;
@@ -151,14 +152,33 @@ struct Opened {
     ends: (Option<SocketAddr>, Option<SocketAddr>),
     plan: Option<Arc<PathPlan>>,
     control: Control,
-    streams: Vec<Joined>,
+    /// Still joining: a sender announces its files meanwhile.
+    streams: FirstStreams,
     supply: StreamSupply,
     params: TransferParams,
     fingerprint: String,
     recorded: Option<PathBuf>,
-    setup: Duration,
+    setup: Setup,
     mptcp: bool,
     mptcp_asked: bool,
+}
+
+/// When a session's setup began, and when its first data streams had all
+/// joined (they join in the background, see [`FirstStreams`]).
+struct Setup {
+    started: Instant,
+    all_joined: Arc<std::sync::OnceLock<Instant>>,
+}
+
+impl Setup {
+    /// From starting to connect until every first data stream had joined
+    /// (until now, for a session that ended before they had).
+    fn elapsed(&self) -> Duration {
+        match self.all_joined.get() {
+            Some(joined) => joined.saturating_duration_since(self.started),
+            None => self.started.elapsed(),
+        }
+    }
 }
 
 /// The control connection, verified and past the hello exchange.
@@ -306,7 +326,12 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         wrap: opts.wrap.clone(),
         mptcp: opts.mptcp,
     });
-    let streams = join_all(&joiner, accept_streams).await?;
+    let joins = PendingJoins::new((0..accept_streams).map(|k| joiner.clone().join(k)));
+    let setup = Setup {
+        started,
+        all_joined: joins.all_joined(),
+    };
+    let streams = FirstStreams::Joining(joins);
     let supply = if max_streams > accept_streams {
         let connector: Connector = Arc::new(move |k| Box::pin(joiner.clone().join(k)));
         let watch = plan.clone().map(|p| p as Arc<dyn PathWatch>);
@@ -325,24 +350,10 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         params,
         fingerprint,
         recorded,
-        setup: started.elapsed(),
+        setup,
         mptcp,
         mptcp_asked: opts.mptcp,
     })
-}
-
-/// Connects the session's first `n` data streams at once.
-async fn join_all(joiner: &Arc<Joiner>, n: u16) -> Result<Vec<Joined>> {
-    let mut joins = tokio::task::JoinSet::new();
-    for k in 0..n {
-        joins.spawn(joiner.clone().join(k));
-    }
-    let mut streams = Vec::with_capacity(usize::from(n));
-    while let Some(joined) = joins.join_next().await {
-        streams.push(joined.map_err(|e| Error::Protocol(format!("connect task: {e}")))??);
-    }
-    streams.sort_by_key(|j| j.index);
-    Ok(streams)
 }
 
 /// A path other than the control connection's gets this long to connect
@@ -379,6 +390,10 @@ impl Joiner {
             )));
         }
         let tcp = self.dial(k).await?;
+        // Without it the join waits behind the TLS Finished for a round
+        // trip (Nagle's algorithm), and so does a stream's last short
+        // segment at the end of a file.
+        let _ = tcp.set_nodelay(true);
         let probe = {
             use std::os::fd::AsFd;
             tcp.as_fd().try_clone_to_owned().ok()
@@ -474,13 +489,19 @@ struct Identity {
     plan: Option<Arc<PathPlan>>,
     fingerprint: String,
     recorded: Option<PathBuf>,
-    setup: Duration,
+    setup: Setup,
     mptcp: bool,
     mptcp_asked: bool,
 }
 
 /// An opened session, taken apart for the driver.
-type Parts = (Control, Vec<Joined>, StreamSupply, TransferParams, Identity);
+type Parts = (
+    Control,
+    FirstStreams,
+    StreamSupply,
+    TransferParams,
+    Identity,
+);
 
 impl Opened {
     fn split(self) -> Parts {
@@ -522,7 +543,7 @@ fn outcome(id: Identity, stats: TransferStats) -> Outcome {
         stats,
         fingerprint: id.fingerprint,
         recorded: id.recorded,
-        setup: id.setup,
+        setup: id.setup.elapsed(),
         mptcp: id.mptcp_asked.then_some(id.mptcp),
         local: id.ends.0,
         peer: id.ends.1,
@@ -608,6 +629,7 @@ pub(crate) async fn pull_into(
     let sink = Arc::new(crate::store::expect::GuardedSink::new(sink, requested));
     let opened = open(ep, opts, SessionMode::Pull { sources, recursive }).await?;
     let (control, streams, supply, params, id) = opened.split();
+    let streams = streams.all().await?;
     let stats = transfer::run_receiver(control, streams, supply, sink, params, progress).await?;
     Ok(outcome(id, stats))
 }
@@ -629,6 +651,7 @@ pub async fn perf(
     let (control, streams, supply, mut params, id) = open(ep, opts, mode).await?.split();
     let stats = if reverse {
         let sink = Arc::new(DiscardSink);
+        let streams = streams.all().await?;
         transfer::run_receiver(control, streams, supply, sink, params, progress).await?
     } else {
         let size = bytes.unwrap_or(FileMeta::UNKNOWN_SIZE);

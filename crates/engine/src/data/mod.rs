@@ -10,7 +10,8 @@
 //! - [`pace`]: the rate limit;
 //! - [`tuning`]: live tuning of data sockets and the stream count; stalled
 //!   streams are seen and given up in `stall`, and replaced through
-//!   `supply`.
+//!   `supply`, which also holds a session's first streams
+//!   ([`FirstStreams`]: joined, or still joining while a sender starts).
 
 pub mod channel;
 pub mod compress;
@@ -20,3 +21,5 @@ mod stall;
 mod supply;
 pub mod transfer;
 pub mod tuning;
+
+pub use supply::{FirstStreams, PendingJoins};

@@ -1,5 +1,6 @@
-//! Where a running session's data streams come from: growth the
-//! stream-count controller asks for, and replacements for streams given up.
+//! Where a running session's data streams come from: the first ones
+//! ([`FirstStreams`]), growth the stream-count controller asks for, and
+//! replacements for streams given up.
 //!
 //! A session's stream indices are `0..max`. The first `cap` grow in order
 //! as the controller asks; the rest are spares, taken one at a time, in
@@ -9,17 +10,112 @@
 //! `cap`) from a spare (above `cap`).
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-
-use std::time::Duration;
+use tokio::task::JoinSet;
 
 use crate::data::channel::Tasks;
 use crate::data::tuning::{Connector, Joined, PathWatch, StreamSupply};
 
 /// How often a client looks for paths that are down and due a try.
 const REJOIN_CHECK: Duration = Duration::from_secs(1);
+
+/// The data streams a session starts with.
+///
+/// A sending client does not wait for its streams before it starts: it
+/// announces its first files on the control connection while they connect
+/// and join, so the receiver's answers (`FileCheck`) arrive with the joins
+/// instead of a round trip after them.
+pub enum FirstStreams {
+    /// All joined before the transfer started.
+    Joined(Vec<Joined>),
+    /// Still connecting: each starts as it joins, and the first that
+    /// cannot join fails the session, as it would have failed its opening.
+    Joining(PendingJoins),
+}
+
+impl From<Vec<Joined>> for FirstStreams {
+    fn from(streams: Vec<Joined>) -> FirstStreams {
+        FirstStreams::Joined(streams)
+    }
+}
+
+impl std::fmt::Debug for FirstStreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FirstStreams::Joined(streams) => write!(f, "Joined({} streams)", streams.len()),
+            FirstStreams::Joining(pending) => pending.fmt(f),
+        }
+    }
+}
+
+impl FirstStreams {
+    /// Waits for every stream to join (an end that needs them all before
+    /// it starts: a receiver).
+    pub async fn all(self) -> crate::Result<Vec<Joined>> {
+        match self {
+            FirstStreams::Joined(streams) => Ok(streams),
+            FirstStreams::Joining(mut pending) => {
+                let mut streams = Vec::with_capacity(pending.set.len());
+                while let Some(joined) = pending.next().await {
+                    streams.push(joined?);
+                }
+                streams.sort_by_key(|j| j.index);
+                Ok(streams)
+            }
+        }
+    }
+}
+
+/// Data streams connecting in the background, and when the last of them
+/// joined (the end of the session's setup, for its report).
+pub struct PendingJoins {
+    set: JoinSet<crate::Result<Joined>>,
+    all_joined: Arc<OnceLock<Instant>>,
+}
+
+impl std::fmt::Debug for PendingJoins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PendingJoins({} joining)", self.set.len())
+    }
+}
+
+impl PendingJoins {
+    /// Runs `joins` in the background.
+    pub fn new<F>(joins: impl IntoIterator<Item = F>) -> PendingJoins
+    where
+        F: Future<Output = crate::Result<Joined>> + Send + 'static,
+    {
+        let mut set = JoinSet::new();
+        for join in joins {
+            set.spawn(join);
+        }
+        PendingJoins {
+            set,
+            all_joined: Arc::default(),
+        }
+    }
+
+    /// Set once every stream joined.
+    pub fn all_joined(&self) -> Arc<OnceLock<Instant>> {
+        self.all_joined.clone()
+    }
+
+    /// The next stream that joined or failed to; `None` once all have.
+    pub async fn next(&mut self) -> Option<crate::Result<Joined>> {
+        let next = match self.set.join_next().await {
+            None => None,
+            Some(Ok(joined)) => Some(joined),
+            Some(Err(e)) => Some(Err(crate::Error::Protocol(format!("connect task: {e}")))),
+        };
+        if self.set.is_empty() && matches!(next, Some(Ok(_))) {
+            let _ = self.all_joined.set(Instant::now());
+        }
+        next
+    }
+}
 
 /// What a session asks its supply for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

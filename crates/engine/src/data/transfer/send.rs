@@ -27,7 +27,7 @@ use super::{
 use crate::data::compress::{self, BlockCompressor, Policy};
 use crate::data::fold::Folds;
 use crate::data::stall::Watch;
-use crate::data::supply::{Indices, Want, supply_streams};
+use crate::data::supply::{FirstStreams, Indices, Want, supply_streams};
 use crate::data::tuning::{Joined, Sampler, StreamSupply};
 use crate::integrity::BlockCheck;
 use crate::store::fsio::{BlockRead, Source, SourceItem};
@@ -37,12 +37,10 @@ use tern_session::{BlockTask, SenderConfig, SenderSession};
 
 mod digests;
 mod endgame;
+mod streams;
 use digests::sender_digests;
 use endgame::endgame_feed;
-
-/// How long a sender may have no live data stream at all (every one was
-/// given up and no replacement joined) before the session fails.
-const NO_STREAM_GRACE: Duration = Duration::from_secs(15);
+use streams::{first_joins, watchdog};
 
 /// How long a worker still writing when the session completed may take to
 /// end its stream before it is dropped.
@@ -89,6 +87,17 @@ struct SendShared {
 }
 
 impl SendShared {
+    /// Returns once the session is complete or has failed.
+    async fn ended(&self) {
+        loop {
+            let notified = self.wake.notified();
+            if self.failure.is_set() || self.session.lock().expect("session").is_complete() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Returns once the session is complete.
     async fn completed(&self) {
         loop {
@@ -191,18 +200,20 @@ impl SendShared {
 }
 
 /// Runs the sending side of a session until the receiver confirmed
-/// everything, or the first failure. `streams` are those joined at the
-/// start; `supply` is where more come from when the stream count grows or
-/// a stream is replaced.
+/// everything, or the first failure. `streams` are those it starts with,
+/// joined or still joining (files are announced meanwhile); `supply` is
+/// where more come from when the stream count grows or a stream is
+/// replaced.
 pub async fn run_sender(
     control: super::Control,
-    streams: Vec<Joined>,
+    streams: impl Into<FirstStreams>,
     supply: StreamSupply,
     source: Arc<dyn Source>,
     params: TransferParams,
     progress: Arc<Progress>,
 ) -> Result<TransferStats> {
-    let started = Instant::now();
+    let mut started = Instant::now();
+    let streams = streams.into();
     let src = source.clone();
     let listed = tokio::task::spawn_blocking(move || src.list())
         .await
@@ -287,14 +298,17 @@ pub async fn run_sender(
         max_streams,
         (!fixed).then_some(changes_tx),
     ));
-    for j in streams {
-        shared.start_worker(&tasks, &sampler, j);
+    let mut joining = None;
+    match streams {
+        FirstStreams::Joined(streams) => {
+            for j in streams {
+                shared.start_worker(&tasks, &sampler, j);
+            }
+        }
+        FirstStreams::Joining(pending) => joining = Some(pending),
     }
     tasks.spawn(sender_digests(shared.clone(), digest_rx, params.checksum));
     tasks.spawn(sender_changes(shared.clone(), changes_rx, wanted_tx));
-    if let Some(w) = watch {
-        tasks.spawn(watchdog(shared.clone(), w));
-    }
     let (sh, tk, sa) = (shared.clone(), tasks.clone(), sampler.clone());
     let ask = shared.clone();
     tasks.spawn(supply_streams(
@@ -311,6 +325,18 @@ pub async fn run_sender(
     let reader = tasks.spawn(sender_control_reader(shared.clone(), ctrl_rd));
     let writer = tasks.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
     tasks.spawn(endgame_feed(shared.clone(), sampler.clone()));
+    if let Some(pending) = joining {
+        // The control tasks announce files while the streams join; the
+        // transfer's clock starts once they all have, as it did when the
+        // opening waited for them.
+        if first_joins(&shared, &tasks, &sampler, pending).await {
+            started = Instant::now();
+        }
+    }
+    // Only now: a session still joining its first streams has none live.
+    if let Some(w) = watch {
+        tasks.spawn(watchdog(shared.clone(), w));
+    }
     // Once everything arrived, a worker still writing pushes a copy nobody
     // needs: the workers get END_GRACE together to end their streams.
     let mut ends_by = None;
@@ -366,43 +392,6 @@ pub async fn run_sender(
         blocks_copied: Some(session.blocks_copied()),
         ..stats
     })
-}
-
-/// Gives up streams whose writes stalled (they are then replaced), and
-/// fails the session when it has been left without any stream.
-async fn watchdog(shared: Arc<SendShared>, watch: Arc<Watch>) {
-    let mut streamless_since: Option<Instant> = None;
-    loop {
-        tokio::time::sleep(watch.period()).await;
-        if shared.failure.is_set() {
-            return;
-        }
-        for k in watch.stalled_writers() {
-            tracing::warn!(
-                "data stream {k} stalled: a write made no progress for {:?} while other streams moved data; giving it up",
-                watch.timeout()
-            );
-            shared.streams.stalled.fetch_add(1, Ordering::Relaxed);
-            shared.lose_stream(k);
-        }
-        let (live, complete) = {
-            let s = shared.session.lock().expect("session");
-            (s.live_streams(), s.is_complete())
-        };
-        if complete {
-            return;
-        }
-        if live > 0 {
-            streamless_since = None;
-        } else if streamless_since.get_or_insert_with(Instant::now).elapsed()
-            > NO_STREAM_GRACE.max(watch.timeout())
-        {
-            return shared.failure.fail(
-                Error::PeerGone("every data stream was lost and none could be replaced".into()),
-                &shared.wake,
-            );
-        }
-    }
 }
 
 /// Carries out the stream-count controller's changes on the sending side:
