@@ -217,13 +217,49 @@ impl SocketTuner {
         Ok(())
     }
 
-    fn tune_receive(&mut self, info: &TcpInfo, rcvbuf: u64) -> io::Result<()> {
+    /// The most tern may set a receive buffer to: the stream's budget share,
+    /// and without privilege `rmem_max`.
+    fn rcvbuf_cap(&self) -> u64 {
         let budget = self.cfg.budget;
-        let cap = if budget.privileged {
+        if budget.privileged {
             budget.per_stream
         } else {
             budget.per_stream.min(self.cfg.caps.rmem_max)
-        };
+        }
+    }
+
+    /// Starts the receive buffer at `bytes` (as the kernel reports it), for
+    /// a rate known before the first byte: the kernel's autotuning would
+    /// grow it from `tcp_rmem[1]` about 2× per round trip, holding the
+    /// window below the path for the first several. tern owns the buffer
+    /// from then on and keeps growing it while the stream fills it. Left to
+    /// the kernel (false) unless in `auto` mode, when `bytes` is above this
+    /// socket's cap (the kernel could grow further), or when it is no more
+    /// than the buffer has.
+    pub fn start_rcvbuf(&mut self, bytes: u64) -> io::Result<bool> {
+        if self.cfg.mode != WindowMode::Auto || self.owned_rcvbuf || bytes > self.rcvbuf_cap() {
+            return Ok(false);
+        }
+        let max_window = 65535u64 << TcpInfo::read(self.fd)?.rcv_wscale.min(14);
+        let want = bytes.min(max_window.saturating_mul(2));
+        if want <= socket::rcvbuf(self.fd)? {
+            return Ok(false);
+        }
+        let granted = self.reservation.resize(want);
+        if granted <= socket::rcvbuf(self.fd)? {
+            return Ok(false);
+        }
+        socket::set_rcvbuf(self.fd, granted, self.cfg.budget.privileged)?;
+        socket::set_window_clamp(self.fd, granted.min(max_window))?;
+        self.owned_rcvbuf = true;
+        self.raised_rcvbuf = Some(granted);
+        self.adjustments += 1;
+        Ok(true)
+    }
+
+    fn tune_receive(&mut self, info: &TcpInfo, rcvbuf: u64) -> io::Result<()> {
+        let budget = self.cfg.budget;
+        let cap = self.rcvbuf_cap();
         let rmem_max = self.cfg.caps.tcp_rmem[2];
         let max_window = 65535u64 << info.rcv_wscale.min(14);
         if let Some(want) = policy::next_rcvbuf(
@@ -380,5 +416,43 @@ mod tests {
         fix_buffers(s.as_raw_fd(), 64 << 10, false).unwrap();
         assert_eq!(socket::sndbuf(s.as_raw_fd()).unwrap(), 64 << 10);
         assert_eq!(socket::rcvbuf(s.as_raw_fd()).unwrap(), 64 << 10);
+    }
+
+    #[test]
+    fn a_known_rate_starts_the_receive_buffer_and_tern_owns_it() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let fd = server.as_raw_fd();
+        let before = socket::rcvbuf(fd).unwrap();
+        let cfg = TunerConfig::new(WindowMode::Auto, Direction::Receive, 64 << 20);
+        let cap = if cfg.budget.privileged {
+            64 << 20
+        } else {
+            cfg.caps.rmem_max.min(64 << 20)
+        };
+        let mut t = SocketTuner::new(fd, cfg);
+        // Above the cap the kernel's autotuning, which may grow further,
+        // keeps the buffer.
+        assert!(!t.start_rcvbuf(cap + 1).unwrap());
+        assert_eq!(socket::rcvbuf(fd).unwrap(), before);
+        let start = cap.min(2 << 20).max(before + (256 << 10));
+        if start > cap {
+            return eprintln!("skipped: rmem_max {cap} leaves no room above {before}");
+        }
+        assert!(t.start_rcvbuf(start).unwrap());
+        assert_eq!(socket::rcvbuf(fd).unwrap(), start);
+        assert_eq!(t.raised_rcvbuf, Some(start));
+        assert!(!t.start_rcvbuf(start * 2).unwrap(), "once only");
+        // Kernel mode leaves every buffer alone.
+        let other = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let ofd = other.as_raw_fd();
+        let untouched = socket::rcvbuf(ofd).unwrap();
+        let mut k = SocketTuner::new(
+            ofd,
+            TunerConfig::new(WindowMode::Kernel, Direction::Receive, 64 << 20),
+        );
+        assert!(!k.start_rcvbuf(start).unwrap());
+        assert_eq!(socket::rcvbuf(ofd).unwrap(), untouched);
     }
 }

@@ -265,6 +265,20 @@ fn tern_copies_and_measures_over_a_50ms_path() {
             "tern://10.47.0.2/copy.bin",
         ],
     );
+    // The second copy starts from the first (path memory) and tells the
+    // daemon its rate: the daemon's receive buffers start sized for it.
+    let again = lab.exec(
+        "A",
+        &[
+            "env",
+            &env_cfg,
+            &tern,
+            "cp",
+            "--json",
+            src.to_str().unwrap(),
+            "tern://10.47.0.2/again.bin",
+        ],
+    );
     let perf = lab.exec(
         "A",
         &[
@@ -280,6 +294,7 @@ fn tern_copies_and_measures_over_a_50ms_path() {
             "--json",
         ],
     );
+    let daemon_log = server.log_text();
     drop(server);
     assert!(
         out.status.success(),
@@ -288,6 +303,19 @@ fn tern_copies_and_measures_over_a_50ms_path() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["bytes"], 24 << 20);
+    assert!(
+        again.status.success(),
+        "second tern cp: {}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let again: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert!(again["started_from_last_copy"].is_object(), "{again}");
+    assert_eq!(content_difference(root.join("again.bin"), &data), None);
+    let started: Vec<&str> = daemon_log
+        .lines()
+        .filter(|l| l.contains("receive buffers start at"))
+        .collect();
+    assert_eq!(started.len(), 1, "only the copy from memory: {daemon_log}");
     assert_eq!(
         content_difference(root.join("copy.bin"), &data),
         None,

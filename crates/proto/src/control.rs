@@ -519,6 +519,14 @@ pub enum ControlMsg {
         /// What was tried, and why each failed.
         reason: String,
     },
+    /// Sending client → receiving server (`PATH_RATE`), at most once and
+    /// before its first announcement: the rate, bits/s, of its last copy
+    /// over this path. Advice only: the receiver may size its data
+    /// sockets' first receive buffers for it.
+    PathRate {
+        /// Bits per second.
+        bps: u64,
+    },
 }
 
 /// The client's transfer choices for a third-party copy (`TpcDial`): the

@@ -80,6 +80,11 @@ impl Features {
     /// most [`FILES_IN_FLIGHT`](crate::FILES_IN_FLIGHT). An end with less
     /// room leaves the bit out of its `Hello`.
     pub const MANY_FILES: Features = Features(1 << 14);
+    /// A sending client may tell the receiving server the rate it last saw
+    /// on this path (`PathRate`), before its first announcement; the
+    /// receiver may start its data sockets' receive buffers sized for it
+    /// instead of growing them a round trip at a time.
+    pub const PATH_RATE: Features = Features(1 << 15);
 
     /// Everything this build implements.
     pub const ALL: Features = Features(
@@ -97,7 +102,8 @@ impl Features {
             | Self::AEAD_CHECKS.0
             | Self::PATHS.0
             | Self::TPC.0
-            | Self::MANY_FILES.0,
+            | Self::MANY_FILES.0
+            | Self::PATH_RATE.0,
     );
 
     /// True when every bit of `other` is set in `self`.

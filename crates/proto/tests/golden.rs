@@ -448,6 +448,10 @@ fn known() -> Vec<(&'static str, Golden)> {
                 addresses: vec!["10.47.1.2:4747".parse().unwrap()],
             }),
         ),
+        (
+            "path_rate",
+            Golden::Control(ControlMsg::PathRate { bps: 1_000_000_000 }),
+        ),
     ]
 }
 

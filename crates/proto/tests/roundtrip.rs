@@ -194,7 +194,8 @@ fn control_msg() -> impl Strategy<Value = ControlMsg> {
             | ControlMsg::PeerOpen { .. }
             | ControlMsg::TpcProgress { .. }
             | ControlMsg::TpcDone { .. }
-            | ControlMsg::TpcUnreachable { .. } => {}
+            | ControlMsg::TpcUnreachable { .. }
+            | ControlMsg::PathRate { .. } => {}
         }
     }
     prop_oneof![
@@ -473,6 +474,7 @@ fn tpc_message() -> impl Strategy<Value = ControlMsg> {
                 },
             ),
         text().prop_map(|reason| ControlMsg::TpcUnreachable { reason }),
+        any::<u64>().prop_map(|bps| ControlMsg::PathRate { bps }),
     ]
 }
 

@@ -98,7 +98,10 @@ impl ControlWriter {
     /// Sends messages in one write (one TLS record and one system call
     /// for many small messages, such as a tree's announcements).
     pub async fn send_all(&mut self, msgs: &[ControlMsg]) -> Result<()> {
-        let frames: Vec<u8> = msgs.iter().flat_map(encode_control).collect();
+        let mut frames = Vec::new();
+        for msg in msgs {
+            frames.extend_from_slice(&encode_control(msg));
+        }
         self.0.write_all(&frames).await.map_err(gone)?;
         self.0.flush().await.map_err(gone)
     }

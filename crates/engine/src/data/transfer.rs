@@ -86,6 +86,12 @@ pub struct TransferParams {
     /// Both ends have `ENTRIES`: any names, links, pipes and directory
     /// times, and per-entry failures that leave the rest of a tree going.
     pub entries: bool,
+    /// Both ends have `PATH_RATE` and this end is the client: as the
+    /// sender, it tells the receiver `tuning.known_rate_bps` (`PathRate`).
+    pub tell_path_rate: bool,
+    /// Both ends have `PATH_RATE` and this end is the server: as the
+    /// receiver, it takes a `PathRate` from the client.
+    pub take_path_rate: bool,
 }
 
 impl TransferParams {
@@ -109,6 +115,8 @@ impl TransferParams {
             stall_timeout: None,
             spare_streams: 0,
             entries: true,
+            tell_path_rate: false,
+            take_path_rate: false,
         }
     }
 

@@ -25,6 +25,9 @@ use crate::Result;
 use crate::data::channel::{BoxStream, Tasks};
 
 mod groups;
+mod start;
+
+use start::start_budget;
 
 use groups::{PathGroup, path_ends};
 
@@ -216,6 +219,8 @@ struct Tuners {
     trace: Option<std::io::BufWriter<std::fs::File>>,
     /// The most the open streams' (send, receive) buffers held at one tick.
     peak_together: (u64, u64),
+    /// The receive buffer streams started at, for a known rate.
+    receive_started: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -256,19 +261,6 @@ fn session_sample(
         buffer_limited: intervals.iter().any(tern_drs::policy::is_sndbuf_limited),
         queueing: intervals.iter().any(tern_drs::policy::is_queueing),
     }
-}
-
-/// The send-buffer budget a long-path session starts with: what one
-/// autotuned stream could have (`wmem_max`), or, with a rate known from an
-/// earlier transfer, the session's rule (`FACTOR` × that rate × the RTT)
-/// from the start, within what `streams` sockets can hold.
-fn start_budget(known_rate_bps: Option<u64>, rtt: Duration, wmem_max: u64, streams: u16) -> u64 {
-    let known = known_rate_bps.map_or(0, |bps| {
-        (tern_drs::session::FACTOR * bps as f64 / 8.0 * rtt.as_secs_f64()) as u64
-    });
-    known
-        .min(wmem_max * u64::from(streams.max(1)))
-        .max(wmem_max)
 }
 
 impl Tuners {
@@ -350,6 +342,7 @@ impl Tuners {
                 flight: None,
             });
         }
+        self.start_receive(k);
         if let Some(g) = group {
             // The members before it make room: the path's budget is split
             // anew, not added to (a probe's streams joining a path
@@ -621,6 +614,14 @@ impl Tuners {
                 .map(|c| c.history().to_vec())
                 .unwrap_or_default(),
         );
+        if let (Some(each), Some(bps)) = (self.receive_started, self.tuning.known_rate_bps) {
+            d.actions.push(format!(
+                "started the receive buffers at {:.1} MiB each, sized for the rate of the last \
+                 copy over this path ({:.0} Mbit/s)",
+                each as f64 / f64::from(1 << 20),
+                bps as f64 / 1e6
+            ));
+        }
         d.send_buffer_peak_bytes = slots.iter().map(|s| s.tuner.peak_sndbuf).sum();
         d.receive_buffer_peak_bytes = slots.iter().map(|s| s.tuner.peak_rcvbuf).sum();
         // A session too short for a tick has only each stream's own peak.
@@ -693,6 +694,7 @@ impl Sampler {
             congestion_seen: None,
             started: Instant::now(),
             peak_together: (0, 0),
+            receive_started: None,
             trace: std::env::var_os("TERN_TCP_TRACE")
                 .and_then(|p| std::fs::File::create(p).ok())
                 .map(std::io::BufWriter::new),
@@ -735,6 +737,12 @@ impl Sampler {
         }
     }
 
+    /// The path's rate, told by the sending client (`PathRate`): the
+    /// receive buffers of the streams start sized for it.
+    pub(crate) fn know_rate(&self, bps: u64) {
+        self.state.lock().expect("tuners").know_rate(bps);
+    }
+
     /// Per TCP stream still open: what its socket held undelivered at the
     /// last tick, and how fast it delivered.
     pub(crate) fn flights(&self) -> Vec<(usize, tern_session::Flight)> {
@@ -759,23 +767,5 @@ impl Sampler {
             let _ = trace.flush();
         }
         state.diagnosis()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_known_rate_sizes_the_start_within_what_the_sockets_hold() {
-        let (rtt, cap) = (Duration::from_millis(100), 4u64 << 20);
-        // Unknown: one autotuned stream's cap, as before.
-        assert_eq!(start_budget(None, rtt, cap, 8), cap);
-        // 1 Gbit/s × 100 ms = 12.5 MB; twice that for 8 streams of 4 MiB.
-        assert_eq!(start_budget(Some(1_000_000_000), rtt, cap, 8), 25_000_000);
-        // More than the sockets can hold: their caps.
-        assert_eq!(start_budget(Some(10_000_000_000), rtt, cap, 8), 8 * cap);
-        // A slow earlier transfer never starts below the default.
-        assert_eq!(start_budget(Some(1_000_000), rtt, cap, 8), cap);
     }
 }

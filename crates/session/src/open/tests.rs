@@ -640,6 +640,7 @@ fn wire_index(msg: &ControlMsg) -> usize {
         ControlMsg::TpcProgress { .. } => 23,
         ControlMsg::TpcDone { .. } => 24,
         ControlMsg::TpcUnreachable { .. } => 25,
+        ControlMsg::PathRate { .. } => 26,
     }
 }
 
@@ -762,12 +763,13 @@ fn every_kind() -> Vec<ControlMsg> {
         ControlMsg::TpcUnreachable {
             reason: "no route".into(),
         },
+        ControlMsg::PathRate { bps: 1_000_000_000 },
     ];
     let mut seen: Vec<usize> = all.iter().map(wire_index).collect();
     seen.dedup();
     assert_eq!(
         seen,
-        (0..26).collect::<Vec<_>>(),
+        (0..27).collect::<Vec<_>>(),
         "one of each kind, in order"
     );
     all
@@ -802,6 +804,7 @@ fn kind_name(msg: &ControlMsg) -> &'static str {
         "TpcProgress",
         "TpcDone",
         "TpcUnreachable",
+        "PathRate",
     ][wire_index(msg)]
 }
 

@@ -86,6 +86,7 @@ pub(super) fn params_of(
     params.block_check = block_check;
     params.resume = agreed.features.contains(Features::RESUME);
     params.entries = agreed.features.contains(Features::ENTRIES);
+    params.tell_path_rate = agreed.features.contains(Features::PATH_RATE);
     params.pace = opts.rate_limit.map(|bps| {
         Arc::new(crate::data::pace::Pace::new(
             bps,

@@ -119,6 +119,7 @@ pub(super) fn params_of(request: &SessionRequest, block_check: BlockCheck) -> Tr
     params.block_check = block_check;
     params.resume = request.features.contains(tern_proto::Features::RESUME);
     params.entries = request.features.contains(tern_proto::Features::ENTRIES);
+    params.take_path_rate = request.features.contains(tern_proto::Features::PATH_RATE);
     params.apply_agreed(&request.options);
     params.limit_files_in_flight(request.features);
     params

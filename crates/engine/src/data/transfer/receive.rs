@@ -167,7 +167,12 @@ pub async fn run_receiver(
         |total| tracing::warn!("the sender asked for {total} streams; this end cannot open any"),
         move |j| sh.start_reader(&tk, &sa, j),
     ));
-    let control_reader = tasks.spawn(receiver_control_reader(shared.clone(), ctrl_rd, wanted_tx));
+    let path_rate = params.take_path_rate.then(|| sampler.clone());
+    let control_reader = tasks.spawn(receiver_control_reader(
+        shared.clone(),
+        ctrl_rd,
+        (wanted_tx, path_rate),
+    ));
     tasks.spawn(receiver_digests(shared.clone(), digest_rx));
     let actions = tasks.spawn(receiver_actions(shared.clone(), ctrl_wr, digest_tx, verify));
     let _ = actions.await;
@@ -267,10 +272,13 @@ async fn watchdog(shared: Arc<RecvShared>, watch: Arc<Watch>) {
     }
 }
 
+/// Feeds the session the sender's control messages, but for those meant
+/// for the stream supply (`MoreStreams`) and, from a sending client, the
+/// tuning (`PathRate`).
 async fn receiver_control_reader(
     shared: Arc<RecvShared>,
     mut rd: ControlReader,
-    wanted: mpsc::UnboundedSender<Want>,
+    (wanted, path_rate): (mpsc::UnboundedSender<Want>, Option<Arc<Sampler>>),
 ) {
     loop {
         let msg = match rd.recv().await {
@@ -285,6 +293,10 @@ async fn receiver_control_reader(
         };
         if let ControlMsg::MoreStreams { total } = msg {
             let _ = wanted.send(Want::Total(total));
+            continue;
+        }
+        if let (ControlMsg::PathRate { bps }, Some(sampler)) = (&msg, &path_rate) {
+            sampler.know_rate(*bps);
             continue;
         }
         let handled = shared.session.lock().expect("session").handle_control(msg);

@@ -323,6 +323,12 @@ pub async fn run_sender(
         move |j| sh.start_worker(&tk, &sa, j),
     ));
     let reader = tasks.spawn(sender_control_reader(shared.clone(), ctrl_rd));
+    if let (true, Some(bps)) = (params.tell_path_rate, params.tuning.known_rate_bps) {
+        // Before the first announcement (PROTOCOL.md §5.2).
+        if let Err(e) = ctrl_wr.send(&ControlMsg::PathRate { bps }).await {
+            shared.failure.fail(e, &shared.wake);
+        }
+    }
     let writer = tasks.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
     tasks.spawn(endgame_feed(shared.clone(), sampler.clone()));
     if let Some(pending) = joining {
