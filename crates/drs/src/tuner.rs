@@ -232,21 +232,27 @@ impl SocketTuner {
     /// a rate known before the first byte: the kernel's autotuning would
     /// grow it from `tcp_rmem[1]` about 2× per round trip, holding the
     /// window below the path for the first several. tern owns the buffer
-    /// from then on and keeps growing it while the stream fills it. Left to
-    /// the kernel (false) unless in `auto` mode, when `bytes` is above this
-    /// socket's cap (the kernel could grow further), or when it is no more
-    /// than the buffer has.
+    /// from then on and keeps growing it while the stream fills it. Setting
+    /// it ends the kernel's autotuning for good, so it is left to the kernel
+    /// (false) unless in `auto` mode, with a cap at least the kernel's own
+    /// (`tcp_rmem[2]`: never a lower ceiling than autotuning had), for at
+    /// most that much, more than the buffer has, and only when the pool
+    /// grants all of it.
     pub fn start_rcvbuf(&mut self, bytes: u64) -> io::Result<bool> {
-        if self.cfg.mode != WindowMode::Auto || self.owned_rcvbuf || bytes > self.rcvbuf_cap() {
+        let kernel_max = self.cfg.caps.tcp_rmem[2];
+        if self.cfg.mode != WindowMode::Auto || self.owned_rcvbuf || self.rcvbuf_cap() < kernel_max
+        {
             return Ok(false);
         }
         let max_window = 65535u64 << TcpInfo::read(self.fd)?.rcv_wscale.min(14);
-        let want = bytes.min(max_window.saturating_mul(2));
-        if want <= socket::rcvbuf(self.fd)? {
+        let want = bytes.min(kernel_max).min(max_window.saturating_mul(2));
+        let current = socket::rcvbuf(self.fd)?;
+        if want <= current {
             return Ok(false);
         }
         let granted = self.reservation.resize(want);
-        if granted <= socket::rcvbuf(self.fd)? {
+        if granted < want {
+            self.reservation.resize(current);
             return Ok(false);
         }
         socket::set_rcvbuf(self.fd, granted, self.cfg.budget.privileged)?;
@@ -426,33 +432,53 @@ mod tests {
         let fd = server.as_raw_fd();
         let before = socket::rcvbuf(fd).unwrap();
         let cfg = TunerConfig::new(WindowMode::Auto, Direction::Receive, 64 << 20);
+        let kernel_max = cfg.caps.tcp_rmem[2];
         let cap = if cfg.budget.privileged {
             64 << 20
         } else {
             cfg.caps.rmem_max.min(64 << 20)
         };
         let mut t = SocketTuner::new(fd, cfg);
-        // Above the cap the kernel's autotuning, which may grow further,
-        // keeps the buffer.
-        assert!(!t.start_rcvbuf(cap + 1).unwrap());
-        assert_eq!(socket::rcvbuf(fd).unwrap(), before);
-        let start = cap.min(2 << 20).max(before + (256 << 10));
-        if start > cap {
-            return eprintln!("skipped: rmem_max {cap} leaves no room above {before}");
+        if cap < kernel_max {
+            // tern could not take the buffer as far as the kernel: it stays
+            // the kernel's.
+            assert!(!t.start_rcvbuf(2 << 20).unwrap());
+            assert_eq!(socket::rcvbuf(fd).unwrap(), before);
+            return eprintln!("skipped the rest: cap {cap} below tcp_rmem[2] {kernel_max}");
         }
+        let start = (before + (256 << 10)).max(1 << 20).min(kernel_max);
+        assert!(start > before, "tcp_rmem[2] {kernel_max} leaves no room");
         assert!(t.start_rcvbuf(start).unwrap());
         assert_eq!(socket::rcvbuf(fd).unwrap(), start);
         assert_eq!(t.raised_rcvbuf, Some(start));
         assert!(!t.start_rcvbuf(start * 2).unwrap(), "once only");
-        // Kernel mode leaves every buffer alone.
-        let other = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+
+        // Never past what the kernel's autotuning could have reached.
+        let (other, _) = {
+            let _c = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            listener.accept().unwrap()
+        };
         let ofd = other.as_raw_fd();
-        let untouched = socket::rcvbuf(ofd).unwrap();
-        let mut k = SocketTuner::new(
+        let mut big = SocketTuner::new(
             ofd,
+            TunerConfig::new(WindowMode::Auto, Direction::Receive, 64 << 20),
+        );
+        assert!(big.start_rcvbuf(u64::MAX).unwrap());
+        assert!(big.raised_rcvbuf.unwrap() <= kernel_max);
+        assert!(socket::rcvbuf(ofd).unwrap() <= kernel_max);
+
+        // Kernel mode leaves every buffer alone.
+        let (third, _) = {
+            let _c = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            listener.accept().unwrap()
+        };
+        let tfd = third.as_raw_fd();
+        let untouched = socket::rcvbuf(tfd).unwrap();
+        let mut k = SocketTuner::new(
+            tfd,
             TunerConfig::new(WindowMode::Kernel, Direction::Receive, 64 << 20),
         );
         assert!(!k.start_rcvbuf(start).unwrap());
-        assert_eq!(socket::rcvbuf(ofd).unwrap(), untouched);
+        assert_eq!(socket::rcvbuf(tfd).unwrap(), untouched);
     }
 }

@@ -329,9 +329,12 @@ impl SenderSession {
         self.repair_queue.retain(|t| t.file_id != file_id);
     }
 
+    /// Says `Close` once everything is announced (PROTOCOL.md §8.6): the
+    /// files in flight go on, and the receiver answers with its own `Close`
+    /// as soon as the last of them is done, where waiting for the last
+    /// `FileDone` first cost the session a round trip at its end.
     fn maybe_close(&mut self) {
-        if self.listing_done && self.pending.is_empty() && self.files.is_empty() && !self.close_sent
-        {
+        if self.listing_done && self.pending.is_empty() && !self.close_sent {
             self.close_sent = true;
             self.outbox.push_back(ControlMsg::Close {
                 per_stream_bytes: self.stream_bytes.clone(),

@@ -706,6 +706,29 @@ fn files_complete_across_streams_with_different_latencies() {
 }
 
 #[test]
+fn the_session_ends_with_its_last_file_not_a_round_trip_later() {
+    // The sender says Close once everything is announced, so the
+    // receiver's Close follows its last FileDone at once: the sender is
+    // done when that FileDone arrives (it waited two more control trips
+    // when Close had to wait for it).
+    let mut sim = Sim::new(&[20, 20], &[1, 1], 20);
+    queue(&mut sim, vec![Sim::file("a", 5_000), Sim::file("b", 3_000)]);
+    let mut last_file_done = None;
+    while !(sim.s.is_complete() && sim.r.is_complete()) {
+        assert!(sim.now_ms < 10_000, "the simulation did not finish");
+        sim.step().unwrap();
+        if last_file_done.is_none() && sim.s.finished().len() == 2 {
+            last_file_done = Some(sim.now_ms);
+            assert!(sim.s.is_complete(), "complete with the last FileDone");
+        }
+        sim.now_ms += 1;
+    }
+    assert!(last_file_done.is_some());
+    assert_eq!(sim.r.finished().len(), 2);
+    assert_eq!(sim.s.peer_stream_bytes().unwrap(), sim.r.stream_bytes());
+}
+
+#[test]
 fn control_overtaking_data_waits_for_the_stream_marks() {
     // Data takes 50 ms, control 1 ms: FileSent arrives long before the blocks.
     let mut sim = Sim::new(&[50, 50], &[1, 1], 1);

@@ -72,7 +72,10 @@ impl FirstStreams {
 /// Data streams connecting in the background, and when the last of them
 /// joined (the end of the session's setup, for its report).
 pub struct PendingJoins {
-    set: JoinSet<crate::Result<Joined>>,
+    /// Each join's outcome, and when it came.
+    set: JoinSet<(crate::Result<Joined>, Instant)>,
+    /// When the latest of those that joined did.
+    latest: Option<Instant>,
     all_joined: Arc<OnceLock<Instant>>,
 }
 
@@ -90,30 +93,36 @@ impl PendingJoins {
     {
         let mut set = JoinSet::new();
         for join in joins {
-            set.spawn(join);
+            set.spawn(async move { (join.await, Instant::now()) });
         }
         PendingJoins {
             set,
+            latest: None,
             all_joined: Arc::default(),
         }
     }
 
-    /// Set once every stream joined.
+    /// When the last of them joined, once every one has (as it happened,
+    /// however late it is looked at).
     pub fn all_joined(&self) -> Arc<OnceLock<Instant>> {
         self.all_joined.clone()
     }
 
     /// The next stream that joined or failed to; `None` once all have.
     pub async fn next(&mut self) -> Option<crate::Result<Joined>> {
-        let next = match self.set.join_next().await {
-            None => None,
-            Some(Ok(joined)) => Some(joined),
-            Some(Err(e)) => Some(Err(crate::Error::Protocol(format!("connect task: {e}")))),
+        let next = match self.set.join_next().await? {
+            Ok((joined, at)) => {
+                if joined.is_ok() {
+                    self.latest = self.latest.max(Some(at));
+                }
+                joined
+            }
+            Err(e) => Err(crate::Error::Protocol(format!("connect task: {e}"))),
         };
-        if self.set.is_empty() && matches!(next, Some(Ok(_))) {
-            let _ = self.all_joined.set(Instant::now());
+        if let (true, true, Some(at)) = (self.set.is_empty(), next.is_ok(), self.latest) {
+            let _ = self.all_joined.set(at);
         }
-        next
+        Some(next)
     }
 }
 

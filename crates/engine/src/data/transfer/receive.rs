@@ -278,7 +278,7 @@ async fn watchdog(shared: Arc<RecvShared>, watch: Arc<Watch>) {
 async fn receiver_control_reader(
     shared: Arc<RecvShared>,
     mut rd: ControlReader,
-    (wanted, path_rate): (mpsc::UnboundedSender<Want>, Option<Arc<Sampler>>),
+    (wanted, mut path_rate): (mpsc::UnboundedSender<Want>, Option<Arc<Sampler>>),
 ) {
     loop {
         let msg = match rd.recv().await {
@@ -295,7 +295,8 @@ async fn receiver_control_reader(
             let _ = wanted.send(Want::Total(total));
             continue;
         }
-        if let (ControlMsg::PathRate { bps }, Some(sampler)) = (&msg, &path_rate) {
+        // Only as the first message (after it, one is a protocol error).
+        if let (ControlMsg::PathRate { bps }, Some(sampler)) = (&msg, path_rate.take()) {
             sampler.know_rate(*bps);
             continue;
         }

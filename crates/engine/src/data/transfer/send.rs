@@ -32,7 +32,6 @@ use crate::data::tuning::{Joined, Sampler, StreamSupply};
 use crate::integrity::BlockCheck;
 use crate::store::fsio::{BlockRead, Source, SourceItem};
 use crate::{Error, Result};
-use tern_drs::StreamChange;
 use tern_session::{BlockTask, SenderConfig, SenderSession};
 
 mod digests;
@@ -40,7 +39,10 @@ mod endgame;
 mod streams;
 use digests::sender_digests;
 use endgame::endgame_feed;
-use streams::{first_joins, watchdog};
+use streams::{first_joins, sender_changes, watchdog};
+
+/// How long a failed session's control writer may take to tell the peer.
+const FAILURE_WORD: Duration = Duration::from_secs(2);
 
 /// How long a worker still writing when the session completed may take to
 /// end its stream before it is dropped.
@@ -309,6 +311,26 @@ pub async fn run_sender(
     }
     tasks.spawn(sender_digests(shared.clone(), digest_rx, params.checksum));
     tasks.spawn(sender_changes(shared.clone(), changes_rx, wanted_tx));
+    let reader = tasks.spawn(sender_control_reader(shared.clone(), ctrl_rd));
+    if let (true, Some(bps)) = (params.tell_path_rate, params.tuning.known_rate_bps) {
+        // Before the first announcement (PROTOCOL.md §5.2).
+        if let Err(e) = ctrl_wr.send(&ControlMsg::PathRate { bps }).await {
+            shared.failure.fail(e, &shared.wake);
+        }
+    }
+    let mut writer = tasks.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
+    tasks.spawn(endgame_feed(shared.clone(), sampler.clone()));
+    if let Some(pending) = joining {
+        // The control tasks announce files while the streams join; the
+        // transfer's clock starts once they all have, as it did when the
+        // opening waited for them.
+        let all_joined = pending.all_joined();
+        if first_joins(&shared, &tasks, &sampler, pending).await {
+            started = all_joined.get().copied().unwrap_or(started);
+        }
+    }
+    // Only now: streams asked for beyond the first (another path's, from
+    // the start) would be refused by a server still waiting for those.
     let (sh, tk, sa) = (shared.clone(), tasks.clone(), sampler.clone());
     let ask = shared.clone();
     tasks.spawn(supply_streams(
@@ -322,23 +344,6 @@ pub async fn run_sender(
         },
         move |j| sh.start_worker(&tk, &sa, j),
     ));
-    let reader = tasks.spawn(sender_control_reader(shared.clone(), ctrl_rd));
-    if let (true, Some(bps)) = (params.tell_path_rate, params.tuning.known_rate_bps) {
-        // Before the first announcement (PROTOCOL.md §5.2).
-        if let Err(e) = ctrl_wr.send(&ControlMsg::PathRate { bps }).await {
-            shared.failure.fail(e, &shared.wake);
-        }
-    }
-    let writer = tasks.spawn(sender_control_writer(shared.clone(), ctrl_wr, digest_tx));
-    tasks.spawn(endgame_feed(shared.clone(), sampler.clone()));
-    if let Some(pending) = joining {
-        // The control tasks announce files while the streams join; the
-        // transfer's clock starts once they all have, as it did when the
-        // opening waited for them.
-        if first_joins(&shared, &tasks, &sampler, pending).await {
-            started = Instant::now();
-        }
-    }
     // Only now: a session still joining its first streams has none live.
     if let Some(w) = watch {
         tasks.spawn(watchdog(shared.clone(), w));
@@ -367,7 +372,16 @@ pub async fn run_sender(
             worker.abort();
         }
     }
-    let _ = writer.await;
+    // Its last word is a failure; a peer that reads no control (a daemon
+    // still waiting for streams that will not join) gets no more time.
+    let word = shared.failure.is_set().then_some(FAILURE_WORD);
+    if tokio::time::timeout(word.unwrap_or(Duration::MAX), &mut writer)
+        .await
+        .is_err()
+    {
+        writer.abort();
+        let _ = writer.await;
+    }
     if shared.failure.is_set() {
         reader.abort();
     }
@@ -398,26 +412,6 @@ pub async fn run_sender(
         blocks_copied: Some(session.blocks_copied()),
         ..stats
     })
-}
-
-/// Carries out the stream-count controller's changes on the sending side:
-/// retires streams, and passes growth on to [`supply_streams`].
-async fn sender_changes(
-    shared: Arc<SendShared>,
-    mut changes: mpsc::UnboundedReceiver<StreamChange>,
-    wanted: mpsc::UnboundedSender<Want>,
-) {
-    while let Some(change) = changes.recv().await {
-        match change {
-            StreamChange::Retire(n) => {
-                shared.retire_from.store(usize::from(n), Ordering::SeqCst);
-                shared.wake.notify_waiters();
-            }
-            StreamChange::Grow(n) => {
-                let _ = wanted.send(Want::Total(n));
-            }
-        }
-    }
 }
 
 async fn sender_control_reader(shared: Arc<SendShared>, mut rd: ControlReader) {

@@ -74,7 +74,7 @@ impl Tuners {
         }
         let bytes = receive_start(bps, rtt, streams);
         match slot.tuner.start_rcvbuf(bytes) {
-            Ok(true) => self.receive_started = Some(bytes),
+            Ok(true) => self.receive_started = slot.tuner.raised_rcvbuf,
             Ok(false) => {}
             Err(e) => tracing::debug!("stream {k}: cannot start the receive buffer: {e}"),
         }

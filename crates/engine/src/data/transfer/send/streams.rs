@@ -1,5 +1,6 @@
 //! The sender's streams coming and going: the first ones starting as they
-//! join, and streams whose writes stalled given up (and replaced).
+//! join, the stream-count controller's growth and retirements, and streams
+//! whose writes stalled given up (and replaced).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,8 +10,10 @@ use super::SendShared;
 use crate::Error;
 use crate::data::channel::Tasks;
 use crate::data::stall::Watch;
-use crate::data::supply::PendingJoins;
+use crate::data::supply::{PendingJoins, Want};
 use crate::data::tuning::Sampler;
+use tern_drs::StreamChange;
+use tokio::sync::mpsc;
 
 /// How long a sender may have no live data stream at all (every one was
 /// given up and no replacement joined) before the session fails.
@@ -73,6 +76,26 @@ pub(super) async fn watchdog(shared: Arc<SendShared>, watch: Arc<Watch>) {
                 Error::PeerGone("every data stream was lost and none could be replaced".into()),
                 &shared.wake,
             );
+        }
+    }
+}
+
+/// Carries out the stream-count controller's changes on the sending side:
+/// retires streams, and passes growth on to [`supply_streams`](crate::data::supply).
+pub(super) async fn sender_changes(
+    shared: Arc<SendShared>,
+    mut changes: mpsc::UnboundedReceiver<StreamChange>,
+    wanted: mpsc::UnboundedSender<Want>,
+) {
+    while let Some(change) = changes.recv().await {
+        match change {
+            StreamChange::Retire(n) => {
+                shared.retire_from.store(usize::from(n), Ordering::SeqCst);
+                shared.wake.notify_waiters();
+            }
+            StreamChange::Grow(n) => {
+                let _ = wanted.send(Want::Total(n));
+            }
         }
     }
 }
