@@ -167,3 +167,55 @@ fn joining_done(streams: &FirstStreams) -> Arc<std::sync::OnceLock<std::time::In
         FirstStreams::Joined(_) => unreachable!("built as joining"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_lost_while_the_others_join_is_no_end_of_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("data.bin");
+    let data = fresh_random_file(&src, 4 * BS as usize + 5);
+    let dest = dir.path().join("out.bin");
+    let source = Arc::new(FsSource::new(Root::Ambient, vec![src], false));
+    let sink = Arc::new(FsSink::new(Root::Ambient, dest.clone(), 1).unwrap());
+    let (ca, cb) = tokio::io::duplex(1 << 16);
+    // Stream 0 is broken from the start at both ends; stream 1 joins later.
+    let (broken_a, _) = tokio::io::duplex(1 << 10);
+    let (_, broken_b) = tokio::io::duplex(1 << 10);
+    let (da, db) = tokio::io::duplex(1 << 20);
+    let first = async move { Ok(Joined::pipe(0, Box::new(broken_a))) };
+    let later = async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(Joined::pipe(1, Box::new(da)))
+    };
+    let pending = PendingJoins::new([
+        Box::pin(first) as std::pin::Pin<Box<dyn Future<Output = Result<Joined>> + Send>>,
+        Box::pin(later),
+    ]);
+    let mut p = params(SkipExisting::Never);
+    p.streams = 2;
+    p.max_streams = 2;
+    let s = run_sender(
+        Control::new(Box::new(ca)),
+        FirstStreams::Joining(pending),
+        StreamSupply::Fixed,
+        source,
+        p.clone(),
+        Arc::new(Progress::default()),
+    );
+    let r = run_receiver(
+        Control::new(Box::new(cb)),
+        vec![
+            Joined::pipe(0, Box::new(broken_b)),
+            Joined::pipe(1, Box::new(db)),
+        ],
+        StreamSupply::Fixed,
+        sink,
+        p,
+        Arc::new(Progress::default()),
+    );
+    let (s, r) = tokio::time::timeout(Duration::from_secs(20), async { tokio::join!(s, r) })
+        .await
+        .expect("no hang");
+    let (s, r) = (s.expect("the sender goes on over stream 1"), r.unwrap());
+    assert_eq!(content_difference(&dest, &data), None);
+    assert_eq!(r.files[0].digest, s.files[0].digest);
+}

@@ -78,7 +78,7 @@ use tpc::{ConnFacts, Tpc};
 
 use join::{Admission, Joining, collect_streams, data_join};
 
-use limits::{Handshake, Limiter};
+use limits::{Handshake, Handshaking, Limiter};
 
 pub use tern_session::open::{MAX_STREAMS, MIN_BLOCK_SIZE};
 
@@ -404,31 +404,6 @@ async fn serve_connection(
     tracing::warn!("{peer}: dropped, not a tern client (first bytes {first:02x?})");
 }
 
-/// A connection that has not authenticated yet.
-struct Handshaking {
-    peer: SocketAddr,
-    /// Where it arrived: the client's path to this daemon.
-    local: Option<SocketAddr>,
-    /// Its handshake slot.
-    handshake: Handshake,
-    /// When its handshake time is up.
-    deadline: tokio::time::Instant,
-}
-
-impl Handshaking {
-    /// Runs one step of the handshake; `None` when the handshake time ran
-    /// out first (counted and reported by the limiter).
-    async fn in_time<T>(&self, step: impl Future<Output = T>) -> Option<T> {
-        match tokio::time::timeout_at(self.deadline, step).await {
-            Ok(done) => Some(done),
-            Err(_) => {
-                self.handshake.timed_out();
-                None
-            }
-        }
-    }
-}
-
 /// What the TLS handshake established about a control connection.
 struct Conn {
     key: KeyExporter,
@@ -668,7 +643,9 @@ async fn run_control(
         Ok(s) => s,
         Err(e) => {
             ctx.pending.lock().expect("pending").remove(&token);
-            return Err(open::refuse(&mut control, e, Linger::No).await);
+            // Read what a client announced meanwhile, or closing resets first.
+            let drain = Linger::For(Duration::from_secs(2));
+            return Err(open::refuse(&mut control, e, drain).await);
         }
     };
     // Streams that join later (the session grows) go through here.

@@ -423,6 +423,31 @@ pub fn raise_open_file_limit() -> std::io::Result<(u64, u64)> {
     Ok((soft, hard))
 }
 
+/// A connection that has not authenticated yet.
+pub(super) struct Handshaking {
+    pub(super) peer: SocketAddr,
+    /// Where it arrived: the client's path to this daemon.
+    pub(super) local: Option<SocketAddr>,
+    /// Its handshake slot.
+    pub(super) handshake: Handshake,
+    /// When its handshake time is up.
+    pub(super) deadline: tokio::time::Instant,
+}
+
+impl Handshaking {
+    /// Runs one step of the handshake; `None` when the handshake time ran
+    /// out first (counted and reported by the limiter).
+    pub(super) async fn in_time<T>(&self, step: impl Future<Output = T>) -> Option<T> {
+        match tokio::time::timeout_at(self.deadline, step).await {
+            Ok(done) => Some(done),
+            Err(_) => {
+                self.handshake.timed_out();
+                None
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,6 +86,9 @@ struct SendShared {
     /// when digests are read apart (a skip policy needs them before any
     /// block goes) or not made at all.
     folds: Option<Arc<Folds>>,
+    /// The first streams are still joining: one lost meanwhile is no
+    /// session's end (the others are on their way).
+    first_joining: std::sync::atomic::AtomicBool,
 }
 
 impl SendShared {
@@ -191,6 +194,10 @@ impl SendShared {
                 let _ = wanted.send(Want::Replace);
                 Ok(())
             }
+            _ if self.first_joining.load(Ordering::SeqCst) => {
+                s.stream_dropped(k);
+                Ok(())
+            }
             _ => s.stream_lost(k),
         };
         drop(s);
@@ -285,6 +292,10 @@ pub async fn run_sender(
         watch: watch.clone(),
         wanted: replaces.then(|| wanted_tx.clone()),
         folds: fold.then(|| Arc::new(Folds::new(params.checksum))),
+        first_joining: std::sync::atomic::AtomicBool::new(matches!(
+            streams,
+            FirstStreams::Joining(_)
+        )),
     });
 
     let (digest_tx, digest_rx) = mpsc::unbounded_channel();

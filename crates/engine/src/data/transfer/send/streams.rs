@@ -26,6 +26,26 @@ pub(super) async fn first_joins(
     shared: &Arc<SendShared>,
     tasks: &Tasks,
     sampler: &Sampler,
+    pending: PendingJoins,
+) -> bool {
+    let joined = join_all_first(shared, tasks, sampler, pending).await;
+    // A stream lost while the others joined was only dropped: with none
+    // left now and none to come, the session cannot go on.
+    shared.first_joining.store(false, Ordering::SeqCst);
+    let s = shared.session.lock().expect("session");
+    if s.live_streams() == 0 && !s.is_complete() && shared.wanted.is_none() {
+        drop(s);
+        let e = Error::PeerGone("all data streams lost".into());
+        shared.failure.fail(e, &shared.wake);
+    }
+    joined
+}
+
+/// [`first_joins`] without the reckoning at the end.
+async fn join_all_first(
+    shared: &Arc<SendShared>,
+    tasks: &Tasks,
+    sampler: &Sampler,
     mut pending: PendingJoins,
 ) -> bool {
     loop {
