@@ -391,8 +391,7 @@ impl Joiner {
         }
         let tcp = self.dial(k).await?;
         // Without it the join waits behind the TLS Finished for a round
-        // trip (Nagle's algorithm), and so does a stream's last short
-        // segment at the end of a file.
+        // trip (Nagle's algorithm); cleared once joined.
         let _ = tcp.set_nodelay(true);
         let probe = {
             use std::os::fd::AsFd;
@@ -417,6 +416,11 @@ impl Joiner {
         s.flush().await.map_err(gone)?;
         let mut reply = [0u8; JOIN_REPLY_LEN];
         s.read_exact(&mut reply).await.map_err(gone)?;
+        if let Some(fd) = &probe {
+            // Data frames are large writes: let the kernel coalesce their
+            // short tails again, as for any bulk stream.
+            let _ = socket2::SockRef::from(fd).set_nodelay(false);
+        }
         match JoinReply::decode(&reply)? {
             JoinReply::Accepted => Ok(Joined {
                 index: k,

@@ -366,9 +366,8 @@ async fn serve_connection(
         Some(Err(e)) => return tracing::debug!("{peer}: closed before saying anything: {e}"),
         None => return,
     }
-    // Small messages answered at once must not wait behind Nagle's algorithm.
-    let _ = conn.set_nodelay(true);
     if first[0] == 0x16 {
+        let _ = conn.set_nodelay(true);
         let mut tls = match handshaking.in_time(ctx.acceptor.accept(conn)).await {
             Some(Ok(tls)) => tls,
             Some(Err(e)) => return tracing::warn!("{peer}: TLS handshake failed: {e}"),
