@@ -251,34 +251,16 @@ fn tern_copies_and_measures_over_a_50ms_path() {
     let cfg = work.join("cfg");
     let env_cfg = format!("XDG_CONFIG_HOME={}", cfg.display());
     let src = work.join("src.bin");
-    let out = lab.exec(
-        "A",
-        &[
-            "env",
-            &env_cfg,
-            &tern,
-            "cp",
-            "--json",
-            "-P",
-            "4",
-            src.to_str().unwrap(),
-            "tern://10.47.0.2/copy.bin",
-        ],
-    );
+    let cp = |extra: &[&str], dest: &str| {
+        let mut args = vec!["env", &env_cfg, &tern, "cp", "--json"];
+        args.extend_from_slice(extra);
+        args.extend([src.to_str().unwrap(), dest]);
+        lab.exec("A", &args)
+    };
+    let out = cp(&["-P", "4"], "tern://10.47.0.2/copy.bin");
     // The second copy starts from the first (path memory) and tells the
     // daemon its rate: the daemon's receive buffers start sized for it.
-    let again = lab.exec(
-        "A",
-        &[
-            "env",
-            &env_cfg,
-            &tern,
-            "cp",
-            "--json",
-            src.to_str().unwrap(),
-            "tern://10.47.0.2/again.bin",
-        ],
-    );
+    let again = cp(&[], "tern://10.47.0.2/again.bin");
     let perf = lab.exec(
         "A",
         &[
