@@ -627,3 +627,34 @@ async fn either_end_answers_an_undecodable_control_frame_before_closing() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_join_s_answer_survives_the_data_sent_after_it() {
+    // A client need not wait for the answer to its join before sending
+    // data (PROTOCOL.md §8.2): the refusal must still reach it, and the
+    // connection end cleanly rather than be reset with the answer lost.
+    let d = start(|_| {}).await;
+    let mut data = connect_from([127, 0, 0, 1], d.target.addr).await.unwrap();
+    let join = DataJoin {
+        version: 1,
+        stream: 0,
+        token: [7u8; tern_proto::TOKEN_LEN],
+    };
+    // Data right behind the join, in the same segments, as a sending
+    // client writes it: unread when the daemon answers.
+    let mut early = join.encode().to_vec();
+    early.extend_from_slice(&[0x5a; 32 << 10]);
+    data.write_all(&early).await.unwrap();
+    let mut reply = [0u8; tern_proto::data::JOIN_REPLY_LEN];
+    data.read_exact(&mut reply).await.unwrap();
+    assert_eq!(JoinReply::decode(&reply).unwrap(), JoinReply::Refused);
+    let mut rest = [0u8; 16];
+    let end = tokio::time::timeout(Duration::from_secs(10), data.read(&mut rest))
+        .await
+        .expect("the daemon closes a refused connection");
+    assert!(
+        matches!(end, Ok(0)),
+        "a clean end after the refusal, not a reset: {end:?}"
+    );
+    drop(data);
+}

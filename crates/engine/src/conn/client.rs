@@ -6,29 +6,27 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tern_proto::data::JOIN_REPLY_LEN;
 use tern_proto::hello::HELLO_LEN;
-use tern_proto::{ChecksumAlg, DataJoin, FileMeta, Hello, JoinReply, Protect, SessionMode};
+use tern_proto::{ChecksumAlg, FileMeta, Hello, Protect, SessionMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::conn::open::{self, Linger, Step};
-use crate::conn::paths::{self, Leg, PathChoice, PathPlan, PathReport};
+use crate::conn::paths::{self, PathChoice, PathPlan, PathReport};
 use crate::conn::route::Route;
 pub use crate::conn::route::{Callback, Endpoint, Reach};
 pub use crate::conn::tls::{BLOCK_MAC_LABEL, ClientCert, PinVerifier, bind_token, server_name};
 pub use crate::conn::trust::Trust;
 use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams, TransferStats};
-use crate::data::tuning::{
-    Connector, DEFAULT_MAX_STREAMS, Joined, PathWatch, StreamSupply, Tuning,
-};
+use crate::data::tuning::{Connector, DEFAULT_MAX_STREAMS, PathWatch, StreamSupply, Tuning};
 use crate::data::{FirstStreams, PendingJoins};
 use crate::store::fsio::{DiscardSink, FsSink, FsSource, GenSource, Root};
 use crate::{Error, Result, StreamWrap};
 use tern_session::Choices;
 
+mod join;
 mod plan;
+use join::Joiner;
 use plan::{block_check_of, first_streams, params_of, path_plan, request_of};
 use tern_session::open::ClientOpen;
 
@@ -354,128 +352,6 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         mptcp,
         mptcp_asked: opts.mptcp,
     })
-}
-
-/// A path other than the control connection's gets this long to connect
-/// before its stream goes over the control path.
-const OTHER_PATH_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Opens data connections of one session.
-struct Joiner {
-    /// Which path each stream takes, when there are several.
-    plan: Option<Arc<PathPlan>>,
-    ep: Endpoint,
-    route: Route,
-    connect_timeout: Duration,
-    io_timeout: Duration,
-    protect: Protect,
-    fingerprint: String,
-    /// Presented on `private` data connections too: a site daemon asks on
-    /// every TLS connection.
-    client_cert: Option<ClientCert>,
-    token: tern_proto::Token,
-    version: u16,
-    max_streams: u16,
-    wrap: Option<StreamWrap>,
-    mptcp: bool,
-}
-
-impl Joiner {
-    /// Connects data stream `k` and joins it to the session.
-    async fn join(self: Arc<Self>, k: u16) -> Result<Joined> {
-        if k >= self.max_streams {
-            return Err(Error::Protocol(format!(
-                "stream {k} asked for; the session allows {}",
-                self.max_streams
-            )));
-        }
-        let tcp = self.dial(k).await?;
-        // Without it the join waits behind the TLS Finished for a round
-        // trip (Nagle's algorithm); cleared once joined.
-        let _ = tcp.set_nodelay(true);
-        let probe = {
-            use std::os::fd::AsFd;
-            tcp.as_fd().try_clone_to_owned().ok()
-        };
-        let mut s: BoxStream = if self.protect == Protect::Private {
-            let v = PinVerifier::new(Some(self.fingerprint.clone()));
-            let tls = TlsConnector::from(v.client_config(self.client_cert.as_ref())?)
-                .connect(server_name(&self.ep.host), tcp)
-                .await
-                .map_err(|e| Error::Tls(format!("data connection: {e}")))?;
-            Box::new(tls)
-        } else {
-            Box::new(tcp)
-        };
-        let join = DataJoin {
-            version: self.version,
-            stream: k,
-            token: self.token,
-        };
-        s.write_all(&join.encode()).await.map_err(gone)?;
-        s.flush().await.map_err(gone)?;
-        let mut reply = [0u8; JOIN_REPLY_LEN];
-        s.read_exact(&mut reply).await.map_err(gone)?;
-        if let Some(fd) = &probe {
-            // Data frames are large writes: let the kernel coalesce their
-            // short tails again, as for any bulk stream.
-            let _ = socket2::SockRef::from(fd).set_nodelay(false);
-        }
-        match JoinReply::decode(&reply)? {
-            JoinReply::Accepted => Ok(Joined {
-                index: k,
-                stream: match &self.wrap {
-                    Some(w) => w(usize::from(k), s),
-                    None => s,
-                },
-                probe,
-            }),
-            JoinReply::Refused => Err(Error::Protocol(format!(
-                "the server refused data connection {k}"
-            ))),
-        }
-    }
-}
-
-impl Joiner {
-    /// The TCP connection of stream `k`, over the path the plan gives it;
-    /// over the control connection's path when that one cannot be reached.
-    async fn dial(&self, k: u16) -> Result<TcpStream> {
-        if let Some(plan) = &self.plan {
-            if let Leg::Path {
-                index,
-                remote,
-                local,
-            } = plan.leg(k)
-            {
-                let timeout = self.connect_timeout.min(OTHER_PATH_CONNECT_TIMEOUT);
-                let tcp = match (self.route.callback(), remote, local) {
-                    (Some(callback), _, Some(at)) => {
-                        callback.accept(Some(at), timeout, self.io_timeout).await
-                    }
-                    (None, Some(remote), _) => {
-                        paths::connect(remote, local, timeout, self.io_timeout, self.mptcp).await
-                    }
-                    _ => Err(Error::Protocol(format!("path {index} has no address"))),
-                };
-                match tcp {
-                    Ok(tcp) => {
-                        if let (Some(_), Ok(peer)) = (self.route.callback(), tcp.peer_addr()) {
-                            plan.arrived(index, peer);
-                        }
-                        return Ok(tcp);
-                    }
-                    Err(e) => {
-                        tracing::info!("path {index}: {e}; stream {k} takes the first path");
-                        plan.unreachable(index, k, e.to_string());
-                    }
-                }
-            }
-        }
-        self.route
-            .connect(self.connect_timeout, self.io_timeout, self.mptcp)
-            .await
-    }
 }
 
 fn gone(e: std::io::Error) -> Error {

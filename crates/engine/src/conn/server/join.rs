@@ -52,8 +52,8 @@ pub(super) async fn data_join(
         .cloned();
     let Some(session) = session else {
         tracing::warn!("{peer}: refused a data connection for an unknown session");
-        let _ = stream.write_all(&JoinReply::Refused.encode()).await;
-        return;
+        // Still holding its handshake slot: refusals cannot pile up.
+        return refuse(stream).await;
     };
     // It knew a live session's token: from here it is that session's.
     drop(handshaking);
@@ -67,6 +67,33 @@ pub(super) async fn data_join(
             peer,
         })
         .await;
+}
+
+/// How long a refused data connection is drained so that its client reads
+/// the refusal.
+const REFUSAL_LINGER: Duration = Duration::from_secs(2);
+/// The most a refused data connection is drained of.
+const REFUSAL_DRAIN_BYTES: usize = 16 << 20;
+
+/// Refuses a join so that the client reads why: its data may already
+/// follow the join (PROTOCOL.md §8.2), and closing with that unread would
+/// reset the connection and lose the answer. What comes is read and
+/// dropped for a short, bounded while.
+async fn refuse(mut stream: BoxStream) {
+    let _ = stream.write_all(&JoinReply::Refused.encode()).await;
+    let _ = stream.flush().await;
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut sink = vec![0u8; 64 << 10];
+        let mut left = REFUSAL_DRAIN_BYTES;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, drain).await;
 }
 
 /// What a data connection must match to join a session.
@@ -100,7 +127,7 @@ impl Admission {
                 self.protect.name(),
                 self.version
             );
-            let _ = stream.write_all(&JoinReply::Refused.encode()).await;
+            tokio::spawn(refuse(stream));
             return None;
         }
         let replied = match stream.write_all(&JoinReply::Accepted.encode()).await {
