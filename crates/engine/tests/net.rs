@@ -950,3 +950,41 @@ async fn partial_files_of_other_transfers_are_never_served() {
     assert_eq!(listed, vec![std::ffi::OsString::from("done")]);
     d.task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_hello_opens_the_session_early_and_a_changed_one_opens_it_again() {
+    let root = tempfile::tempdir().unwrap();
+    let d = daemon(root.path()).await;
+    let src = tempfile::tempdir().unwrap();
+    let file = src.path().join("data.bin");
+    seeded_random_file(&file, 3 << 20, 11);
+    for protect in [Protect::Private, Protect::Clear] {
+        let mut o = opts(2, protect);
+        let first = push_file(&d, &o, &file, "first.bin").await;
+        assert!(!first.opened_early, "nothing remembered: the usual opening");
+        assert_eq!(file_difference(&file, root.path().join("first.bin")), None);
+
+        o.daemon_hello = first.daemon_hello;
+        let early = push_file(&d, &o, &file, "early.bin").await;
+        assert!(
+            early.opened_early,
+            "{protect:?}: the opening went with the hello"
+        );
+        assert_eq!(early.daemon_hello, first.daemon_hello);
+        assert_eq!(file_difference(&file, root.path().join("early.bin")), None);
+
+        // A daemon that has lost a feature since: the early opening was
+        // written for the wrong negotiation, so the session opens again.
+        let mut changed = first.daemon_hello.expect("a daemon's hello");
+        changed.features =
+            tern_proto::Features(changed.features.0 & !tern_proto::Features::TUNING.0);
+        o.daemon_hello = Some(changed);
+        let again = push_file(&d, &o, &file, "again.bin").await;
+        assert!(
+            !again.opened_early,
+            "{protect:?}: opened again the usual way"
+        );
+        assert_eq!(file_difference(&file, root.path().join("again.bin")), None);
+    }
+    d.task.abort();
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tern_advisor::{AdvisorClient, TransferReport};
 use tern_engine::client::{ClientOptions, Endpoint};
 use tern_engine::transfer::TransferStats;
+use tern_proto::Hello;
 
 use crate::advice::{age, ms, source};
 use crate::cli::{Streams, TransferArgs, WindowArg};
@@ -42,10 +43,11 @@ pub fn remembered_start(
     ep: &Endpoint,
     console: &Console,
 ) -> Option<LastCopy> {
+    let remembered = PathMemory::default_place().and_then(|m| m.recall(ep))?;
+    path_memory::apply_hello(opts, &remembered);
     if t.advisor.is_some() || t.engine.streams != Streams::Auto || t.engine.window.is_some() {
         return None;
     }
-    let remembered = PathMemory::default_place().and_then(|m| m.recall(ep))?;
     path_memory::apply(opts, &remembered);
     console.note(format!(
         "the last copy to {}:{} moved {} with {} streams; starting there",
@@ -61,9 +63,9 @@ pub fn remembered_start(
 }
 
 /// Keeps what a copy to `ep` showed of the path, for the next one.
-pub fn remember_path(ep: &Endpoint, stats: &TransferStats) {
+pub fn remember_path(ep: &Endpoint, stats: &TransferStats, daemon_hello: Option<Hello>) {
     if let Some(memory) = PathMemory::default_place() {
-        if let Err(e) = memory.remember(ep, stats) {
+        if let Err(e) = memory.remember(ep, stats, daemon_hello) {
             tracing::debug!("path to {}:{} not remembered: {e}", ep.host, ep.port);
         }
     }

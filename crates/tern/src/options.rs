@@ -238,6 +238,7 @@ fn client_options(
             _ => None,
         },
         wrap: crate::fault::from_env(),
+        daemon_hello: None,
         connect_timeout: Duration::from_secs(15),
         io_timeout: Duration::from_secs_f64(t.io_timeout),
         once_token: None,

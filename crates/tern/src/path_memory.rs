@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tern_engine::client::{ClientOptions, Endpoint};
 use tern_engine::transfer::TransferStats;
+use tern_proto::{Features, Hello};
 
 /// Older entries are ignored: paths change.
 const FRESH_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -43,6 +44,41 @@ pub struct Remembered {
     pub streams: u16,
     /// When, seconds since the Unix epoch.
     pub at_unix: u64,
+    /// The daemon's `Hello`, so that the next session's opening can go
+    /// with the client's (`ClientOptions::daemon_hello`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hello: Option<DaemonHello>,
+}
+
+/// A daemon's `Hello`, as kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonHello {
+    /// Highest protocol version it speaks.
+    pub version: u16,
+    /// Lowest it accepts.
+    pub min_version: u16,
+    /// Its feature bits.
+    pub features: u64,
+}
+
+impl From<Hello> for DaemonHello {
+    fn from(h: Hello) -> DaemonHello {
+        DaemonHello {
+            version: h.version,
+            min_version: h.min_version,
+            features: h.features.0,
+        }
+    }
+}
+
+impl From<DaemonHello> for Hello {
+    fn from(h: DaemonHello) -> Hello {
+        Hello {
+            version: h.version,
+            min_version: h.min_version,
+            features: Features(h.features),
+        }
+    }
 }
 
 /// The memory file.
@@ -82,23 +118,29 @@ impl PathMemory {
 
     /// Keeps what a copy to `ep` showed, when it moved data long enough to
     /// say something; says why not otherwise.
-    pub fn remember(&self, ep: &Endpoint, stats: &TransferStats) -> Result<(), String> {
+    pub fn remember(
+        &self,
+        ep: &Endpoint,
+        stats: &TransferStats,
+        hello: Option<Hello>,
+    ) -> Result<(), String> {
         let streams = stats
             .tuning
             .as_ref()
             .and_then(|d| d.stream_steps.last().map(|s| s.streams))
             .unwrap_or(stats.streams_used);
-        self.keep(ep, stats.bytes, stats.network_elapsed, streams)
+        self.keep(ep, stats.bytes, stats.network_elapsed, streams, hello)
     }
 
     /// Keeps that a copy to `ep` moved `bytes` in `network_elapsed` and
-    /// ended with `streams` streams.
+    /// ended with `streams` streams, and the daemon's `hello`.
     fn keep(
         &self,
         ep: &Endpoint,
         bytes: u64,
         network_elapsed: Duration,
         streams: u16,
+        hello: Option<Hello>,
     ) -> Result<(), String> {
         if network_elapsed < MIN_NETWORK_TIME || bytes == 0 {
             return Err("too short to tell the path's rate".into());
@@ -107,6 +149,7 @@ impl PathMemory {
             rate_bps: (bytes as f64 * 8.0 / network_elapsed.as_secs_f64()) as u64,
             streams: streams.max(1),
             at_unix: now_unix(),
+            hello: hello.map(DaemonHello::from),
         };
         let mut all = self.load();
         all.insert(key(ep), remembered);
@@ -136,11 +179,18 @@ impl PathMemory {
 /// Starts `opts` from `remembered`: as many streams as the last copy ended
 /// with (within the maximum), buffers sized for its rate.
 pub fn apply(opts: &mut ClientOptions, remembered: &Remembered) {
+    apply_hello(opts, remembered);
     opts.streams = opts
         .streams
         .max(remembered.streams)
         .min(opts.max_streams.max(1));
     opts.tuning.known_rate_bps = Some(remembered.rate_bps);
+}
+
+/// Lets the session's opening go with the client's `Hello`, when the
+/// daemon's is remembered.
+pub fn apply_hello(opts: &mut ClientOptions, remembered: &Remembered) {
+    opts.daemon_hello = remembered.hello.map(Hello::from);
 }
 
 fn key(ep: &Endpoint) -> String {
@@ -157,6 +207,13 @@ fn now_unix() -> u64 {
 mod tests {
     use super::*;
 
+    fn hello() -> Hello {
+        Hello {
+            features: Features(0b1011),
+            ..Hello::ours()
+        }
+    }
+
     fn ep(port: u16) -> Endpoint {
         Endpoint {
             host: "dtn.example".into(),
@@ -170,11 +227,18 @@ mod tests {
         let memory = PathMemory::at(&dir.path().join("state/paths.json"));
         assert_eq!(memory.recall(&ep(4747)), None);
         memory
-            .keep(&ep(4747), 1 << 30, Duration::from_secs(10), 8)
+            .keep(
+                &ep(4747),
+                1 << 30,
+                Duration::from_secs(10),
+                8,
+                Some(hello()),
+            )
             .unwrap();
         let got = memory.recall(&ep(4747)).unwrap();
         assert_eq!(got.rate_bps, (8u64 << 30) / 10);
         assert_eq!(got.streams, 8);
+        assert_eq!(got.hello.map(Hello::from), Some(hello()));
         assert_eq!(memory.recall(&ep(4748)), None, "another daemon");
     }
 
@@ -185,7 +249,7 @@ mod tests {
         let memory = PathMemory::at(&file);
         assert!(
             memory
-                .keep(&ep(1), 1 << 20, Duration::from_secs(1), 1)
+                .keep(&ep(1), 1 << 20, Duration::from_secs(1), 1, None)
                 .is_err()
         );
         assert_eq!(memory.recall(&ep(1)), None);
@@ -193,6 +257,7 @@ mod tests {
             rate_bps: 1_000_000,
             streams: 4,
             at_unix: now_unix() - 8 * 24 * 3600,
+            hello: None,
         };
         let all = BTreeMap::from([(key(&ep(2)), stale)]);
         std::fs::write(&file, serde_json::to_vec(&all).unwrap()).unwrap();
@@ -200,7 +265,7 @@ mod tests {
         std::fs::write(&file, b"{not json").unwrap();
         assert_eq!(memory.recall(&ep(2)), None);
         memory
-            .keep(&ep(2), 1 << 30, Duration::from_secs(4), 2)
+            .keep(&ep(2), 1 << 30, Duration::from_secs(4), 2, None)
             .unwrap();
         assert!(memory.recall(&ep(2)).is_some(), "a broken file is replaced");
     }
@@ -214,9 +279,11 @@ mod tests {
             rate_bps: 900_000_000,
             streams: 8,
             at_unix: now_unix(),
+            hello: Some(hello().into()),
         };
         apply(&mut opts, &r);
         assert_eq!(opts.streams, 6);
         assert_eq!(opts.tuning.known_rate_bps, Some(900_000_000));
+        assert_eq!(opts.daemon_hello, Some(hello()));
     }
 }

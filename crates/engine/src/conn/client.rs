@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tern_proto::hello::HELLO_LEN;
+use tern_proto::hello::{HELLO_LEN, Negotiated};
 use tern_proto::{ChecksumAlg, FileMeta, Hello, Protect, SessionMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::TlsConnector;
@@ -74,6 +74,10 @@ pub struct ClientOptions {
     /// Dial every connection as MPTCP (the kernel's path manager then
     /// spreads each over the paths it knows).
     pub mptcp: bool,
+    /// The daemon's `Hello` as an earlier session saw it: the session's
+    /// opening then goes with this end's `Hello`, a round trip sooner
+    /// (opened again the usual way if the daemon's hello has changed).
+    pub daemon_hello: Option<Hello>,
 }
 
 impl ClientOptions {
@@ -101,6 +105,7 @@ impl ClientOptions {
             choices: Choices::default(),
             paths: PathChoice::default(),
             mptcp: false,
+            daemon_hello: None,
         }
     }
 }
@@ -117,6 +122,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("trust", &self.trust)
             .field("reach", &self.reach)
             .field("choices", &self.choices)
+            .field("daemon_hello", &self.daemon_hello)
             .finish_non_exhaustive()
     }
 }
@@ -143,6 +149,11 @@ pub struct Outcome {
     pub local: Option<SocketAddr>,
     /// The daemon's address the control connection reached.
     pub peer: Option<SocketAddr>,
+    /// The daemon's `Hello`, for [`ClientOptions::daemon_hello`] next time
+    /// (none for a copy without one).
+    pub daemon_hello: Option<Hello>,
+    /// The session's opening went with the client's `Hello`.
+    pub opened_early: bool,
 }
 
 struct Opened {
@@ -159,6 +170,8 @@ struct Opened {
     setup: Setup,
     mptcp: bool,
     mptcp_asked: bool,
+    daemon_hello: Hello,
+    opened_early: bool,
 }
 
 /// When a session's setup began, and when its first data streams had all
@@ -182,6 +195,10 @@ impl Setup {
 /// The control connection, verified and past the hello exchange.
 pub(crate) struct Connected {
     pub(crate) stream: BoxStream,
+    /// The daemon's `Hello`.
+    theirs: Hello,
+    /// Whether an early opening went with the client's `Hello`.
+    early: Early,
     /// The TCP socket under it, for an RTT sample.
     pub(crate) control_fd: std::os::fd::RawFd,
     /// Where the session's data connections come from.
@@ -190,7 +207,7 @@ pub(crate) struct Connected {
     pub(crate) peer: Option<SocketAddr>,
     /// This end's address of the control connection.
     pub(crate) local: Option<SocketAddr>,
-    pub(crate) negotiated: tern_proto::hello::Negotiated,
+    pub(crate) negotiated: Negotiated,
     pub(crate) fingerprint: String,
     recorded: Option<PathBuf>,
     /// Keying material for `safe` block MACs, when TLS could export it.
@@ -204,6 +221,15 @@ pub(crate) struct Connected {
 /// Connects to the daemon, checks that it is the one `opts.trust` names,
 /// and exchanges hellos.
 pub(crate) async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Connected> {
+    connect_with(ep, opts, None).await
+}
+
+/// [`connect`], sending `early`'s opening behind the client's `Hello`.
+async fn connect_with(
+    ep: &Endpoint,
+    opts: &ClientOptions,
+    early: Option<&mut EarlyOpen<'_>>,
+) -> Result<Connected> {
     let host_port = ep.host_port();
     let expected = opts.trust.expect(&host_port)?;
     let verifier = PinVerifier::for_trust(&expected.verify)?;
@@ -252,7 +278,11 @@ pub(crate) async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Conne
         features: crate::data::transfer::offered_features(),
         ..Hello::ours()
     };
-    stream.write_all(&ours.encode()).await.map_err(gone)?;
+    let mut first = ours.encode().to_vec();
+    let assumed = early.and_then(|e| e.queue(&ours, control_fd, &mut first));
+    // One write: the hello and an early opening leave in one flight.
+    stream.write_all(&first).await.map_err(gone)?;
+    stream.flush().await.map_err(gone)?;
     let mut theirs = [0u8; HELLO_LEN];
     // Under TLS 1.3 the server judges our certificate after our side of
     // the handshake is done: its refusal arrives as the first read.
@@ -263,11 +293,19 @@ pub(crate) async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Conne
             Some(_) => tls_failure(&host_port, &e),
             None => gone(e),
         })?;
+    let theirs = Hello::decode(&theirs)?;
     let negotiated = ours
-        .negotiate(&Hello::decode(&theirs)?)
+        .negotiate(&theirs)
         .map_err(|e| Error::Protocol(e.to_string()))?;
+    let early = match assumed {
+        None => Early::NotSent,
+        Some(assumed) if assumed == negotiated => Early::Sent,
+        Some(_) => Early::Mismatch,
+    };
     Ok(Connected {
         stream,
+        theirs,
+        early,
         control_fd,
         route,
         peer,
@@ -281,10 +319,79 @@ pub(crate) async fn connect(ep: &Endpoint, opts: &ClientOptions) -> Result<Conne
     })
 }
 
+/// A session's opening sent behind the client's `Hello`, before the
+/// daemon's has come: the one the daemon's hello as last seen
+/// (`ClientOptions::daemon_hello`) makes. A round trip less on every copy
+/// to a daemon seen before; when the daemon's hello has changed, the
+/// connection is dropped and the session opened again the usual way.
+struct EarlyOpen<'a> {
+    expected: Hello,
+    opts: &'a ClientOptions,
+    mode: SessionMode,
+    /// The opening, its first messages sent.
+    queued: Option<ClientOpen>,
+}
+
+impl EarlyOpen<'_> {
+    /// Appends the opening's first messages to `first` (our `Hello`) and
+    /// gives the negotiation they were written for; none when the
+    /// expected hello does not make one.
+    fn queue(
+        &mut self,
+        ours: &Hello,
+        control_fd: std::os::fd::RawFd,
+        first: &mut Vec<u8>,
+    ) -> Option<Negotiated> {
+        let assumed = ours.negotiate(&self.expected).ok()?;
+        let streams = first_streams(self.opts, control_fd);
+        let request = request_of(self.opts, self.mode.clone(), streams);
+        let mut opening = ClientOpen::new(request, assumed).ok()?;
+        while let Some(msg) = opening.poll_transmit() {
+            first.extend_from_slice(&tern_proto::encode_control(&msg));
+        }
+        self.queued = Some(opening);
+        Some(assumed)
+    }
+}
+
+/// Whether the session's opening went with the client's `Hello`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Early {
+    NotSent,
+    /// Sent, and the daemon's hello is the one it was written for.
+    Sent,
+    /// Sent for a hello the daemon no longer gives.
+    Mismatch,
+}
+
 async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<Opened> {
     let started = Instant::now();
+    // Not with a one-time token or a delegation: a connection dropped for
+    // a changed hello would have spent them.
+    let may_open_early = opts.once_token.is_none() && opts.peer_pass.is_none();
+    let mut early = opts
+        .daemon_hello
+        .filter(|_| may_open_early)
+        .map(|expected| EarlyOpen {
+            expected,
+            opts,
+            mode: mode.clone(),
+            queued: None,
+        });
+    let mut connected = connect_with(ep, opts, early.as_mut()).await?;
+    if connected.early == Early::Mismatch {
+        // The daemon read the early opening under other features than it
+        // was written for: start over the usual way.
+        tracing::info!(
+            "{}: the daemon's hello is not the last session's; opening again",
+            ep.host_port()
+        );
+        connected = connect(ep, opts).await?;
+    }
+    let opened_early = connected.early == Early::Sent;
     let Connected {
         stream,
+        theirs,
         control_fd,
         route,
         peer,
@@ -295,11 +402,15 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         material,
         mptcp,
         ..
-    } = connect(ep, opts).await?;
+    } = connected;
     let mut control = Control::new(stream);
-    let streams = first_streams(opts, control_fd);
-    let request = request_of(opts, mode, streams);
-    let mut opening = ClientOpen::new(request, negotiated)?;
+    let mut opening = match early.and_then(|e| e.queued).filter(|_| opened_early) {
+        Some(opening) => opening,
+        None => {
+            let streams = first_streams(opts, control_fd);
+            ClientOpen::new(request_of(opts, mode, streams), negotiated)?
+        }
+    };
     // The server may hold a valid request until a session slot is free:
     // the client waits as long as it takes.
     let agreed = match open::expect(&mut control, &mut opening, None, Linger::No).await? {
@@ -351,6 +462,8 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
         setup,
         mptcp,
         mptcp_asked: opts.mptcp,
+        daemon_hello: theirs,
+        opened_early,
     })
 }
 
@@ -372,6 +485,8 @@ struct Identity {
     setup: Setup,
     mptcp: bool,
     mptcp_asked: bool,
+    daemon_hello: Hello,
+    opened_early: bool,
 }
 
 /// An opened session, taken apart for the driver.
@@ -393,6 +508,8 @@ impl Opened {
             setup: self.setup,
             mptcp: self.mptcp,
             mptcp_asked: self.mptcp_asked,
+            daemon_hello: self.daemon_hello,
+            opened_early: self.opened_early,
         };
         (self.control, self.streams, self.supply, self.params, id)
     }
@@ -427,6 +544,8 @@ fn outcome(id: Identity, stats: TransferStats) -> Outcome {
         mptcp: id.mptcp_asked.then_some(id.mptcp),
         local: id.ends.0,
         peer: id.ends.1,
+        daemon_hello: Some(id.daemon_hello),
+        opened_early: id.opened_early,
     }
 }
 

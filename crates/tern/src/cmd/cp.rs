@@ -331,7 +331,7 @@ async fn report_of(args: &CpArgs, copied: Copied, started: Instant, console: &Co
     } = copied;
     if let Via::Daemon(ep) = &via {
         console.first_contact(&outcome, ep);
-        remember_path(ep, &outcome.stats);
+        remember_path(ep, &outcome.stats, outcome.daemon_hello);
     }
     let remote = !matches!(via, Via::Local);
     let advisor = match (consulted, &via) {
@@ -428,6 +428,8 @@ async fn copy_local(
         mptcp: None,
         local: None,
         peer: None,
+        daemon_hello: None,
+        opened_early: false,
     })
 }
 
