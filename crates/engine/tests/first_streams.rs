@@ -219,3 +219,70 @@ async fn a_stream_lost_while_the_others_join_is_no_end_of_the_session() {
     assert_eq!(content_difference(&dest, &data), None);
     assert_eq!(r.files[0].digest, s.files[0].digest);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_answers_announcements_before_its_first_stream_has_joined() {
+    // Both ends start joining; the stream reaches either end only once the
+    // receiver has acted on the announcement (opened the file): a receiver
+    // that waited for its streams before reading the control connection
+    // would never see it join, under `--skip-existing mtime` (the sender
+    // waits for the receiver's FileCheck) and without it.
+    for skip in [SkipExisting::Mtime, SkipExisting::Never] {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("data.bin");
+        let data = fresh_random_file(&src, 3 * BS as usize + 17);
+        let dest = dir.path().join("out.bin");
+        let (opened_tx, opened_rx) = oneshot::channel();
+        let sink = Arc::new(TellsOfAnnounce {
+            inner: FsSink::new(Root::Ambient, dest.clone(), 1).unwrap(),
+            opened: Mutex::new(Some(opened_tx)),
+        });
+        let source = Arc::new(FsSource::new(Root::Ambient, vec![src], false));
+        let (ca, cb) = tokio::io::duplex(1 << 16);
+        let (da, db) = tokio::io::duplex(1 << 20);
+        let (acted_tx, acted_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            if let Ok(Ok(())) = tokio::time::timeout(Duration::from_secs(10), opened_rx).await {
+                let _ = acted_tx.send(true);
+            }
+        });
+        let stream_after_announce = |end: tokio::io::DuplexStream| {
+            let mut acted = acted_rx.clone();
+            async move {
+                match tokio::time::timeout(Duration::from_secs(10), acted.wait_for(|a| *a)).await {
+                    Ok(Ok(_)) => Ok(Joined::pipe(0, Box::new(end))),
+                    _ => Err(Error::PeerGone(
+                        "the receiver acted on no announcement before its stream joined".into(),
+                    )),
+                }
+            }
+        };
+        let sending = FirstStreams::Joining(PendingJoins::new([stream_after_announce(da)]));
+        let receiving = FirstStreams::Joining(PendingJoins::new([stream_after_announce(db)]));
+        let received_at = joining_done(&receiving);
+        let s = run_sender(
+            Control::new(Box::new(ca)),
+            sending,
+            StreamSupply::Fixed,
+            source,
+            params(skip),
+            Arc::new(Progress::default()),
+        );
+        let r = run_receiver(
+            Control::new(Box::new(cb)),
+            receiving,
+            StreamSupply::Fixed,
+            sink,
+            params(skip),
+            Arc::new(Progress::default()),
+        );
+        let (s, r) = tokio::join!(s, r);
+        let (s, r) = (s.unwrap(), r.unwrap());
+        assert_eq!(content_difference(&dest, &data), None, "{skip:?}");
+        assert_eq!(r.files[0].digest, s.files[0].digest);
+        assert!(
+            received_at.get().is_some(),
+            "the receiver's stream joined ({skip:?})"
+        );
+    }
+}

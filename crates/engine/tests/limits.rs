@@ -658,3 +658,26 @@ async fn a_refused_join_s_answer_survives_the_data_sent_after_it() {
     );
     drop(data);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_streams_never_join_is_told_why() {
+    // The session starts while its streams join (PROTOCOL.md §8.2); when
+    // they do not come within the join time, the client still hears why.
+    let d = start(|o| o.join_timeout = Duration::from_secs(1)).await;
+    let mut s = d.target.control_from([127, 0, 0, 2]).await.unwrap();
+    request_session(&mut s).await.unwrap();
+    assert!(matches!(answer(&mut s).await, Answer::Accepted(_)));
+    let mut told = None;
+    for _ in 0..16 {
+        match tokio::time::timeout(Duration::from_secs(10), read_frame(&mut s)).await {
+            Ok(Some(ControlMsg::Error { message, .. })) => {
+                told = Some(message);
+                break;
+            }
+            Ok(Some(_)) => continue,
+            _ => break,
+        }
+    }
+    let told = told.expect("an error on the control connection");
+    assert!(told.contains("0 of 1 data connections joined"), "{told}");
+}

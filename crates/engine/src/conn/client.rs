@@ -628,7 +628,7 @@ pub(crate) async fn pull_into(
     let sink = Arc::new(crate::store::expect::GuardedSink::new(sink, requested));
     let opened = open(ep, opts, SessionMode::Pull { sources, recursive }).await?;
     let (control, streams, supply, params, id) = opened.split();
-    let streams = streams.all().await?;
+    // Answers the daemon's announcements while the streams join.
     let stats = transfer::run_receiver(control, streams, supply, sink, params, progress).await?;
     Ok(outcome(id, stats))
 }

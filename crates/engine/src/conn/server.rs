@@ -45,6 +45,7 @@ use crate::conn::gate::{Claim, Gate};
 use crate::conn::open::{self, Linger, Step};
 use crate::conn::paths::Advertise;
 use crate::conn::tls::{BLOCK_MAC_LABEL, ServerIdentity, bind_token};
+use crate::data::FirstStreams;
 use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams};
 use crate::data::tuning::{Joined, StreamSupply, Tuning};
 use crate::integrity::BlockCheck;
@@ -76,7 +77,7 @@ use auth::{KeyExporter, authorize, export_key_fn, peek_exact};
 use role::{Role, params_of, prepare_role, run_role};
 use tpc::{ConnFacts, Tpc};
 
-use join::{Admission, Joining, collect_streams, data_join};
+use join::{Admission, Joining, admit_streams, data_join};
 
 use limits::{Handshake, Handshaking, Limiter};
 
@@ -615,7 +616,7 @@ async fn run_control(
     };
     let _permit = ctx.sessions.acquire().await;
     let token: Token = rand::random();
-    let (tx, mut rx) = mpsc::channel(usize::from(max_streams));
+    let (tx, rx) = mpsc::channel(usize::from(max_streams));
     ctx.pending.lock().expect("pending").insert(token, tx);
     let paths = handshaking.local.map_or_else(Vec::new, |local| {
         ctx.opts
@@ -630,45 +631,15 @@ async fn run_control(
         version: request.version,
         protect: open.protect,
     };
-    let mut taken = vec![false; usize::from(max_streams)];
-    let streams = match accepted {
-        Ok(()) => {
-            let timeout = ctx.opts.join_timeout;
-            collect_streams(&mut rx, &want, open.streams, &mut taken, timeout).await
-        }
-        Err(e) => Err(e),
-    };
-    let streams = match streams {
-        Ok(s) => s,
-        Err(e) => {
-            ctx.pending.lock().expect("pending").remove(&token);
-            // Read what a client announced meanwhile, or closing resets first.
-            let drain = Linger::For(Duration::from_secs(2));
-            return Err(open::refuse(&mut control, e, drain).await);
-        }
-    };
-    // Streams that join later (the session grows) go through here.
-    let (more_tx, more_rx) = mpsc::channel(usize::from(max_streams));
-    let late_joins = tokio::spawn(async move {
-        while let Some(joining) = rx.recv().await {
-            if let Some(j) = want.admit(joining, &mut taken).await {
-                if more_tx.send(j).await.is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    let supply = if max_streams > open.streams {
-        StreamSupply::Accept(more_rx)
-    } else {
-        StreamSupply::Fixed
-    };
+    if let Err(e) = accepted {
+        ctx.pending.lock().expect("pending").remove(&token);
+        return Err(e);
+    }
     let block_check = match open.protect {
         Protect::Safe => match key(&token) {
             Some(k) => BlockCheck::KeyedBlake3(k),
             None => {
                 ctx.pending.lock().expect("pending").remove(&token);
-                late_joins.abort();
                 let e = Error::Tls("cannot export keying material".into());
                 return Err(open::refuse(&mut control, e, Linger::No).await);
             }
@@ -684,20 +655,43 @@ async fn run_control(
     let sent = matches!(role, Role::Send(..));
     let progress = Arc::new(Progress::per_stream(max_streams));
     let live = ctx.opts.live.as_ref().map(|l| {
-        let watched = streams
-            .iter()
-            .map(|j| WatchedStream::of(j.index, j.probe.as_ref()))
-            .collect();
         let tpc = delegated.map(|(_, role)| LiveTpc::of(role, false));
         l.begin(
             peer,
             (sent, tpc),
-            watched,
+            Vec::new(),
             LiveTuning::of(&params),
             progress.clone(),
         )
     });
-    let session = run_role(ctx, role, control, streams, supply, params, progress);
+    // The session starts while its streams join: a receiver answers the
+    // announcements meanwhile, a sender announces (PROTOCOL.md §8.2).
+    let (first, more_rx, late_joins) = admit_streams(
+        rx,
+        want,
+        (open.streams, vec![false; usize::from(max_streams)]),
+        ctx.opts.join_timeout,
+        live.as_ref().map(LiveGuard::watcher),
+    );
+    let supply = if max_streams > open.streams {
+        StreamSupply::Accept(more_rx)
+    } else {
+        StreamSupply::Fixed
+    };
+    let first = match role {
+        // A timed perf run's clock starts with its streams.
+        Role::Send(_, Some(_)) => match FirstStreams::Joining(first).all().await {
+            Ok(streams) => FirstStreams::Joined(streams),
+            Err(e) => {
+                ctx.pending.lock().expect("pending").remove(&token);
+                late_joins.abort();
+                let drain = Linger::For(Duration::from_secs(2));
+                return Err(open::refuse(&mut control, e, drain).await);
+            }
+        },
+        _ => FirstStreams::Joining(first),
+    };
+    let session = run_role(ctx, role, control, first, supply, params, progress);
     // A third-party copy's session stops when its client leaves this end.
     let stop = delegated.and_then(|(nonce, role)| ctx.tpc.stop_of(&nonce, role));
     let result = match stop {

@@ -1,9 +1,11 @@
 //! Data connections joining a session: a connection presents a session
 //! token and a stream index, is matched to the session waiting for it,
-//! and is admitted once per index; a session starts when its first streams
-//! have all joined, and takes later ones as it grows.
+//! and is admitted once per index; a session starts while its first
+//! streams join, and takes later ones as it grows.
 
 use super::*;
+use crate::data::PendingJoins;
+use observe::LiveWatcher;
 
 /// A data connection waiting to be taken by its session.
 pub(super) struct Joining {
@@ -147,31 +149,77 @@ impl Admission {
     }
 }
 
-/// Waits for streams `0..initial` to join.
-pub(super) async fn collect_streams(
-    rx: &mut mpsc::Receiver<Joining>,
-    want: &Admission,
-    initial: u16,
-    taken: &mut [bool],
+/// A session's data connections as they come: the first `initial` are
+/// the pending joins the session starts with (those not in when the join
+/// time runs out fail with that), later ones (growth, spares) come through
+/// the receiver returned. The task admitting them ends with the session
+/// (abort the handle).
+pub(super) fn admit_streams(
+    mut rx: mpsc::Receiver<Joining>,
+    want: Admission,
+    (initial, mut taken): (u16, Vec<bool>),
     timeout: Duration,
-) -> Result<Vec<Joined>> {
-    let mut joined = Vec::with_capacity(usize::from(initial));
-    let deadline = tokio::time::Instant::now() + timeout;
-    let initial_slots = usize::from(initial).min(taken.len());
-    while joined.len() < initial_slots {
-        let joining = match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(j)) => j,
-            _ => {
-                return Err(Error::PeerGone(format!(
-                    "only {} of {initial} data connections joined within {timeout:?}",
-                    joined.len()
-                )));
-            }
-        };
-        if let Some(j) = want.admit(joining, &mut taken[..initial_slots]).await {
-            joined.push(j);
+    live: Option<LiveWatcher>,
+) -> (
+    PendingJoins,
+    mpsc::Receiver<Joined>,
+    tokio::task::JoinHandle<()>,
+) {
+    let watch = move |j: &Joined| {
+        if let Some(live) = &live {
+            live.watch(WatchedStream::of(j.index, j.probe.as_ref()));
         }
-    }
-    joined.sort_by_key(|j| j.index);
-    Ok(joined)
+    };
+    let initial_slots = usize::from(initial).min(taken.len());
+    let (mut firsts, pending): (Vec<_>, Vec<_>) = (0..initial_slots)
+        .map(|_| {
+            let (tx, rx) = tokio::sync::oneshot::channel::<Result<Joined>>();
+            let join = async move {
+                rx.await
+                    .unwrap_or_else(|_| Err(Error::PeerGone("the session ended".into())))
+            };
+            (Some(tx), join)
+        })
+        .unzip();
+    let (more_tx, more_rx) = mpsc::channel(taken.len().max(1));
+    let task = tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut joined = 0;
+        while joined < initial_slots {
+            let joining = match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(j)) => j,
+                _ => {
+                    // Told to the client, which is still there to hear it.
+                    let why = format!(
+                        "only {joined} of {initial} data connections joined within {timeout:?}"
+                    );
+                    for tx in firsts.iter_mut().filter_map(Option::take) {
+                        let _ = tx.send(Err(Error::Io {
+                            context: why.clone(),
+                            source: std::io::ErrorKind::TimedOut.into(),
+                        }));
+                    }
+                    return;
+                }
+            };
+            let Some(j) = want.admit(joining, &mut taken[..initial_slots]).await else {
+                continue;
+            };
+            watch(&j);
+            if let Some(tx) = firsts.get_mut(usize::from(j.index)).and_then(Option::take) {
+                joined += 1;
+                let _ = tx.send(Ok(j));
+            }
+        }
+        // Streams that join later (the session grows) go through here.
+        while let Some(joining) = rx.recv().await {
+            if let Some(j) = want.admit(joining, &mut taken).await {
+                watch(&j);
+                if more_tx.send(j).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (PendingJoins::new(pending), more_rx, task)
 }

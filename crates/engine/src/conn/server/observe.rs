@@ -512,7 +512,32 @@ impl LiveGuard {
     }
 }
 
+/// Adds the streams of a registered session as they join.
+#[derive(Debug, Clone)]
+pub(crate) struct LiveWatcher {
+    sessions: Arc<LiveSessions>,
+    id: u64,
+}
+
+impl LiveWatcher {
+    /// Follows one more stream of the session.
+    pub(crate) fn watch(&self, stream: WatchedStream) {
+        let mut running = self.sessions.running.lock().expect("live sessions");
+        if let Some(r) = running.get_mut(&self.id) {
+            r.streams.push(stream);
+        }
+    }
+}
+
 impl LiveGuard {
+    /// A handle that adds the session's streams as they join.
+    pub(crate) fn watcher(&self) -> LiveWatcher {
+        LiveWatcher {
+            sessions: self.sessions.clone(),
+            id: self.id,
+        }
+    }
+
     /// Takes the session off the running list; what is known of it then.
     fn ended(&self, outcome: &'static str) -> Option<RecentSession> {
         let r = self

@@ -130,7 +130,7 @@ pub(super) async fn run_role(
     ctx: &Context,
     role: Role,
     control: Control,
-    streams: Vec<Joined>,
+    streams: FirstStreams,
     supply: StreamSupply,
     mut params: TransferParams,
     progress: Arc<Progress>,

@@ -30,13 +30,15 @@ use crate::data::compress::{self, Counters};
 use crate::data::fold::Folds;
 
 mod digests;
+mod streams;
 use crate::data::stall::Watch;
-use crate::data::supply::{Indices, Want, supply_streams};
+use crate::data::supply::{FirstStreams, Want};
 use crate::data::tuning::{Joined, Sampler, StreamSupply};
 use crate::integrity::BlockCheck;
 use crate::store::fsio::{BlockWrite, Sink};
 use crate::{Error, Result};
 use digests::receiver_digests;
+use streams::{first_joins, more_streams};
 use tern_session::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};
 
 mod commit;
@@ -57,8 +59,11 @@ struct RecvShared {
     readers: Mutex<Vec<JoinHandle<()>>>,
     block_size: u32,
     streams: StreamCounts,
+    /// Streams the session starts with.
+    first_streams: u16,
     /// Stream indices from here on replace streams given up.
     growth_cap: u16,
+    max_streams: u16,
     /// Partial files from earlier sessions may be resumed.
     resume: bool,
     pace: Option<Arc<crate::data::pace::Pace>>,
@@ -98,7 +103,7 @@ impl RecvShared {
 /// nothing appears at a final name.
 pub async fn run_receiver(
     control: super::Control,
-    streams: Vec<Joined>,
+    streams: impl Into<FirstStreams>,
     supply: StreamSupply,
     sink: Arc<dyn Sink>,
     params: TransferParams,
@@ -128,7 +133,9 @@ pub async fn run_receiver(
         readers: Mutex::new(Vec::new()),
         block_size: params.block_size,
         streams: StreamCounts::watched(supply.watch()),
+        first_streams: params.streams,
         growth_cap,
+        max_streams,
         resume: params.resume,
         pace: params.pace.clone(),
         accept_compressed: params.accept_compressed,
@@ -151,22 +158,34 @@ pub async fn run_receiver(
         max_streams,
         None,
     ));
-    for j in streams {
-        shared.start_reader(&tasks, &sampler, j);
-    }
-    if let Some(w) = watch {
-        tasks.spawn(watchdog(shared.clone(), w));
-    }
     let (wanted_tx, wanted_rx) = mpsc::unbounded_channel();
-    let (sh, tk, sa) = (shared.clone(), tasks.clone(), sampler.clone());
-    tasks.spawn(supply_streams(
-        tasks.clone(),
-        supply,
-        Indices::new(params.streams, growth_cap, max_streams),
-        wanted_rx,
-        |total| tracing::warn!("the sender asked for {total} streams; this end cannot open any"),
-        move |j| sh.start_reader(&tk, &sa, j),
-    ));
+    let all_joined = match streams.into() {
+        FirstStreams::Joined(streams) => {
+            for j in streams {
+                shared.start_reader(&tasks, &sampler, j);
+            }
+            tasks.spawn(more_streams(
+                shared.clone(),
+                tasks.clone(),
+                sampler.clone(),
+                (supply, wanted_rx),
+                watch,
+            ));
+            None
+        }
+        FirstStreams::Joining(pending) => {
+            // The control tasks answer announcements while the streams
+            // join; the transfer's clock starts once they all have.
+            let all_joined = pending.all_joined();
+            let (sh, tk, sa) = (shared.clone(), tasks.clone(), sampler.clone());
+            tasks.spawn(async move {
+                if first_joins(&sh, &tk, &sa, pending).await {
+                    more_streams(sh, tk, sa, (supply, wanted_rx), watch).await;
+                }
+            });
+            Some(all_joined)
+        }
+    };
     let path_rate = params.take_path_rate.then(|| sampler.clone());
     let control_reader = tasks.spawn(receiver_control_reader(
         shared.clone(),
@@ -176,6 +195,7 @@ pub async fn run_receiver(
     tasks.spawn(receiver_digests(shared.clone(), digest_rx));
     let actions = tasks.spawn(receiver_actions(shared.clone(), ctrl_wr, digest_tx, verify));
     let _ = actions.await;
+    let started = all_joined.and_then(|a| a.get().copied()).unwrap_or(started);
     let network_elapsed = started.elapsed();
     let tuning = sampler.finish();
     if !shared.failure.is_set() {
@@ -237,37 +257,6 @@ async fn discard_bad_digest(shared: &Arc<RecvShared>) {
     if let Some(w) = w {
         if let Err(e) = blocking(move || w.discard()).await {
             tracing::warn!("{e}");
-        }
-    }
-}
-
-/// Gives up streams whose read has waited past the stall timeout for
-/// frames the sender's marks say are on their way.
-async fn watchdog(shared: Arc<RecvShared>, watch: Arc<Watch>) {
-    loop {
-        tokio::time::sleep(watch.period()).await;
-        if shared.failure.is_set() {
-            return;
-        }
-        let due = {
-            let s = shared.session.lock().expect("session");
-            if s.is_complete() {
-                return;
-            }
-            s.awaited_streams()
-        };
-        for k in watch.stalled_readers(|k| due.get(k).copied().unwrap_or(false)) {
-            tracing::warn!(
-                "data stream {k} stalled: frames written to it did not come for {:?}; giving it up",
-                watch.timeout()
-            );
-            shared.streams.stalled.fetch_add(1, Ordering::Relaxed);
-            shared.streams.lose(k);
-            let lost = shared.session.lock().expect("session").stream_lost(k);
-            shared.wake.notify_waiters();
-            if let Err(e) = lost {
-                return shared.failure.fail(e, &shared.wake);
-            }
         }
     }
 }

@@ -1,0 +1,91 @@
+//! The receiver's streams coming and going: the first ones starting as
+//! they join (the control tasks answer announcements meanwhile), then the
+//! ones the sender asks for or that replace streams given up, and streams
+//! whose frames stopped coming given up.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::mpsc;
+
+use super::RecvShared;
+use crate::data::channel::Tasks;
+use crate::data::stall::Watch;
+use crate::data::supply::{Indices, PendingJoins, Want, supply_streams};
+use crate::data::tuning::{Sampler, StreamSupply};
+
+/// Starts each of the first streams as it joins; the first that cannot
+/// join fails the session. Returns whether they all joined.
+pub(super) async fn first_joins(
+    shared: &Arc<RecvShared>,
+    tasks: &Tasks,
+    sampler: &Arc<Sampler>,
+    mut pending: PendingJoins,
+) -> bool {
+    while let Some(joined) = pending.next().await {
+        match joined {
+            Ok(j) => shared.start_reader(tasks, sampler, j),
+            Err(e) => {
+                shared.failure.fail(e, &shared.wake);
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Once the first streams are in: takes the streams the sender asks for
+/// (and replacements), and with a stall timeout watches them all.
+pub(super) async fn more_streams(
+    shared: Arc<RecvShared>,
+    tasks: Tasks,
+    sampler: Arc<Sampler>,
+    (supply, wanted): (StreamSupply, mpsc::UnboundedReceiver<Want>),
+    watch: Option<Arc<Watch>>,
+) {
+    if let Some(w) = watch {
+        tasks.spawn(watchdog(shared.clone(), w));
+    }
+    let indices = Indices::new(shared.first_streams, shared.growth_cap, shared.max_streams);
+    let (sh, tk) = (shared.clone(), tasks.clone());
+    supply_streams(
+        tasks,
+        supply,
+        indices,
+        wanted,
+        |total| tracing::warn!("the sender asked for {total} streams; this end cannot open any"),
+        move |j| sh.start_reader(&tk, &sampler, j),
+    )
+    .await;
+}
+
+/// Gives up streams whose read has waited past the stall timeout for
+/// frames the sender's marks say are on their way.
+pub(super) async fn watchdog(shared: Arc<RecvShared>, watch: Arc<Watch>) {
+    loop {
+        tokio::time::sleep(watch.period()).await;
+        if shared.failure.is_set() {
+            return;
+        }
+        let due = {
+            let s = shared.session.lock().expect("session");
+            if s.is_complete() {
+                return;
+            }
+            s.awaited_streams()
+        };
+        for k in watch.stalled_readers(|k| due.get(k).copied().unwrap_or(false)) {
+            tracing::warn!(
+                "data stream {k} stalled: frames written to it did not come for {:?}; giving it up",
+                watch.timeout()
+            );
+            shared.streams.stalled.fetch_add(1, Ordering::Relaxed);
+            shared.streams.lose(k);
+            let lost = shared.session.lock().expect("session").stream_lost(k);
+            shared.wake.notify_waiters();
+            if let Err(e) = lost {
+                return shared.failure.fail(e, &shared.wake);
+            }
+        }
+    }
+}
