@@ -252,7 +252,14 @@ fn tern_copies_and_measures_over_a_50ms_path() {
     let env_cfg = format!("XDG_CONFIG_HOME={}", cfg.display());
     let src = work.join("src.bin");
     let cp = |extra: &[&str], dest: &str| {
-        let mut args = vec!["env", &env_cfg, &tern, "cp", "--json"];
+        let mut args = vec![
+            "env",
+            &env_cfg,
+            "TERN_LOG=tern_engine=debug",
+            &tern,
+            "cp",
+            "--json",
+        ];
         args.extend_from_slice(extra);
         args.extend([src.to_str().unwrap(), dest]);
         lab.exec("A", &args)
@@ -290,8 +297,15 @@ fn tern_copies_and_measures_over_a_50ms_path() {
         "second tern cp: {}",
         String::from_utf8_lossy(&again.stderr)
     );
+    let again_log = String::from_utf8_lossy(&again.stderr).into_owned();
     let again: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert!(again["started_from_last_copy"].is_object(), "{again}");
+    // It also knew the daemon's hello: the opening went with it, and over
+    // 50 ms the data connections were dialled meanwhile (PROTOCOL.md §8.2).
+    assert!(
+        again_log.contains("while the session opens"),
+        "second copy's log: {again_log}"
+    );
     assert_eq!(content_difference(root.join("again.bin"), &data), None);
     let started: Vec<&str> = daemon_log
         .lines()

@@ -45,7 +45,9 @@ pub fn remembered_start(
 ) -> Option<LastCopy> {
     let remembered = PathMemory::default_place().and_then(|m| m.recall(ep))?;
     path_memory::apply_hello(opts, &remembered);
-    if t.advisor.is_some() || t.engine.streams != Streams::Auto || t.engine.window.is_some() {
+    let chosen =
+        t.advisor.is_some() || t.engine.streams != Streams::Auto || t.engine.window.is_some();
+    if chosen || remembered.rate_bps == 0 {
         return None;
     }
     path_memory::apply(opts, &remembered);

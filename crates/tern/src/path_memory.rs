@@ -109,11 +109,12 @@ impl PathMemory {
             .unwrap_or_default()
     }
 
-    /// What the last copy to `ep` left, if it is recent.
+    /// What the last copy to `ep` left, if it is recent (its rate is 0
+    /// when only the daemon's hello is known).
     pub fn recall(&self, ep: &Endpoint) -> Option<Remembered> {
         let found = self.load().remove(&key(ep))?;
         let age = now_unix().saturating_sub(found.at_unix);
-        (Duration::from_secs(age) <= FRESH_FOR && found.rate_bps > 0).then_some(found)
+        (Duration::from_secs(age) <= FRESH_FOR).then_some(found)
     }
 
     /// Keeps what a copy to `ep` showed, when it moved data long enough to
@@ -142,16 +143,29 @@ impl PathMemory {
         streams: u16,
         hello: Option<Hello>,
     ) -> Result<(), String> {
-        if network_elapsed < MIN_NETWORK_TIME || bytes == 0 {
-            return Err("too short to tell the path's rate".into());
-        }
-        let remembered = Remembered {
-            rate_bps: (bytes as f64 * 8.0 / network_elapsed.as_secs_f64()) as u64,
-            streams: streams.max(1),
-            at_unix: now_unix(),
-            hello: hello.map(DaemonHello::from),
-        };
         let mut all = self.load();
+        let too_short = network_elapsed < MIN_NETWORK_TIME || bytes == 0;
+        let remembered = match (too_short, all.get(&key(ep))) {
+            // Any session tells the daemon's hello; a short one keeps what
+            // an earlier one learnt of the rate.
+            (true, Some(earlier)) if hello.is_some() => Remembered {
+                hello: hello.map(DaemonHello::from),
+                ..earlier.clone()
+            },
+            (true, None) if hello.is_some() => Remembered {
+                rate_bps: 0,
+                streams: 0,
+                at_unix: now_unix(),
+                hello: hello.map(DaemonHello::from),
+            },
+            (true, _) => return Err("too short to tell the path's rate".into()),
+            (false, _) => Remembered {
+                rate_bps: (bytes as f64 * 8.0 / network_elapsed.as_secs_f64()) as u64,
+                streams: streams.max(1),
+                at_unix: now_unix(),
+                hello: hello.map(DaemonHello::from),
+            },
+        };
         all.insert(key(ep), remembered);
         while all.len() > MAX_ENTRIES {
             let oldest = all
@@ -253,6 +267,15 @@ mod tests {
                 .is_err()
         );
         assert_eq!(memory.recall(&ep(1)), None);
+        // A short session still tells the daemon's hello, and no rate.
+        memory
+            .keep(&ep(1), 1 << 20, Duration::from_secs(1), 1, Some(hello()))
+            .unwrap();
+        let only_hello = memory.recall(&ep(1)).unwrap();
+        assert_eq!(
+            (only_hello.rate_bps, only_hello.hello.map(Hello::from)),
+            (0, Some(hello()))
+        );
         let stale = Remembered {
             rate_bps: 1_000_000,
             streams: 4,

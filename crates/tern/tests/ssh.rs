@@ -476,7 +476,11 @@ fn reverse_mode_has_the_remote_connect_back() {
         down.to_str().unwrap(),
     ]));
     assert_eq!(back["via"], "ssh-reverse");
-    assert_eq!(back["streams"], 4);
+    // At most the 4 asked for: the session starts while its streams join
+    // (each dialled back on demand here), and a tree this small may be
+    // done before the last of them has.
+    let streams = back["streams"].as_u64().unwrap();
+    assert!((1..=4).contains(&streams), "{back}");
     assert_same_tree(&tree, &down);
 
     // A remote tern that cannot connect back fails the copy at once, in

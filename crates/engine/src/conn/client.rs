@@ -26,8 +26,8 @@ use tern_session::Choices;
 
 mod join;
 mod plan;
-use join::Joiner;
-use plan::{block_check_of, first_streams, params_of, path_plan, request_of};
+use join::{Dialer, EarlyStreams, Joiner};
+use plan::{block_check_of, dials_early, first_streams, params_of, path_plan, request_of};
 use tern_session::open::ClientOpen;
 
 /// How the client connects and what it asks for.
@@ -199,6 +199,10 @@ pub(crate) struct Connected {
     theirs: Hello,
     /// Whether an early opening went with the client's `Hello`.
     early: Early,
+    /// Data connections dialled while that opening is answered.
+    early_streams: Option<EarlyStreams>,
+    /// How data connections reach the daemon.
+    dialer: Dialer,
     /// The TCP socket under it, for an RTT sample.
     pub(crate) control_fd: std::os::fd::RawFd,
     /// Where the session's data connections come from.
@@ -279,10 +283,29 @@ async fn connect_with(
         ..Hello::ours()
     };
     let mut first = ours.encode().to_vec();
-    let assumed = early.and_then(|e| e.queue(&ours, control_fd, &mut first));
+    let (assumed, early_streams) = match early {
+        Some(e) => (e.queue(&ours, control_fd, &mut first), e.streams),
+        None => (None, None),
+    };
     // One write: the hello and an early opening leave in one flight.
     stream.write_all(&first).await.map_err(gone)?;
     stream.flush().await.map_err(gone)?;
+    let dialer = Dialer {
+        ep: ep.clone(),
+        route: route.clone(),
+        connect_timeout: opts.connect_timeout,
+        io_timeout: opts.io_timeout,
+        protect: opts.protect,
+        fingerprint: fingerprint.clone(),
+        client_cert: opts.client_cert.clone(),
+        mptcp: opts.mptcp,
+    };
+    let early_streams = match (assumed, early_streams) {
+        (Some(_), Some(n)) if dials_early(opts, control_fd) => {
+            Some(EarlyStreams::start(&dialer, n))
+        }
+        _ => None,
+    };
     let mut theirs = [0u8; HELLO_LEN];
     // Under TLS 1.3 the server judges our certificate after our side of
     // the handshake is done: its refusal arrives as the first read.
@@ -306,6 +329,8 @@ async fn connect_with(
         stream,
         theirs,
         early,
+        early_streams: early_streams.filter(|_| early == Early::Sent),
+        dialer,
         control_fd,
         route,
         peer,
@@ -330,6 +355,8 @@ struct EarlyOpen<'a> {
     mode: SessionMode,
     /// The opening, its first messages sent.
     queued: Option<ClientOpen>,
+    /// The streams it asks for.
+    streams: Option<u16>,
 }
 
 impl EarlyOpen<'_> {
@@ -350,6 +377,7 @@ impl EarlyOpen<'_> {
             first.extend_from_slice(&tern_proto::encode_control(&msg));
         }
         self.queued = Some(opening);
+        self.streams = Some(streams);
         Some(assumed)
     }
 }
@@ -377,6 +405,7 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
             opts,
             mode: mode.clone(),
             queued: None,
+            streams: None,
         });
     let mut connected = connect_with(ep, opts, early.as_mut()).await?;
     if connected.early == Early::Mismatch {
@@ -392,6 +421,8 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     let Connected {
         stream,
         theirs,
+        early_streams,
+        dialer,
         control_fd,
         route,
         peer,
@@ -420,20 +451,17 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     let max_streams = agreed.max_streams;
     let accept_streams = agreed.streams;
     let plan = path_plan(opts, &route, (local, peer), &agreed);
+    if let Some(early) = &early_streams {
+        early.keep(accept_streams);
+    }
     let joiner = Arc::new(Joiner {
         plan: plan.clone(),
-        ep: ep.clone(),
-        route,
-        connect_timeout: opts.connect_timeout,
-        io_timeout: opts.io_timeout,
-        protect: opts.protect,
-        fingerprint: fingerprint.clone(),
-        client_cert: opts.client_cert.clone(),
+        dialer,
         token: agreed.token,
         version: agreed.version,
         max_streams,
         wrap: opts.wrap.clone(),
-        mptcp: opts.mptcp,
+        early: early_streams,
     });
     let joins = PendingJoins::new((0..accept_streams).map(|k| joiner.clone().join(k)));
     let setup = Setup {

@@ -5,8 +5,9 @@
 //! round trip sooner, and [`Unanswered`] reads the answer on the way.
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use tern_proto::data::JOIN_REPLY_LEN;
 use tern_proto::{DataJoin, JoinReply, Protect};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 
 use super::{ClientCert, Endpoint, PinVerifier, gone, server_name};
@@ -27,10 +29,10 @@ use crate::{Error, Result, StreamWrap};
 /// before its stream goes over the control path.
 const OTHER_PATH_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Opens data connections of one session.
-pub(super) struct Joiner {
-    /// Which path each stream takes, when there are several.
-    pub(super) plan: Option<Arc<PathPlan>>,
+/// How a data connection reaches the daemon and is secured before it
+/// joins: shared by the joins and the connections dialled early.
+#[derive(Clone)]
+pub(super) struct Dialer {
     pub(super) ep: Endpoint,
     pub(super) route: Route,
     pub(super) connect_timeout: Duration,
@@ -40,11 +42,102 @@ pub(super) struct Joiner {
     /// Presented on `private` data connections too: a site daemon asks on
     /// every TLS connection.
     pub(super) client_cert: Option<ClientCert>,
+    pub(super) mptcp: bool,
+}
+
+/// A data connection ready for its join, and a duplicate of its socket.
+type Secured = (BoxStream, Option<OwnedFd>);
+
+impl Dialer {
+    /// Secures `tcp` as the session asks (TLS in `private` mode).
+    async fn secure(&self, tcp: TcpStream) -> Result<Secured> {
+        // Without it the join waits behind the TLS Finished for a round
+        // trip (Nagle's algorithm); cleared once joined.
+        let _ = tcp.set_nodelay(true);
+        let probe = {
+            use std::os::fd::AsFd;
+            tcp.as_fd().try_clone_to_owned().ok()
+        };
+        let s: BoxStream = if self.protect == Protect::Private {
+            let v = PinVerifier::new(Some(self.fingerprint.clone()));
+            let tls = TlsConnector::from(v.client_config(self.client_cert.as_ref())?)
+                .connect(server_name(&self.ep.host), tcp)
+                .await
+                .map_err(|e| Error::Tls(format!("data connection: {e}")))?;
+            Box::new(tls)
+        } else {
+            Box::new(tcp)
+        };
+        Ok((s, probe))
+    }
+
+    /// A connection over the control connection's path, secured.
+    async fn control_path(self) -> Result<Secured> {
+        let tcp = self
+            .route
+            .connect(self.connect_timeout, self.io_timeout, self.mptcp)
+            .await?;
+        self.secure(tcp).await
+    }
+}
+
+/// Data connections dialled while the session opens, on a long path where
+/// the opening went with the hello: the daemon has accepted the session
+/// by the time they reach it (it counts them as that session's), and they
+/// are up a round trip sooner. One per first stream, on the control
+/// connection's path; a join takes its own, and one that failed is dialled
+/// again the usual way.
+pub(super) struct EarlyStreams {
+    dialled: Mutex<Vec<Option<JoinHandle<Result<Secured>>>>>,
+}
+
+impl EarlyStreams {
+    /// Dials `n` connections in the background.
+    pub(super) fn start(dialer: &Dialer, n: u16) -> EarlyStreams {
+        tracing::debug!("dialling {n} data connections while the session opens");
+        let dialled = (0..n)
+            .map(|_| Some(tokio::spawn(dialer.clone().control_path())))
+            .collect();
+        EarlyStreams {
+            dialled: Mutex::new(dialled),
+        }
+    }
+
+    /// Closes those the session will not use: from index `n` on.
+    pub(super) fn keep(&self, n: u16) {
+        let mut dialled = self.dialled.lock().expect("early streams");
+        for task in dialled
+            .iter_mut()
+            .skip(usize::from(n))
+            .filter_map(Option::take)
+        {
+            task.abort();
+        }
+    }
+
+    fn take(&self, k: u16) -> Option<JoinHandle<Result<Secured>>> {
+        let mut dialled = self.dialled.lock().expect("early streams");
+        dialled.get_mut(usize::from(k)).and_then(Option::take)
+    }
+}
+
+impl Drop for EarlyStreams {
+    fn drop(&mut self) {
+        self.keep(0);
+    }
+}
+
+/// Opens data connections of one session.
+pub(super) struct Joiner {
+    /// Which path each stream takes, when there are several.
+    pub(super) plan: Option<Arc<PathPlan>>,
+    pub(super) dialer: Dialer,
     pub(super) token: tern_proto::Token,
     pub(super) version: u16,
     pub(super) max_streams: u16,
     pub(super) wrap: Option<StreamWrap>,
-    pub(super) mptcp: bool,
+    /// Connections dialled while the session opened.
+    pub(super) early: Option<EarlyStreams>,
 }
 
 impl Joiner {
@@ -56,23 +149,29 @@ impl Joiner {
                 self.max_streams
             )));
         }
-        let tcp = self.dial(k).await?;
-        // Without it the join waits behind the TLS Finished for a round
-        // trip (Nagle's algorithm); cleared once joined.
-        let _ = tcp.set_nodelay(true);
-        let probe = {
-            use std::os::fd::AsFd;
-            tcp.as_fd().try_clone_to_owned().ok()
+        let leg = self.plan.as_ref().map(|plan| plan.leg(k));
+        let other_path = matches!(leg, Some(Leg::Path { .. }));
+        let early = match self.early.as_ref().and_then(|e| e.take(k)) {
+            Some(task) if !other_path => match task.await {
+                Ok(Ok(secured)) => Some(secured),
+                Ok(Err(e)) => {
+                    tracing::debug!("data connection {k} dialled early: {e}; dialling again");
+                    None
+                }
+                Err(_) => None,
+            },
+            Some(task) => {
+                task.abort();
+                None
+            }
+            None => None,
         };
-        let mut s: BoxStream = if self.protect == Protect::Private {
-            let v = PinVerifier::new(Some(self.fingerprint.clone()));
-            let tls = TlsConnector::from(v.client_config(self.client_cert.as_ref())?)
-                .connect(server_name(&self.ep.host), tcp)
-                .await
-                .map_err(|e| Error::Tls(format!("data connection: {e}")))?;
-            Box::new(tls)
-        } else {
-            Box::new(tcp)
+        let (mut s, probe) = match early {
+            Some(secured) => secured,
+            None => {
+                let tcp = self.dial(k, leg).await?;
+                self.dialer.secure(tcp).await?
+            }
         };
         let join = DataJoin {
             version: self.version,
@@ -100,42 +199,45 @@ impl Joiner {
 }
 
 impl Joiner {
-    /// The TCP connection of stream `k`, over the path the plan gives it;
-    /// over the control connection's path when that one cannot be reached.
-    async fn dial(&self, k: u16) -> Result<TcpStream> {
-        if let Some(plan) = &self.plan {
-            if let Leg::Path {
+    /// The TCP connection of stream `k`, over the path the plan gave it
+    /// (`leg`); over the control connection's path when that one cannot be
+    /// reached.
+    async fn dial(&self, k: u16, leg: Option<Leg>) -> Result<TcpStream> {
+        let d = &self.dialer;
+        if let (
+            Some(plan),
+            Some(Leg::Path {
                 index,
                 remote,
                 local,
-            } = plan.leg(k)
-            {
-                let timeout = self.connect_timeout.min(OTHER_PATH_CONNECT_TIMEOUT);
-                let tcp = match (self.route.callback(), remote, local) {
-                    (Some(callback), _, Some(at)) => {
-                        callback.accept(Some(at), timeout, self.io_timeout).await
+            }),
+        ) = (&self.plan, leg)
+        {
+            let timeout = d.connect_timeout.min(OTHER_PATH_CONNECT_TIMEOUT);
+            let tcp = match (d.route.callback(), remote, local) {
+                (Some(callback), _, Some(at)) => {
+                    callback.accept(Some(at), timeout, d.io_timeout).await
+                }
+                (None, Some(remote), _) => {
+                    paths::connect(remote, local, timeout, d.io_timeout, d.mptcp).await
+                }
+                _ => Err(Error::Protocol(format!("path {index} has no address"))),
+            };
+            match tcp {
+                Ok(tcp) => {
+                    if let (Some(_), Ok(peer)) = (d.route.callback(), tcp.peer_addr()) {
+                        plan.arrived(index, peer);
                     }
-                    (None, Some(remote), _) => {
-                        paths::connect(remote, local, timeout, self.io_timeout, self.mptcp).await
-                    }
-                    _ => Err(Error::Protocol(format!("path {index} has no address"))),
-                };
-                match tcp {
-                    Ok(tcp) => {
-                        if let (Some(_), Ok(peer)) = (self.route.callback(), tcp.peer_addr()) {
-                            plan.arrived(index, peer);
-                        }
-                        return Ok(tcp);
-                    }
-                    Err(e) => {
-                        tracing::info!("path {index}: {e}; stream {k} takes the first path");
-                        plan.unreachable(index, k, e.to_string());
-                    }
+                    return Ok(tcp);
+                }
+                Err(e) => {
+                    tracing::info!("path {index}: {e}; stream {k} takes the first path");
+                    plan.unreachable(index, k, e.to_string());
                 }
             }
         }
-        self.route
-            .connect(self.connect_timeout, self.io_timeout, self.mptcp)
+        d.route
+            .connect(d.connect_timeout, d.io_timeout, d.mptcp)
             .await
     }
 }

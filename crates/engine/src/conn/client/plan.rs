@@ -22,17 +22,12 @@ use crate::{Error, Result};
 /// the controller would add its stream).
 pub(super) fn first_streams(opts: &ClientOptions, control_fd: std::os::fd::RawFd) -> u16 {
     let streams = if opts.tuning.streams_from_rtt {
-        let rtt = tern_drs::TcpInfo::read(control_fd)
-            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
-            .unwrap_or_default();
-        tern_drs::session::start_streams(rtt, opts.max_streams).max(opts.streams)
+        tern_drs::session::start_streams(control_rtt(control_fd), opts.max_streams)
+            .max(opts.streams)
     } else {
         opts.streams
     };
-    let reservations = match &opts.paths {
-        PathChoice::Given(specs) => specs.iter().filter(|s| s.reserved_bps.is_some()).count(),
-        _ => 0,
-    };
+    let reservations = reservations(opts);
     streams
         .max(
             u16::try_from(reservations)
@@ -40,6 +35,37 @@ pub(super) fn first_streams(opts: &ClientOptions, control_fd: std::os::fd::RawFd
                 .saturating_add(1),
         )
         .min(opts.max_streams.max(opts.streams))
+}
+
+/// The control connection's round-trip time so far (zero if unknown).
+fn control_rtt(control_fd: std::os::fd::RawFd) -> Duration {
+    tern_drs::TcpInfo::read(control_fd)
+        .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
+        .unwrap_or_default()
+}
+
+fn reservations(opts: &ClientOptions) -> usize {
+    match &opts.paths {
+        PathChoice::Given(specs) => specs.iter().filter(|s| s.reserved_bps.is_some()).count(),
+        _ => 0,
+    }
+}
+
+/// Paths this long and longer get their first data connections dialled
+/// while the session opens: the daemon has accepted the session a round
+/// trip before they reach it, so it counts them as that session's (on a
+/// short path they could arrive first and count against the handshake
+/// limits of their address), and a round trip saved is worth having.
+const EARLY_DIAL_RTT: Duration = Duration::from_millis(20);
+
+/// Whether a session whose opening went with the hello dials its first
+/// data connections at once: when they all take the control connection's
+/// path (no reservations, dialled rather than dialled back) and that path
+/// is long.
+pub(super) fn dials_early(opts: &ClientOptions, control_fd: std::os::fd::RawFd) -> bool {
+    matches!(opts.reach, super::Reach::Dial)
+        && reservations(opts) == 0
+        && control_rtt(control_fd) >= EARLY_DIAL_RTT
 }
 
 /// How each block is checked, from `--protect` and what was agreed.

@@ -55,7 +55,7 @@ impl std::fmt::Debug for SessionHook {
 
 /// The sessions a daemon is running, and counts of those it ran: what a
 /// live view and a metrics endpoint read. The daemon registers each
-/// session once its streams are up ([`LiveSessions::begin`]); the
+/// session once it is accepted ([`LiveSessions::begin`]); the
 /// returned guard takes it off the list when the session ends, counted as
 /// completed or failed.
 #[derive(Debug, Default)]
@@ -66,7 +66,8 @@ pub struct LiveSessions {
     pub started: AtomicU64,
     /// Sessions that completed.
     pub completed: AtomicU64,
-    /// Sessions that failed once their streams were up.
+    /// Sessions that failed once accepted (their streams not joining in
+    /// time included).
     pub failed: AtomicU64,
     /// Payload bytes this daemon sent in completed sessions.
     pub bytes_sent: AtomicU64,
@@ -327,8 +328,9 @@ pub struct LiveSession {
 }
 
 impl LiveSessions {
-    /// Registers a session whose streams are up; it stays listed until
-    /// the guard is dropped.
+    /// Registers a session (its streams as given, and those that join
+    /// later through [`LiveGuard::watcher`]); it stays listed until the
+    /// guard is dropped.
     pub fn begin(
         self: &Arc<Self>,
         peer: SocketAddr,

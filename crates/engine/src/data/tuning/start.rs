@@ -44,14 +44,6 @@ impl Tuners {
         for k in 0..self.slots.len() {
             self.start_receive(k);
         }
-        if let Some(each) = self.receive_started {
-            tracing::info!(
-                "receive buffers start at {:.1} MiB a stream, for the client's last rate over \
-                 this path ({:.0} Mbit/s)",
-                each as f64 / f64::from(1 << 20),
-                bps as f64 / 1e6
-            );
-        }
     }
 
     /// On a long path of known rate, starts receiving stream `k`'s receive
@@ -74,7 +66,18 @@ impl Tuners {
         }
         let bytes = receive_start(bps, rtt, streams);
         match slot.tuner.start_rcvbuf(bytes) {
-            Ok(true) => self.receive_started = slot.tuner.raised_rcvbuf,
+            Ok(true) => {
+                let first = self.receive_started.is_none();
+                self.receive_started = slot.tuner.raised_rcvbuf;
+                if let (true, Some(each)) = (first, self.receive_started) {
+                    tracing::info!(
+                        "receive buffers start at {:.1} MiB a stream, for the client's last rate \
+                         over this path ({:.0} Mbit/s)",
+                        each as f64 / f64::from(1 << 20),
+                        bps as f64 / 1e6
+                    );
+                }
+            }
             Ok(false) => {}
             Err(e) => tracing::debug!("stream {k}: cannot start the receive buffer: {e}"),
         }

@@ -14,24 +14,41 @@ use crate::data::stall::Watch;
 use crate::data::supply::{Indices, PendingJoins, Want, supply_streams};
 use crate::data::tuning::{Sampler, StreamSupply};
 
-/// Starts each of the first streams as it joins; the first that cannot
-/// join fails the session. Returns whether they all joined.
+/// Starts each of the first streams as it joins. A stream that cannot
+/// join carried nothing (the sender's marks for it stay at zero): the
+/// session goes on with the others, and fails with that stream's error
+/// only when none joined. (A small copy may even be over before the last
+/// of its streams could join, and the sender gone.) Returns whether they
+/// all joined.
 pub(super) async fn first_joins(
     shared: &Arc<RecvShared>,
     tasks: &Tasks,
     sampler: &Arc<Sampler>,
     mut pending: PendingJoins,
 ) -> bool {
-    while let Some(joined) = pending.next().await {
-        match joined {
-            Ok(j) => shared.start_reader(tasks, sampler, j),
+    let (mut joined, mut failed) = (0, None);
+    while let Some(next) = pending.next().await {
+        match next {
+            Ok(j) => {
+                joined += 1;
+                shared.start_reader(tasks, sampler, j);
+            }
             Err(e) => {
-                shared.failure.fail(e, &shared.wake);
-                return false;
+                if !shared.session.lock().expect("session").is_complete() {
+                    tracing::debug!("a data stream could not join: {e}");
+                }
+                failed.get_or_insert(e);
             }
         }
     }
-    true
+    match failed {
+        None => true,
+        Some(e) if joined == 0 => {
+            shared.failure.fail(e, &shared.wake);
+            false
+        }
+        Some(_) => false,
+    }
 }
 
 /// Once the first streams are in: takes the streams the sender asks for
