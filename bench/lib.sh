@@ -12,6 +12,7 @@
 #   TERN_LISTEN                           the caller, optional: tern serve's --listen (B0:TPORT)
 #   SERVER_TIMEOUT                        the caller: how long a server may live
 #   SSHDIR SPORT SSH_OPTS SSH_E           bench_sshd_setup
+#   EMU_PID                               lab_up (the emulator's pid, for cpu_snap)
 #   PIDS SPID CHILD LAB_UP FP             kept here
 # A script may define bench_cleanup_extra; the EXIT trap calls it after stopping
 # the measured command and before stopping the servers.
@@ -20,6 +21,7 @@ PIDS=()                # servers started here (the `timeout` wrapping each)
 declare -A SPID=()     # server name -> pid of the server process itself (for CPU)
 CHILD=""               # the measured command running now
 LAB_UP=0
+EMU_PID=x              # the emulator's pid while a lab is up (lab_up)
 MADE_RUN_SSHD=0
 FP=""                  # tern serve's certificate fingerprint
 NETNS_HOSTS_DIR=""     # /etc/netns/LAB-b, once bench_netns_hosts wrote it
@@ -54,6 +56,24 @@ proc_cpu() {  # user+system seconds of PID and its reaped children
     else
         echo nan
     fi
+}
+# The machine's CPU and the emulator's around a run, so that a report can tell a run the CPU
+# held back from one the path or the tool did (startup.sh, measure_a). cpu_snap: "BUSY/TOTAL
+# EMU", the machine's busy and total CPU seconds since boot over all cores (/proc/stat: busy
+# is the total less idle and iowait) and the emulator's user+system seconds (EMU_PID, which
+# lab_up sets; nan without one).
+cpu_snap() {
+    local m
+    m=$(awk -v t="$CLK_TCK" '$1 == "cpu" { for (i = 2; i <= 9; i++) s += $i
+        printf "%.2f/%.2f", (s - $5 - $6) / t, s / t; ok = 1; exit } END { if (!ok) print "nan" }' /proc/stat 2>/dev/null) || m=nan
+    printf '%s %s\n' "${m:-nan}" "$(proc_cpu "${EMU_PID:-}")"
+}
+busy_pct() {  # A B: the machine's busy share of all its cores between two cpu_snap readings, in %
+    awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, "/"); split(b, y, "/")
+        if (a == "nan" || b == "nan" || a == "" || b == "" || y[2] <= x[2]) print "nan"; else printf "%.1f", 100 * (y[1] - x[1]) / (y[2] - x[2]) }'
+}
+emu_pct() {  # E0 E1 WALL: the emulator's CPU between two cpu_snap readings, in % of one core
+    awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { if (a == "nan" || b == "nan" || a == "" || b == "" || t == "nan" || t <= 0) print "nan"; else printf "%.1f", 100 * (b - a) / t }'
 }
 
 # bench_args NAME ARGS...: the options every netlab benchmark takes: --quick, --write,
@@ -110,15 +130,17 @@ lab_down() {
     if [ "$LAB_UP" = 1 ]; then
         timeout 30 "$NETLAB" --lab "$LAB" down || log "netlab down failed for lab $LAB"
         LAB_UP=0
+        EMU_PID=x   # its pid may be reused: cpu_snap must not read another process
     fi
 }
-lab_up() {  # NAME ARGS...: (re)create the lab with `netlab up ARGS`; output in $LOGS/up-NAME.txt
+lab_up() {  # NAME ARGS...: (re)create the lab with `netlab up ARGS`; output in $LOGS/up-NAME.txt; sets EMU_PID
     local name=$1
     shift
     "$NETLAB" --lab "$LAB" down >/dev/null 2>&1 || true
     timeout 60 "$NETLAB" --lab "$LAB" up "$@" >"$LOGS/up-$name.txt" 2>&1 ||
         { cat "$LOGS/up-$name.txt" >&2; die "netlab up failed for $name"; }
     LAB_UP=1
+    EMU_PID=$(cat "/run/netlab/$LAB/emulator.pid" 2>/dev/null || echo x)
 }
 bench_cleanup() {
     local rc=$?
@@ -324,16 +346,19 @@ ensure_tern() {  # WHAT: start tern serve again if it has gone (noted in events.
 # --------------------------------------------------------------- timing in host A
 # measure_a SERVER SECS CMD...: run CMD in A under timeout and /usr/bin/time;
 # sets M_RC, M_WALL (s), M_CPU_A (client user+sys s, children included), M_CPU_B
-# (SERVER's, from /proc, reaped children included) and M_CMD. Output in
-# $LOGS/run.out and run.err, and appended to all-runs.out and all-runs.err.
+# (SERVER's, from /proc, reaped children included), M_BUSY (the machine's busy
+# share of all cores over the run, %), M_EMU (the emulator's CPU over the run, %
+# of one core) and M_CMD. Output in $LOGS/run.out and run.err, and appended to
+# all-runs.out and all-runs.err.
 measure_a() {
-    local srv=$1 secs=$2 s0 s1 t0 t1 spid _
+    local srv=$1 secs=$2 s0 s1 t0 t1 c0 c1 e0 e1 spid _
     shift 2
     M_CMD=$(quote "$@")
     spid=${SPID[$srv]:-}
     s0=$(proc_cpu "$spid")
     M_RC=0
     : >"$LOGS/run.err"
+    read -r c0 e0 <<<"$(cpu_snap)"
     t0=$(now)
     /usr/bin/time -o "$LOGS/time.txt" -f '%U %S' timeout "$secs" "$NETLAB" --lab "$LAB" exec A "$@" \
         >"$LOGS/run.out" 2>>"$LOGS/run.err" &
@@ -341,6 +366,8 @@ measure_a() {
     wait "$CHILD" || M_RC=$?
     CHILD=""
     t1=$(now)
+    # Before the wait for the servers below: the busy share covers the client's run only.
+    read -r c1 e1 <<<"$(cpu_snap)"
     # Let forking servers (sshd, GridFTP) reap their session processes, so
     # that /proc counts their CPU; after a killed client that can take longer.
     case "$srv" in
@@ -355,6 +382,8 @@ measure_a() {
     M_WALL=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
     M_CPU_A=$(tail -1 "$LOGS/time.txt" 2>/dev/null | awk 'NF == 2 { printf "%.2f", $1 + $2; ok = 1 } END { if (!ok) print "nan" }')
     M_CPU_B=$(awk -v a="$s0" -v b="$s1" 'BEGIN { if (a == "nan" || b == "nan") print "nan"; else printf "%.2f", b - a }')
+    M_BUSY=$(busy_pct "$c0" "$c1")
+    M_EMU=$(emu_pct "$e0" "$e1" "$M_WALL")
     { echo "== $M_CMD"; cat "$LOGS/run.out"; } >>"$LOGS/all-runs.out"
     { echo "== $M_CMD"; cat "$LOGS/run.err"; } >>"$LOGS/all-runs.err"
 }

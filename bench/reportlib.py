@@ -1,5 +1,6 @@
 """What the bench/*_report.py generators share: reading the scripts' TSV files,
-and splicing a report section into BENCHMARKS.md between its markers.
+splicing a report section into BENCHMARKS.md between its markers, and the reading
+of what held a run back (the path or the CPU).
 
 A section named NAME lies between `<!-- NAME:start -->` and `<!-- NAME:end -->`;
 each benchmark script owns one, and rewriting one keeps the rest of the file.
@@ -95,6 +96,26 @@ def tick(start, k, interval, stop=()):
     if delay > 0 and not stop:
         time.sleep(delay)
     return k
+
+
+# What held a run back, as the reports read it from the rate and the machine's CPU (a reading,
+# not a proof): a rate within 10 % of the capacity is the path's; a machine this busy over all
+# its cores had no CPU to give a faster run (the tools, the emulator and the kernel share it).
+PATH_SHARE = 0.9
+BUSY_PCT = 90
+
+
+def path_or_cpu(rate_bps, cap_bps, busy_pct):
+    """What held a run back, if the path or the CPU: "path (NN % of capacity)" when RATE_BPS
+    reached PATH_SHARE of CAP_BPS (0 or nan: no capacity, never the path), "path (NN % of
+    capacity; machine NN % busy)" if the machine was busy as well (the last 10 % may have been
+    the CPU's); else "CPU (machine NN % busy)" when the machine's busy share of all its cores
+    (busy_pct, %; nan: unknown) reached BUSY_PCT; else "" (the caller may know more)."""
+    busy = busy_pct >= BUSY_PCT  # False for nan
+    if cap_bps > 0 and rate_bps >= PATH_SHARE * cap_bps:
+        also = f"; machine {busy_pct:.0f} % busy" if busy else ""
+        return f"path ({100 * rate_bps / cap_bps:.0f} % of capacity{also})"
+    return f"CPU (machine {busy_pct:.0f} % busy)" if busy else ""
 
 
 def num(s):

@@ -1,7 +1,7 @@
 """Helpers and report of bench/startup.sh (issue 14: "a copy that ends when the network is done").
 
     python3 bench/startup.py sample SOCK NETLAB LAB BPIDS OUT MAXSECS   background counter sampler
-    python3 bench/startup.py snap ROOTPID EMUPID                         "server_cpu busy emu_cpu"
+    python3 bench/startup.py snap ROOTPID                                the server's CPU seconds
     python3 bench/startup.py analyze SAMPLES T0 T1                       one run's timing, as JSON
     python3 bench/startup.py report WORK OUT                             the Markdown report
 
@@ -16,9 +16,8 @@ queue drops, random drops, B's nl0 rx bytes (-1 if unknown). It ends on SIGTERM,
 MAXSECS, or when its parent goes away.
 
 snap: user+system seconds of ROOTPID and its live descendants, each with its reaped
-children (/proc/PID/stat fields 14-17), the machine's busy/total CPU seconds, all cores
-(/proc/stat: busy = user nice system irq softirq steal; total adds idle and iowait), and
-the emulator's CPU seconds.
+children (/proc/PID/stat fields 14-17). (The machine's busy share and the emulator's CPU
+come from cpu_snap in bench/lib.sh, as for bench/wan.sh.)
 
 Standard library only.
 """
@@ -33,7 +32,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reportlib import command_cleaner, num, read_lines, read_meta, read_tsv, tick  # noqa: E402
+from reportlib import command_cleaner, num, path_or_cpu, read_lines, read_meta, read_tsv, tick  # noqa: E402
 
 INTERVAL = 0.1       # sampling period, s
 WINDOW = 0.5         # the windowed rate for t90, s
@@ -113,7 +112,7 @@ def sample(sock, netlab, lab, bpids, out, maxsecs):
 
 
 # ------------------------------------------------------------------------ CPU snapshot
-def snap(root, emu):
+def snap(root):
     tck = os.sysconf("SC_CLK_TCK")
     procs = {}
     for d in os.listdir("/proc"):
@@ -123,9 +122,9 @@ def snap(root, emu):
             except OSError:
                 continue
             f = s[s.rindex(")") + 2:].split()
-            procs[int(d)] = (int(f[1]), sum(int(x) for x in f[11:15]), sum(int(x) for x in f[11:13]))
+            procs[int(d)] = (int(f[1]), sum(int(x) for x in f[11:15]))
     kids = {}
-    for p, (pp, _, _) in procs.items():
+    for p, (pp, _) in procs.items():
         kids.setdefault(pp, []).append(p)
     root = int(root) if root.isdigit() else -1
     if root in procs:
@@ -136,14 +135,9 @@ def snap(root, emu):
                 seen.add(p)
                 total += procs[p][1]
                 stack += kids.get(p, [])
-        cpu = "%.2f" % (total / tck)
+        print("%.2f" % (total / tck))
     else:
-        cpu = "nan"
-    c = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
-    busy = c[0] + c[1] + c[2] + c[5] + c[6] + c[7]
-    emu = int(emu) if emu.isdigit() else -1
-    ecpu = "%.2f" % (procs[emu][2] / tck) if emu in procs else "nan"
-    print(cpu, "%.2f/%.2f" % (busy / tck, sum(c) / tck), ecpu)
+        print("nan")
 
 
 # --------------------------------------------------------------------------- analysis
@@ -284,18 +278,15 @@ def likely_limit(r, cap_bps):
     cost = a.get("startup_cost", math.nan)
     if not math.isnan(cost) and cost > 0.3 and cost > 0.4 * over:
         parts.append(f"start-up (costs {cost:.1f} s; wall - limit = {over:.1f} s)")
-    if not math.isnan(final) and final >= 0.9 * cap_bps:
-        parts.append(f"then the path (final rate {100 * final / cap_bps:.0f} % of capacity)")
-    elif r["busy_pct"] >= 90:
-        parts.append(f"CPU ({r['busy_pct']:.0f} % of both cores busy)")
+    pc = path_or_cpu(final, cap_bps, r["busy_pct"])
+    if pc:
+        parts.append("then the " + pc if pc.startswith("path") else pc)
     elif drops:
         parts.append("losses")
     elif not math.isnan(final):
         parts.append(f"sender/window (final {100 * final / cap_bps:.0f} % of capacity, CPU {r['busy_pct']:.0f} %)")
     if drops:
         parts.append(f"{a.get('qdrops_ab', 0)} queue + {a.get('rdrops_ab', 0)} random drops A->B")
-    if r["busy_pct"] >= 90 and not parts[0].startswith("CPU"):
-        parts.append(f"machine {r['busy_pct']:.0f} % busy")
     if r["sync_wall"] > 0.05 * r["wall"]:
         parts.append(f"sync {r['sync_wall']:.1f} s")
     return "; ".join(parts) or "?"
@@ -504,8 +495,8 @@ def main():
     a = sys.argv[2:]
     if cmd == "sample" and len(a) == 6:
         sample(a[0], a[1], a[2], a[3], a[4], float(a[5]))
-    elif cmd == "snap" and len(a) == 2:
-        snap(a[0], a[1])
+    elif cmd == "snap" and len(a) == 1:
+        snap(a[0])
     elif cmd == "analyze" and len(a) == 3:
         print(json.dumps(analyze(a[0], float(a[1]), float(a[2])), default=str))
     elif cmd == "report" and len(a) == 2:

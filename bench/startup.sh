@@ -134,7 +134,7 @@ bounded() {  # SECS CMD...: CMD under timeout, in the background (Ctrl-C reaches
     CHILD=""
     return "$rc"
 }
-snap() { timeout 20 python3 "$PY" snap "${1:-x}" "${EMU_PID:-x}" 2>/dev/null || echo "nan nan nan"; }  # "server_cpu busy/total emu_cpu"
+snap() { timeout 20 python3 "$PY" snap "${1:-x}" 2>/dev/null || echo nan; }  # the server's CPU s, over its process tree
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "nan" || b == "nan" || a == "" || b == "") print "nan"; else printf "%.2f", b - a }'; }
 
 bench_meta_machine "$MODE"
@@ -163,7 +163,7 @@ bench_netns_hosts "127.0.0.1 localhost" "$B0 $(hostname) startup-b" "10.47.0.1 s
 run_copy() {
     local sc=$1 rep=$2 tool=$3 id=$4 srv=$5
     shift 5
-    local dstf=$DST/x.bin cmd note="" extra="" rc=0 s0 s1 s2 b0 b1 e0 e1 t0 t1 ts0 ts1 load1
+    local dstf=$DST/x.bin cmd note="" extra="" rc=0 s0 s2 b0 b1 e0 e1 t0 t1 ts0 ts1 load1
     local sync_wall=0 wall_client wall cpu_client samples="samples/$sc-$id-$rep.txt" _
     cmd=$(quote "$@")
     remember_raw "$cmd"
@@ -193,7 +193,8 @@ run_copy() {
         grep -q '^[0-9]' "$WORK/$samples" 2>/dev/null && break
         sleep 0.05
     done
-    read -r s0 b0 e0 <<<"$(snap "${SPID[$srv]:-x}")"
+    s0=$(snap "${SPID[$srv]:-x}")
+    read -r b0 e0 <<<"$(cpu_snap)"
     load1=$(cut -d' ' -f1 /proc/loadavg)
     : >"$LOGS/run.err"
     : >"$LOGS/time.txt"
@@ -204,7 +205,7 @@ run_copy() {
     wait "$CHILD" || rc=$?
     CHILD=""
     t1=$(now)
-    read -r _ b1 e1 <<<"$(snap "${SPID[$srv]:-x}")"
+    read -r b1 e1 <<<"$(cpu_snap)"
     sleep 0.3   # the last samples
     stop_pid "$SAMPLER"
     SAMPLER=""
@@ -226,7 +227,7 @@ run_copy() {
     if [ "$srv" = gridftp ]; then  # let the forked session end and be reaped, so its CPU counts
         for _ in $(seq 30); do pgrep -P "${SPID[gridftp]:-1}" >/dev/null 2>&1 || break; sleep 0.1; done
     fi
-    read -r s2 _ _ <<<"$(snap "${SPID[$srv]:-x}")"
+    s2=$(snap "${SPID[$srv]:-x}")
     wall=$(awk -v a="$wall_client" -v b="$sync_wall" 'BEGIN { printf "%.3f", a + b }')
     if [ -z "$note" ]; then
         if [ "$(stat -c %s "$dstf" 2>/dev/null || echo 0)" != "$BYTES" ]; then
@@ -245,9 +246,8 @@ run_copy() {
         cp "$LOGS/run.out" "$LOGS/$sc-$id-$rep.json"
     fi
     local busy emu
-    busy=$(awk -v a="$b0" -v b="$b1" 'BEGIN { split(a, x, "/"); split(b, y, "/")
-        if (a == "nan" || b == "nan" || y[2] <= x[2]) print "nan"; else printf "%.1f", 100 * (y[1] - x[1]) / (y[2] - x[2]) }')
-    emu=$(awk -v a="$e0" -v b="$e1" -v t="$wall_client" 'BEGIN { if (a == "nan" || b == "nan" || t <= 0) print "nan"; else printf "%.1f", 100 * (b - a) / t }')
+    busy=$(busy_pct "$b0" "$b1")
+    emu=$(emu_pct "$e0" "$e1" "$wall_client")
     result "$sc" "$tool" "$id" "$rep" "$cmd" "$BYTES" "$t0" "$t1" "$wall_client" "$sync_wall" "$wall" \
         "$cpu_client" "$(sub "$s0" "$s2")" "$busy" "$emu" "$load1" "$rc" "$note" "$extra" "$samples"
     if [ -n "$note" ]; then
@@ -296,8 +296,7 @@ for entry in "${SCENARIOS[@]}"; do
     fi
 
     remember_raw "$(quote "$NETLAB" --lab "$LAB" up --rtt "$RTT" --rate "$RATE" --mtu "$MTU")"
-    lab_up "$SC" --rtt "$RTT" --rate "$RATE" --mtu "$MTU"
-    EMU_PID=$(cat "/run/netlab/$LAB/emulator.pid" 2>/dev/null || echo x)
+    lab_up "$SC" --rtt "$RTT" --rate "$RATE" --mtu "$MTU"   # sets EMU_PID, for cpu_snap
     timeout 20 "$NETLAB" --lab "$LAB" status --json >"$WORK/status-$SC-start.json" || true
     # The socket buffer caps in force in the namespaces (net.core.* are per namespace and read-only there).
     read -r ra wa <<<"$(timeout 10 "$NETLAB" --lab "$LAB" exec A cat /proc/sys/net/core/rmem_max /proc/sys/net/core/wmem_max | tr '\n' ' ')"

@@ -60,7 +60,8 @@ SCENARIOS=(
     "t50|10 Gbit/s x 50 ms|--rtt 50 --rate 10000|10000|10000"
 )
 # t50 runs only when asked for (WAN_SCENARIOS="t50"): 10 Gbit/s is the
-# emulator's limit on 2 cores, so it measures the host as much as the tools.
+# emulator's limit on 2 cores, so it measures the host as much as the tools
+# (hence each row's busy share and the report's likely-limit column).
 WAN_SCENARIOS=${WAN_SCENARIOS:-lan g50 g100l m180 two}
 
 # ---------------------------------------------------------------- prerequisites
@@ -86,7 +87,10 @@ chown nobody "$WORK/xrd" 2>/dev/null || true
 
 bench_need_space $((DISK_MIB * 1024 * 2 + 512 * 1024))
 
-# results.tsv: scenario kind id command bps bytes wall cpu_a cpu_b cc note
+# results.tsv: scenario kind id command bps bytes wall cpu_a cpu_b cc note busy emu limit
+# busy: the machine's busy share of all cores over the run (%); emu: the emulator's CPU (% of
+# one core); limit: what tern's --json names as its limit (tuning.limit), "-" for the others.
+# Rows of runs that never started stop at note; the report reads missing fields as unknown.
 bench_tables
 SCEN=$WORK/scenarios.tsv    # id title args capacity path0
 : >"$SCEN"
@@ -150,12 +154,12 @@ iperf3_run() {  # SCEN ID ARGS...
     if [ "$bps" != nan ]; then
         bytes=$(json_get 'd["end"]["sum_received"]["bytes"]' <"$LOGS/run.out")
         cc=$(json_get 'd["end"].get("sender_tcp_congestion")' '?' <"$LOGS/run.out")
-        result "$sc" mem "$id" "$M_CMD" "$bps" "$bytes" "$M_WALL" "$M_CPU_A" "$M_CPU_B" "$cc" ""
-        log "  $id: $(mbit "$bps") (cc $cc)"
+        result "$sc" mem "$id" "$M_CMD" "$bps" "$bytes" "$M_WALL" "$M_CPU_A" "$M_CPU_B" "$cc" "" "$M_BUSY" "$M_EMU" -
+        log "  $id: $(mbit "$bps") (cc $cc; machine $M_BUSY % busy, emulator $M_EMU %)"
     else
         local why
         why=$(json_get 'd.get("error")' "$(fail_note)" <"$LOGS/run.out")
-        result "$sc" mem "$id" "$M_CMD" nan nan "$M_WALL" nan nan - "iperf3 failed: $why"
+        result "$sc" mem "$id" "$M_CMD" nan nan "$M_WALL" nan nan - "iperf3 failed: $why" "$M_BUSY" "$M_EMU" -
         log "  $id FAILED: $why"
         # iperf3 -s serves one test at a time and can wedge after a failure: restart it
         stop_server_named iperf3
@@ -163,7 +167,7 @@ iperf3_run() {  # SCEN ID ARGS...
     fi
 }
 tern_perf_run() {  # SCEN ID ARGS...
-    local sc=$1 id=$2 bps bytes
+    local sc=$1 id=$2 bps bytes tlimit
     shift 2
     ensure_tern "$sc, before $id" || { result "$sc" mem "$id" "tern perf" nan nan nan nan nan - "tern serve would not start"; return; }
     measure_a tern $((PERF_TIME + 60)) "$TERN" perf "tern://$B0:$TPORT" --time "$PERF_TIME" "$@" \
@@ -171,11 +175,12 @@ tern_perf_run() {  # SCEN ID ARGS...
     bps=$(json_get 'd["throughput_bps"]' <"$LOGS/run.out")
     if [ "$M_RC" = 0 ] && [ "$bps" != nan ]; then
         bytes=$(json_get 'd["bytes"]' <"$LOGS/run.out")
+        tlimit=$(json_get 'd["tuning"]["limit"]' '?' <"$LOGS/run.out")
         cp "$LOGS/run.out" "$LOGS/$sc-$id.json"
-        result "$sc" mem "$id" "$M_CMD" "$bps" "$bytes" "$M_WALL" "$M_CPU_A" "$M_CPU_B" "$SCEN_CC" ""
-        log "  $id: $(mbit "$bps") (network $(mbit "$(json_get 'd.get("network_throughput_bps")' <"$LOGS/run.out")"))"
+        result "$sc" mem "$id" "$M_CMD" "$bps" "$bytes" "$M_WALL" "$M_CPU_A" "$M_CPU_B" "$SCEN_CC" "" "$M_BUSY" "$M_EMU" "$tlimit"
+        log "  $id: $(mbit "$bps") (network $(mbit "$(json_get 'd.get("network_throughput_bps")' <"$LOGS/run.out")"); limit $tlimit; machine $M_BUSY % busy, emulator $M_EMU %)"
     else
-        result "$sc" mem "$id" "$M_CMD" nan nan "$M_WALL" nan nan - "tern perf failed: $(fail_note)"
+        result "$sc" mem "$id" "$M_CMD" nan nan "$M_WALL" nan nan - "tern perf failed: $(fail_note)" "$M_BUSY" "$M_EMU" -
         log "  $id FAILED: $(fail_note)"
     fi
 }
@@ -189,28 +194,29 @@ guc_mem_run() {  # SCEN ID ARGS...: GridFTP B -> A, /dev/zero to /dev/null, a fi
         "ftp://$B0:$GPORT/dev/zero" file:///dev/null
     if [ "$M_RC" = 0 ]; then
         bps=$(awk -v n="$GUC_LEN" -v t="$M_WALL" 'BEGIN { printf "%.0f", n * 8 / t }')
-        result "$sc" mem "$id" "$M_CMD" "$bps" "$GUC_LEN" "$M_WALL" "$M_CPU_A" "$M_CPU_B" "$SCEN_CC" ""
-        log "  $id: $(mbit "$bps")"
+        result "$sc" mem "$id" "$M_CMD" "$bps" "$GUC_LEN" "$M_WALL" "$M_CPU_A" "$M_CPU_B" "$SCEN_CC" "" "$M_BUSY" "$M_EMU" -
+        log "  $id: $(mbit "$bps") (machine $M_BUSY % busy, emulator $M_EMU %)"
     else
-        result "$sc" mem "$id" "$M_CMD" nan nan "$M_WALL" nan nan - "globus-url-copy failed: $(fail_note)"
+        result "$sc" mem "$id" "$M_CMD" nan nan "$M_WALL" nan nan - "globus-url-copy failed: $(fail_note)" "$M_BUSY" "$M_EMU" -
         log "  $id FAILED: $(fail_note)"
     fi
 }
 disk_run() {  # SCEN ID SERVER DSTFILE CMD...: one verified copy of $SRC
-    local sc=$1 id=$2 srv=$3 dst=$4 bps note="" got
+    local sc=$1 id=$2 srv=$3 dst=$4 bps note="" got tlimit=-
     shift 4
     rm -rf "${DST:?}"/* "$DST"/.[!.]* 2>/dev/null || true
     if [ "$srv" = tern ]; then ensure_tern "$sc, before $id" || true; fi
     local limit=$DISK_TIMEOUT ab0=nan ab1
     if [ "$srv" = tern ]; then limit=$TERN_DISK_TIMEOUT; else ab0=$(ab_bytes); fi
     measure_a "$srv" "$limit" "$@"
+    if [ "$srv" = tern ] && [ "$M_RC" = 0 ]; then tlimit=$(json_get 'd["tuning"]["limit"]' '?' <"$LOGS/run.out"); fi
     if [ "$M_RC" = 0 ]; then
         if cmp -s "$SRC" "$dst"; then
             bps=$(awk -v n="$DISK_BYTES" -v t="$M_WALL" 'BEGIN { printf "%.0f", n * 8 / t }')
-            result "$sc" disk "$id" "$M_CMD" "$bps" "$DISK_BYTES" "$M_WALL" "$M_CPU_A" "$M_CPU_B" "$SCEN_CC" ""
-            log "  $id: $(mbit "$bps") in ${M_WALL}s, verified"
+            result "$sc" disk "$id" "$M_CMD" "$bps" "$DISK_BYTES" "$M_WALL" "$M_CPU_A" "$M_CPU_B" "$SCEN_CC" "" "$M_BUSY" "$M_EMU" "$tlimit"
+            log "  $id: $(mbit "$bps") in ${M_WALL}s, verified (machine $M_BUSY % busy)"
         else
-            result "$sc" disk "$id" "$M_CMD" nan nan "$M_WALL" nan nan - "copy differs from the source (or is missing)"
+            result "$sc" disk "$id" "$M_CMD" nan nan "$M_WALL" nan nan - "copy differs from the source (or is missing)" "$M_BUSY" "$M_EMU" -
             log "  $id FAILED: copy differs from the source"
         fi
     elif [ "$M_RC" = 124 ] && [ "$srv" != tern ] && [ "$ab0" != nan ] && ab1=$(ab_bytes) && [ "$ab1" != nan ]; then
@@ -219,10 +225,10 @@ disk_run() {  # SCEN ID SERVER DSTFILE CMD...: one verified copy of $SRC
         got=$((ab1 - ab0))
         bps=$(awk -v n="$got" -v t="$M_WALL" 'BEGIN { printf "%.0f", n * 8 / t }')
         note="partial: killed at ${DISK_TIMEOUT} s after about $((got / 1048576)) of $DISK_MIB MiB; rate = IP bytes the emulator carried A->B during the run / time (headers and retransmissions included); not verified"
-        result "$sc" disk "$id" "$M_CMD" "$bps" "$got" "$M_WALL" "$M_CPU_A" "$M_CPU_B" "$SCEN_CC" "$note"
+        result "$sc" disk "$id" "$M_CMD" "$bps" "$got" "$M_WALL" "$M_CPU_A" "$M_CPU_B" "$SCEN_CC" "$note" "$M_BUSY" "$M_EMU" -
         log "  $id: ~$(mbit "$bps") ($note)"
     else
-        result "$sc" disk "$id" "$M_CMD" nan nan "$M_WALL" nan nan - "$(fail_note)"
+        result "$sc" disk "$id" "$M_CMD" nan nan "$M_WALL" nan nan - "$(fail_note)" "$M_BUSY" "$M_EMU" -
         log "  $id FAILED: $(fail_note)"
         tail -3 "$LOGS/run.err" >&2 || true
     fi

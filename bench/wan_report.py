@@ -11,9 +11,10 @@ import math
 import os
 import sys
 
-from reportlib import command_cleaner, markers, num, read_lines, read_tsv, splice
+from reportlib import BUSY_PCT, PATH_SHARE, command_cleaner, markers, num, path_or_cpu, read_lines, read_tsv, splice
 
 START, END = markers("wan")
+T50_GOAL = 0.9  # issue 14: on t50, tern perf with no flags >= 0.9 x the best iperf3 (CPU permitting)
 
 
 def main(work, out_path):
@@ -22,10 +23,12 @@ def main(work, out_path):
         meta[k] = v[0] if v else ""
     rows = []
     for r in read_tsv(os.path.join(work, "results.tsv")):
-        r += [""] * (11 - len(r))
-        sc, kind, rid, cmd, bps, nbytes, wall, cpu_a, cpu_b, cc, note = r[:11]
+        # Rows from before busy, emu and limit, and of runs that never started, lack them: unknown.
+        r += [""] * (14 - len(r))
+        sc, kind, rid, cmd, bps, nbytes, wall, cpu_a, cpu_b, cc, note, busy, emu, tlimit = r[:14]
         rows.append(dict(sc=sc, kind=kind, id=rid, cmd=cmd, bps=num(bps), bytes=num(nbytes),
-                         wall=num(wall), cpu_a=num(cpu_a), cpu_b=num(cpu_b), cc=cc, note=note))
+                         wall=num(wall), cpu_a=num(cpu_a), cpu_b=num(cpu_b), cc=cc, note=note,
+                         busy=num(busy), emu=num(emu), tlimit=tlimit))
     scens = [dict(id=s[0], title=s[1], up=s[2], cap=float(s[3]), cap0=float(s[4]))
              for s in read_tsv(os.path.join(work, "scenarios.tsv"))]
     events = read_lines(os.path.join(work, "events.txt"))
@@ -62,6 +65,24 @@ def main(work, out_path):
             return "-"
         return f"{x / y:.2f}"
 
+    def cpu_shares(r):
+        if math.isnan(r["busy"]) and math.isnan(r["emu"]):
+            return "-"
+        f = lambda x: "?" if math.isnan(x) else f"{x:.0f}"
+        return f"{f(r['busy'])} / {f(r['emu'])}"
+
+    def likely_limit(r, cap0):
+        """The path (against path 0, the one every tool uses) or the CPU, else what tern's own
+        report names; "?" when nothing tells, "" for a run with no rate."""
+        if math.isnan(r["bps"]):
+            return ""
+        pc = path_or_cpu(r["bps"], cap0 * 1e6, r["busy"])
+        if pc:
+            return pc
+        if r["tlimit"] not in ("", "-", "?", "unknown"):
+            return f"`{r['tlimit']}` (tern --json)"
+        return "?"
+
     wiz_ids = lambda sc: [r for r in rows if r["sc"] == sc and r["id"].startswith("iperf3-P")]
 
     def wizard(sc):
@@ -87,6 +108,31 @@ def main(work, out_path):
     def row_for(sc, rid):
         return wizard(sc) if rid == "wizard" else get(sc, rid)
 
+    def sweep_name(r):
+        return r["id"].replace("iperf3-", "-").replace("-w", " -w ")
+
+    def t50_goal(s):
+        """Issue 14's must-show on t50: tern perf with no flags against the best iperf3 run
+        (the default one included), and what held each back: the goal holds CPU permitting."""
+        sc, cap0 = s["id"], s["cap0"]
+        t = get(sc, "tern-perf-default")
+        ok = [r for r in rows if r["sc"] == sc and r["id"].startswith("iperf3") and not math.isnan(r["bps"])]
+        best = max(ok, key=lambda r: r["bps"]) if ok else None
+        q = t["bps"] / best["bps"] if t and best and best["bps"] > 0 else math.nan
+        tl = likely_limit(t, cap0) if t else ""
+        if math.isnan(q):
+            verdict = "n/a"
+        elif q >= T50_GOAL:
+            verdict = "PASS"
+        else:
+            verdict = "FAIL" + (" (the tern run was CPU-bound; the goal holds CPU permitting)"
+                                if tl.startswith("CPU") else "")
+        cfg = "none ran" if best is None else "default" if best["id"] == "iperf3-default" else sweep_name(best)
+        return (f"**Issue 14 on {s['title']}:** `tern perf` with no flags / the best iperf3 ({cfg}) = "
+                f"{mbit(t)} / {mbit(best)} Mbit/s = **{'n/a' if math.isnan(q) else f'{q:.2f}'}** "
+                f"(goal >= {T50_GOAL}: **{verdict}**). Likely limit of the tern run: {tl or 'n/a'}; "
+                f"of the iperf3 run: {(likely_limit(best, cap0) if best else '') or 'n/a'}.")
+
     quick = meta["mode"] == "quick"
     L = [START, "", "## WAN paths (netlab)" + (" — QUICK RUN" if quick else ""), ""]
     if quick:
@@ -105,6 +151,9 @@ def main(work, out_path):
     L += ["`~` marks a copy killed at its time limit; its rate is the data that had crossed the path by "
           "then divided by the time (not verified). The first six rows are memory to memory, the rest "
           "disk to disk.", ""]
+    L += [t50_goal(s) for s in scens if s["id"] == "t50"]
+    if L[-1] != "":
+        L.append("")
 
     # Setup.
     st0 = None
@@ -157,6 +206,18 @@ def main(work, out_path):
           "included). The emulator's own CPU is not counted. `x tern default` compares with "
           "`tern perf` default (memory rows) or `tern cp` default (disk rows); above 1 means faster "
           "than tern.",
+          f"- busy % machine / emulator: the machine's busy share of all its {meta['nproc']} cores "
+          "over the run (`/proc/stat`: all but idle and iowait, from just before the client starts to "
+          "its exit; everything counts: both hosts, the emulator, the kernel) / the emulator's CPU over "
+          "the run in % of one core (`/proc/PID/stat` of `netlab emulate`; one thread per direction, so "
+          "it can pass 100). **Likely limit** (a reading, not a proof): `path (NN % of capacity)` when "
+          f"the rate is at least {100 * PATH_SHARE:.0f} % of path 0's capacity (the path every tool "
+          "uses; never on the LAN, which has no rate limit), with the machine's busy share beside it "
+          f"when that is {BUSY_PCT} % or more; else `CPU (machine NN % busy)` when the machine was at "
+          f"least {BUSY_PCT} % busy; else, for tern, the limit its own `--json` report names "
+          "(`tuning.limit`: `network`, `send_buffer`, `receive_window`, `receiver`, `application`); "
+          "else `?`. Disk rows' times include setup and verification, so they reach the path's share "
+          "less often.",
           "- The runs within a scenario are interleaved (iperf3, tern, the iperf3 sweep with tern "
           "-P 8 after its -P 1 runs, GridFTP; then tern cp, GridFTP, tern cp -P 8, GridFTP tuned, xrdcp, "
           "rsync, scp), one run each.", ""]
@@ -202,8 +263,9 @@ def main(work, out_path):
             pass
         capnote = "unlimited (no ratio)" if cap == 0 else f"{cap:.0f} Mbit/s"
         L += ["", f"Capacity: {capnote}.", "",
-              "| tool | command (in A) | Mbit/s | x capacity | x tern default | CPU s/GB (A + B) | cc |",
-              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+              "| tool | command (in A) | Mbit/s | x capacity | x tern default | CPU s/GB (A + B) | cc "
+              "| busy % machine / emulator | likely limit |",
+              "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
         base = {"mem": get(sc, "tern-perf-default"), "disk": get(sc, "tern-cp-default")}
         notes = []
         for kind, rid, label in labels:
@@ -216,13 +278,14 @@ def main(work, out_path):
             lab = label
             if rid == "wizard":
                 lab = f"iperf3 \"wizard\" (best of {len(wiz_ids(sc))})"
-            L.append(f"| {lab} | `{clean(r['cmd'])}` | {mbit(r)} | {capr} | {tr} | {cpu_per_gb(r)} | {r['cc']} |")
+            L.append(f"| {lab} | `{clean(r['cmd'])}` | {mbit(r)} | {capr} | {tr} | {cpu_per_gb(r)} | {r['cc']} "
+                     f"| {cpu_shares(r)} | {likely_limit(r, cap0)} |")
             if r["note"]:
                 notes.append(f"{label}: {r['note']}")
         wz = [r for r in wiz_ids(sc)]
         if wz:
             L += ["", "iperf3 sweep: " + ", ".join(
-                r["id"].replace("iperf3-", "-").replace("-w", " -w ") + " "
+                sweep_name(r) + " "
                 + ("failed" if math.isnan(r["bps"]) else "%.0f" % (r["bps"] / 1e6)) for r in wz) + " Mbit/s."]
             for r in wz:
                 if r["note"]:
