@@ -286,3 +286,42 @@ async fn a_receiver_answers_announcements_before_its_first_stream_has_joined() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_s_stream_that_cannot_join_fails_an_unfinished_session() {
+    // Its sender may already have written to it (data follows the join),
+    // so a receiver cannot go on without it: the session fails with the
+    // join's own error, as it would have failed its opening.
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Arc::new(FsSink::new(Root::Ambient, dir.path().join("out.bin"), 1).unwrap());
+    let (cb, _sender_control) = tokio::io::duplex(1 << 16);
+    let (_a, b) = tokio::io::duplex(1 << 16);
+    let joined = async move { Ok(Joined::pipe(0, Box::new(b))) };
+    let refused = async {
+        Err(Error::Protocol(
+            "the server refused data connection 1".into(),
+        ))
+    };
+    let pending = PendingJoins::new([
+        Box::pin(joined) as std::pin::Pin<Box<dyn Future<Output = Result<Joined>> + Send>>,
+        Box::pin(refused),
+    ]);
+    let mut p = params(SkipExisting::Never);
+    p.streams = 2;
+    p.max_streams = 2;
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        run_receiver(
+            Control::new(Box::new(cb)),
+            FirstStreams::Joining(pending),
+            StreamSupply::Fixed,
+            sink,
+            p,
+            Arc::new(Progress::default()),
+        ),
+    )
+    .await
+    .expect("the session ends");
+    let e = r.expect_err("no session without its stream");
+    assert!(e.to_string().contains("refused data connection 1"), "{e}");
+}

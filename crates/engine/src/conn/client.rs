@@ -451,6 +451,15 @@ async fn open(ep: &Endpoint, opts: &ClientOptions, mode: SessionMode) -> Result<
     let max_streams = agreed.max_streams;
     let accept_streams = agreed.streams;
     let plan = path_plan(opts, &route, (local, peer), &agreed);
+    // A session the daemon held (busy) may have outlived them.
+    let early_streams = early_streams.filter(|e| {
+        if !e.fresh() {
+            tracing::debug!(
+                "the session was accepted late: its early data connections are dialled again"
+            );
+        }
+        e.fresh()
+    });
     if let Some(early) = &early_streams {
         early.keep(accept_streams);
     }

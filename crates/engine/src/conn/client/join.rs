@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tern_proto::data::JOIN_REPLY_LEN;
 use tern_proto::{DataJoin, JoinReply, Protect};
@@ -89,7 +89,15 @@ impl Dialer {
 /// again the usual way.
 pub(super) struct EarlyStreams {
     dialled: Mutex<Vec<Option<JoinHandle<Result<Secured>>>>>,
+    /// When they were dialled: a daemon that held the session request (all
+    /// its session slots busy) closes them at its handshake deadline.
+    since: Instant,
 }
+
+/// Early connections older than this when the session is accepted are
+/// closed and dialled again: a daemon closes a connection that has not
+/// joined within its handshake timeout (5 s by default).
+pub(super) const EARLY_STREAMS_FRESH: Duration = Duration::from_secs(2);
 
 impl EarlyStreams {
     /// Dials `n` connections in the background.
@@ -100,7 +108,13 @@ impl EarlyStreams {
             .collect();
         EarlyStreams {
             dialled: Mutex::new(dialled),
+            since: Instant::now(),
         }
+    }
+
+    /// Whether they are still fresh enough to join with.
+    pub(super) fn fresh(&self) -> bool {
+        self.since.elapsed() <= EARLY_STREAMS_FRESH
     }
 
     /// Closes those the session will not use: from index `n` on.

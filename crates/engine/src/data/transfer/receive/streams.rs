@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -14,40 +15,46 @@ use crate::data::stall::Watch;
 use crate::data::supply::{Indices, PendingJoins, Want, supply_streams};
 use crate::data::tuning::{Sampler, StreamSupply};
 
-/// Starts each of the first streams as it joins. A stream that cannot
-/// join carried nothing (the sender's marks for it stay at zero): the
-/// session goes on with the others, and fails with that stream's error
-/// only when none joined. (A small copy may even be over before the last
-/// of its streams could join, and the sender gone.) Returns whether they
-/// all joined.
+/// How long a first stream that could not join waits for the session to
+/// turn out complete before it fails the session: a small copy may be
+/// done before its last stream could join, its sender gone meanwhile.
+const DONE_WITHOUT_IT: Duration = Duration::from_secs(2);
+
+/// Starts each of the first streams as it joins. One that cannot join
+/// fails the session, as it would have failed its opening (its sender may
+/// already have written to it, and counts it), unless the session is
+/// complete without it. Returns whether they all joined.
 pub(super) async fn first_joins(
     shared: &Arc<RecvShared>,
     tasks: &Tasks,
     sampler: &Arc<Sampler>,
     mut pending: PendingJoins,
 ) -> bool {
-    let (mut joined, mut failed) = (0, None);
     while let Some(next) = pending.next().await {
         match next {
-            Ok(j) => {
-                joined += 1;
-                shared.start_reader(tasks, sampler, j);
-            }
+            Ok(j) => shared.start_reader(tasks, sampler, j),
             Err(e) => {
-                if !shared.session.lock().expect("session").is_complete() {
-                    tracing::debug!("a data stream could not join: {e}");
+                if !complete_within(shared, DONE_WITHOUT_IT).await {
+                    shared.failure.fail(e, &shared.wake);
                 }
-                failed.get_or_insert(e);
+                return false;
             }
         }
     }
-    match failed {
-        None => true,
-        Some(e) if joined == 0 => {
-            shared.failure.fail(e, &shared.wake);
-            false
+    true
+}
+
+/// Whether the session completes within `grace` (false once it failed).
+async fn complete_within(shared: &RecvShared, grace: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + grace;
+    loop {
+        let notified = shared.wake.notified();
+        if shared.session.lock().expect("session").is_complete() {
+            return true;
         }
-        Some(_) => false,
+        if shared.failure.is_set() || tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return false;
+        }
     }
 }
 
