@@ -110,6 +110,12 @@ pub struct TcpInfo {
 }
 
 impl TcpInfo {
+    /// The path's round-trip time: the kernel's minimum where it reports
+    /// one, else its smoothed RTT.
+    pub fn path_rtt(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(u64::from(self.min_rtt_us.unwrap_or(self.rtt_us)))
+    }
+
     /// Bytes written to the socket and not yet delivered: not sent, or
     /// sent and not acknowledged.
     pub fn undelivered_bytes(&self) -> u64 {

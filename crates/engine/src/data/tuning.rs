@@ -284,7 +284,7 @@ impl Tuners {
             self.congestion_seen = tern_drs::socket::congestion(fd).ok();
         }
         let rtt = tern_drs::TcpInfo::read(fd)
-            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
+            .map(|i| i.path_rtt())
             .unwrap_or_default();
         let ends = path_ends(&probe);
         let reserved = self

@@ -40,7 +40,7 @@ pub(super) fn first_streams(opts: &ClientOptions, control_fd: std::os::fd::RawFd
 /// The control connection's round-trip time so far (zero if unknown).
 fn control_rtt(control_fd: std::os::fd::RawFd) -> Duration {
     tern_drs::TcpInfo::read(control_fd)
-        .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
+        .map(|i| i.path_rtt())
         .unwrap_or_default()
 }
 

@@ -59,7 +59,7 @@ impl Tuners {
             return;
         };
         let rtt = tern_drs::TcpInfo::read(slot._probe.as_raw_fd())
-            .map(|i| Duration::from_micros(u64::from(i.min_rtt_us.unwrap_or(i.rtt_us))))
+            .map(|i| i.path_rtt())
             .unwrap_or_default();
         if rtt < LONG_PATH_RTT {
             return;
