@@ -378,6 +378,10 @@ impl BlockWrite for FillingWriter {
         self.inner.read_at(offset, buf)
     }
 
+    fn direct_bytes(&self) -> u64 {
+        self.inner.direct_bytes()
+    }
+
     fn commit(&self) -> crate::Result<()> {
         self.inner.commit()
     }

@@ -37,10 +37,10 @@ use crate::{Error, Result};
 /// Label for the keying material that keys `safe`-mode block MACs.
 pub const BLOCK_MAC_LABEL: &[u8] = b"EXPORTER-tern-block-mac";
 
-/// ring's suites, AES-128-GCM first: as safe for bulk data as AES-256 and
-/// markedly faster, and the data path of `private` mode is TLS-bound.
+/// aws-lc-rs's suites, AES-128-GCM first: as safe for bulk data as AES-256
+/// and markedly faster, and the data path of `private` mode is TLS-bound.
 fn provider() -> Arc<CryptoProvider> {
-    let mut p = rustls::crypto::ring::default_provider();
+    let mut p = rustls::crypto::aws_lc_rs::default_provider();
     p.cipher_suites.sort_by_key(|s| match s.suite() {
         rustls::CipherSuite::TLS13_AES_128_GCM_SHA256 => 0,
         rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256

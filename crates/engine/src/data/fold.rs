@@ -28,6 +28,7 @@ use tern_proto::ChecksumAlg;
 use tokio::sync::Notify;
 
 use crate::integrity::FileDigest;
+use crate::store::blockbuf::BlockBuf;
 
 /// Bytes a session may hold ahead of the cursors, over all files, before a
 /// fold spoils.
@@ -42,7 +43,7 @@ pub(crate) struct Folds {
     alg: ChecksumAlg,
     files: Mutex<Slots>,
     /// Buffers of released blocks, for reuse.
-    spare: Mutex<Vec<Vec<u8>>>,
+    spare: Mutex<Vec<BlockBuf>>,
     /// Bytes held over all files.
     held: Mutex<usize>,
     held_cap: usize,
@@ -93,7 +94,7 @@ struct Fold {
     digest: FileDigest,
     cursor: u64,
     /// Blocks ahead of the cursor: buffer and length, by offset.
-    ahead: BTreeMap<u64, (Vec<u8>, usize)>,
+    ahead: BTreeMap<u64, (BlockBuf, usize)>,
     ahead_bytes: usize,
     spoiled: bool,
     /// When the cursor last moved (or the fold began).
@@ -176,9 +177,9 @@ impl Folds {
         &self,
         file_id: u32,
         offset: u64,
-        buf: Vec<u8>,
+        buf: BlockBuf,
         len: usize,
-    ) -> Vec<u8> {
+    ) -> BlockBuf {
         let Some(slot) = self.slot(file_id) else {
             return buf;
         };
@@ -225,8 +226,7 @@ impl Folds {
             return;
         }
         let mut copy = self.spare_buffer(data.len());
-        copy.truncate(data.len());
-        copy.copy_from_slice(data);
+        copy[..data.len()].copy_from_slice(data);
         fold.ahead.insert(offset, (copy, data.len()));
     }
 
@@ -279,16 +279,16 @@ impl Folds {
         self.progress.notify_waiters();
     }
 
-    fn spare_buffer(&self, len: usize) -> Vec<u8> {
+    fn spare_buffer(&self, len: usize) -> BlockBuf {
         let found = {
             let mut spare = self.spare.lock().expect("spare");
             let at = spare.iter().position(|b| b.len() >= len);
             at.map(|i| spare.swap_remove(i))
         };
-        found.unwrap_or_else(|| vec![0u8; len])
+        found.unwrap_or_else(|| BlockBuf::zeroed(len))
     }
 
-    fn recycle(&self, buf: Vec<u8>) {
+    fn recycle(&self, buf: BlockBuf) {
         let mut spare = self.spare.lock().expect("spare");
         if spare.len() < SPARE_BUFFERS {
             spare.push(buf);

@@ -32,6 +32,7 @@
 //! the peer are dropped unless this end's user asked to keep them.
 
 mod beneath;
+mod direct;
 mod sink;
 mod source;
 
@@ -113,6 +114,10 @@ pub trait BlockWrite: Send + Sync {
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
     /// Reads back written bytes (for the receiver's whole-file digest).
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Bytes written so far with direct I/O, past the page cache.
+    fn direct_bytes(&self) -> u64 {
+        0
+    }
     /// Applies mode and mtime, flushes to stable storage, renames the file
     /// into place and flushes its directory: once this returns, the file
     /// is durable at its final name.

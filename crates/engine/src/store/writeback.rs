@@ -7,8 +7,9 @@
 //! Only `sync_file_range(SYNC_FILE_RANGE_WRITE)` is used: it starts
 //! write-back without waiting for it and guarantees nothing by itself; the
 //! file's durability still comes from the flush before its rename
-//! ([`crate::store::commit`]). Pages stay in the page cache (the whole-file
-//! digest reads them back). The one system call has no safe wrapper in
+//! ([`crate::store::commit`]). Pages stay in the page cache (a whole-file
+//! digest whose fold gave up reads them back). Blocks written with direct
+//! I/O (`fsio/direct.rs`) leave nothing to write back. The one system call has no safe wrapper in
 //! `rustix`, hence the `unsafe` here and nowhere else in the store.
 #![allow(unsafe_code)]
 

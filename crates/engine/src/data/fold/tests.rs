@@ -3,6 +3,13 @@ use crate::integrity::digest_of;
 
 const BLOCK: usize = 1000;
 
+/// A block buffer holding `data`.
+fn owned(data: &[u8]) -> BlockBuf {
+    let mut b = BlockBuf::zeroed(data.len());
+    b.copy_from_slice(data);
+    b
+}
+
 fn data(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
 }
@@ -36,7 +43,7 @@ fn owned_blocks_in_any_order_fold_to_the_files_digest() {
             let folds = Folds::new(alg);
             for offset in shuffled(file.len(), seed) {
                 let b = block(&file, offset);
-                let mut buf = vec![0u8; BLOCK];
+                let mut buf = BlockBuf::zeroed(BLOCK);
                 buf[..b.len()].copy_from_slice(b);
                 let back = folds.feed_owned(7, offset, buf, b.len());
                 assert_eq!(back.len(), BLOCK, "a buffer of the block's size comes back");
@@ -120,7 +127,7 @@ fn over_the_cap_a_fold_spoils_and_the_rest_is_read_from_its_cursor() {
     // Blocks 0..5 in order, then 7.. ahead of a missing 5 and 6.
     for i in (0..5).chain(7..20) {
         let offset = (i * BLOCK) as u64;
-        folds.feed_owned(9, offset, block(&file, offset).to_vec(), BLOCK);
+        folds.feed_owned(9, offset, owned(block(&file, offset)), BLOCK);
     }
     assert_eq!(
         folds.standing(9),
@@ -139,7 +146,7 @@ fn over_the_cap_a_fold_spoils_and_the_rest_is_read_from_its_cursor() {
     digest.update(&file[cursor as usize..]);
     assert_eq!(digest.finish(), digest_of(ChecksumAlg::Sha256, &file));
     // A repair fed after the take is ignored.
-    let back = folds.feed_owned(9, 6 * BLOCK as u64, vec![0; BLOCK], BLOCK);
+    let back = folds.feed_owned(9, 6 * BLOCK as u64, BlockBuf::zeroed(BLOCK), BLOCK);
     assert_eq!(back.len(), BLOCK);
     assert_eq!(*folds.held.lock().unwrap(), 0);
 }
@@ -150,14 +157,14 @@ fn duplicates_and_excluded_files_do_not_change_a_digest() {
     let folds = Folds::new(ChecksumAlg::Crc32c);
     for offset in [BLOCK, BLOCK, 0, 0, 2 * BLOCK, 3 * BLOCK, BLOCK] {
         let offset = offset as u64;
-        folds.feed_owned(2, offset, block(&file, offset).to_vec(), BLOCK);
+        folds.feed_owned(2, offset, owned(block(&file, offset)), BLOCK);
     }
     assert_eq!(
         folds.finished(2, file.len() as u64),
         Some(digest_of(ChecksumAlg::Crc32c, &file))
     );
     folds.exclude(4);
-    folds.feed_owned(4, 0, file[..BLOCK].to_vec(), BLOCK);
+    folds.feed_owned(4, 0, owned(&file[..BLOCK]), BLOCK);
     assert_eq!(folds.standing(4), Standing::Spoiled { cursor: 0 });
     let (digest, cursor) = folds.take(4);
     assert_eq!(
@@ -170,7 +177,7 @@ fn duplicates_and_excluded_files_do_not_change_a_digest() {
 fn a_fold_short_of_the_size_is_not_finished() {
     let file = data(3 * BLOCK);
     let folds = Folds::new(ChecksumAlg::Adler32);
-    folds.feed_owned(5, 0, file[..BLOCK].to_vec(), BLOCK);
+    folds.feed_owned(5, 0, owned(&file[..BLOCK]), BLOCK);
     assert_eq!(folds.finished(5, file.len() as u64), None);
     assert!(
         matches!(folds.standing(5), Standing::Folding { cursor, .. } if cursor == BLOCK as u64)
@@ -213,7 +220,7 @@ fn an_ended_fold_frees_its_state_and_ignores_later_blocks() {
             block(&file, 2 * BLOCK as u64),
             Duration::ZERO,
         );
-        let back = folds.feed_owned(id, BLOCK as u64, vec![0u8; BLOCK], BLOCK);
+        let back = folds.feed_owned(id, BLOCK as u64, BlockBuf::zeroed(BLOCK), BLOCK);
         assert_eq!(back.len(), BLOCK);
         assert_eq!(folds.standing(id), Standing::Spoiled { cursor: 0 });
         assert_eq!(folds.finished(id, file.len() as u64), None);

@@ -31,15 +31,18 @@ use crate::data::fold::Folds;
 
 mod digests;
 mod streams;
+mod write;
 use crate::data::stall::Watch;
 use crate::data::supply::{FirstStreams, Want};
 use crate::data::tuning::{Joined, Sampler, StreamSupply};
 use crate::integrity::BlockCheck;
+use crate::store::blockbuf::BlockBuf;
 use crate::store::fsio::{BlockWrite, Sink};
 use crate::{Error, Result};
 use digests::receiver_digests;
 use streams::{first_joins, more_streams};
 use tern_session::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};
+use write::{InFlight, settle};
 
 mod commit;
 
@@ -564,7 +567,7 @@ async fn read_compressed(
     stream: &mut (impl AsyncReadExt + Unpin),
     h: BlockHeader,
     codec: Codec,
-    (packed, buf): (&mut Vec<u8>, &mut Vec<u8>),
+    (packed, buf): (&mut Vec<u8>, &mut BlockBuf),
     block_size: u32,
     pace: Option<&crate::data::pace::Pace>,
 ) -> std::result::Result<(BlockHeader, bool), ReadError> {
@@ -612,14 +615,21 @@ enum ReadError {
 async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, block_size: u32) {
     let mut stream = tokio::io::BufReader::with_capacity(64 << 10, stream);
     let mut header = [0u8; HEADER_LEN];
-    let mut buf = vec![0u8; block_size as usize];
+    let mut buf = BlockBuf::zeroed(block_size as usize);
+    // The buffer of the block before, once its write is done.
+    let mut spare: Option<BlockBuf> = None;
+    let mut in_flight: Option<InFlight> = None;
     let mut packed = Vec::new();
     loop {
         if let Err(e) = stream.read_exact(&mut header).await {
+            settle(&mut in_flight).await;
             return stream_ended(&shared, k, e);
         }
         let h = match DataFrame::decode(&header) {
-            Ok(DataFrame::StreamEnd) => return stream_done(&shared, k),
+            Ok(DataFrame::StreamEnd) => {
+                settle(&mut in_flight).await;
+                return stream_done(&shared, k);
+            }
             Ok(DataFrame::Block(h)) => h,
             Err(e) => return shared.failure.fail(e, &shared.wake),
         };
@@ -638,6 +648,7 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
             None => {
                 let payload = &mut buf[..h.length as usize];
                 if let Err(e) = crate::data::pace::read_exact(&mut stream, payload, pace).await {
+                    settle(&mut in_flight).await;
                     return stream_ended(&shared, k, e);
                 }
                 (h, true)
@@ -653,7 +664,10 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                 let read = read_compressed(&mut stream, h, codec, bufs, block_size, pace).await;
                 match read {
                     Ok(done) => done,
-                    Err(ReadError::Ended(e)) => return stream_ended(&shared, k, e),
+                    Err(ReadError::Ended(e)) => {
+                        settle(&mut in_flight).await;
+                        return stream_ended(&shared, k, e);
+                    }
                     Err(ReadError::Fatal(e)) => return shared.failure.fail(e, &shared.wake),
                 }
             }
@@ -675,6 +689,12 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                 break;
             }
             notified.await;
+        }
+        if let Some(f) = in_flight.take() {
+            match f.done().await {
+                Some(b) => spare = Some(b),
+                None => return,
+            }
         }
         if h.flags.contains(BlockFlags::REPAIR) {
             shared.repaired.fetch_add(1, Ordering::Relaxed);
@@ -725,33 +745,11 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                         &shared.wake,
                     );
                 };
-                let moved = std::mem::take(&mut buf);
-                let (offset, file_id, folds) = (h.offset, h.file_id, shared.folds.clone());
-                let written = blocking(move || {
-                    let res = w.write_at(offset, &moved[..len]);
-                    match (res, folds) {
-                        (Ok(()), Some(folds)) => Ok(folds.feed_owned(file_id, offset, moved, len)),
-                        (Ok(()), None) => Ok(moved),
-                        (Err(e), _) => Err(Error::io("write", w.final_path(), e)),
-                    }
-                })
-                .await;
-                match written {
-                    Ok(b) => buf = b,
-                    Err(e) => return shared.failure.fail(e, &shared.wake),
-                }
-                shared
-                    .progress
-                    .bytes
-                    .fetch_add(u64::from(h.length), Ordering::Relaxed);
-                shared.progress.stream_moved(k, u64::from(h.length));
-                let judged = {
-                    let mut s = shared.session.lock().expect("session");
-                    s.block_written(k, &h).and_then(|()| s.judge_due())
-                };
-                if let Err(e) = judged {
-                    return shared.failure.fail(e, &shared.wake);
-                }
+                let next = spare
+                    .take()
+                    .unwrap_or_else(|| BlockBuf::zeroed(block_size as usize));
+                let block = std::mem::replace(&mut buf, next);
+                in_flight = Some(InFlight::start(&shared, k, w, h, block, len));
             }
         }
         let judged = shared.session.lock().expect("session").judge_due();

@@ -593,3 +593,77 @@ fn two_sources_of_one_name_and_pipes_named_as_sources_are_refused() {
     let src = FsSource::new(Root::Ambient, vec![pipe], false);
     assert_eq!(src.list().unwrap_err().kind(), ErrorKind::Usage);
 }
+
+/// Whether `dir`'s file system takes direct I/O (statx reports its alignment).
+fn takes_direct_io(dir: &Path) -> bool {
+    use rustix::fs::{AtFlags, StatxFlags, statx};
+    statx(rustix::fs::CWD, dir, AtFlags::empty(), StatxFlags::DIOALIGN)
+        .is_ok_and(|st| st.stx_dio_offset_align != 0)
+}
+
+#[test]
+fn a_big_file_s_aligned_blocks_go_direct_and_its_tail_and_unaligned_blocks_do_not() {
+    use crate::store::blockbuf::BlockBuf;
+    const BLOCK: usize = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    if !takes_direct_io(dir.path()) {
+        eprintln!("skipped: {} takes no direct I/O", dir.path().display());
+        assert!(
+            std::env::var_os("TERN_TEST_STRICT").is_none(),
+            "direct I/O untested"
+        );
+        return;
+    }
+    let size = 20 * BLOCK + 1234;
+    let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 4099) as u8).collect();
+    let sink = FsSink::new(Root::Ambient, dir.path().join("big.dat"), 1).unwrap();
+    let meta = file_meta(b"big.dat", size as u64, 0o644);
+    let (w, _) = sink.create_file(&meta, BLOCK as u32, true).unwrap();
+    // Block 0 from a buffer one byte off a page: through the page cache.
+    let mut off_by_one = BlockBuf::zeroed(BLOCK + 1);
+    off_by_one[1..].copy_from_slice(&data[..BLOCK]);
+    w.write_at(0, &off_by_one[1..]).unwrap();
+    assert_eq!(
+        w.direct_bytes(),
+        0,
+        "an unaligned buffer is written buffered"
+    );
+    // The rest from page-aligned buffers, last to first: direct but for the tail.
+    let mut buf = BlockBuf::zeroed(BLOCK);
+    for block in (1..=20).rev() {
+        let at = block * BLOCK;
+        let len = BLOCK.min(size - at);
+        buf[..len].copy_from_slice(&data[at..at + len]);
+        w.write_at(at as u64, &buf[..len]).unwrap();
+    }
+    assert_eq!(
+        w.direct_bytes(),
+        19 * BLOCK as u64 + 1024,
+        "full blocks and the tail's aligned part go direct"
+    );
+    // The resume journal's hashes match what is on disk.
+    drop(w);
+    let (w, kept) = sink.create_file(&meta, BLOCK as u32, true).unwrap();
+    assert_eq!(
+        kept,
+        vec![(0, size as u64)],
+        "every block reads back intact"
+    );
+    w.commit().unwrap();
+    assert!(std::fs::read(dir.path().join("big.dat")).unwrap() == data);
+}
+
+#[test]
+fn a_small_file_is_written_through_the_page_cache() {
+    use crate::store::blockbuf::BlockBuf;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FsSink::new(Root::Ambient, dir.path().join("small"), 1).unwrap();
+    let meta = file_meta(b"small", 1 << 20, 0o644);
+    let (w, _) = sink.create_file(&meta, 1 << 20, true).unwrap();
+    let mut buf = BlockBuf::zeroed(1 << 20);
+    buf.fill(9);
+    w.write_at(0, &buf).unwrap();
+    assert_eq!(w.direct_bytes(), 0);
+    w.commit().unwrap();
+    assert!(std::fs::read(dir.path().join("small")).unwrap() == *buf);
+}

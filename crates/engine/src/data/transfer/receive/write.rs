@@ -1,0 +1,82 @@
+//! A stream's block writes run beside its reads: while one block goes to
+//! disk (with direct I/O, for as long as the device takes), the stream
+//! reads and checks the next. One write per stream is in flight, and the
+//! next frame's verdict waits for it, so the session still counts each
+//! stream's frames in order.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tern_proto::data::BlockHeader;
+use tokio::sync::oneshot;
+
+use super::super::blocking;
+use super::RecvShared;
+use crate::Error;
+use crate::store::blockbuf::BlockBuf;
+use crate::store::fsio::BlockWrite;
+
+/// A block being written; its buffer comes back when it is done.
+pub(super) struct InFlight(oneshot::Receiver<Option<BlockBuf>>);
+
+impl InFlight {
+    /// Writes block `h` of stream `k` (the first `len` bytes of `buf`)
+    /// to `w`, feeds it to the file's digest and counts it as written.
+    pub(super) fn start(
+        shared: &Arc<RecvShared>,
+        k: usize,
+        w: Arc<dyn BlockWrite>,
+        h: BlockHeader,
+        buf: BlockBuf,
+        len: usize,
+    ) -> InFlight {
+        let (done, back) = oneshot::channel();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let (offset, file_id, folds) = (h.offset, h.file_id, shared.folds.clone());
+            let written = blocking(move || {
+                let res = w.write_at(offset, &buf[..len]);
+                match (res, folds) {
+                    (Ok(()), Some(folds)) => Ok(folds.feed_owned(file_id, offset, buf, len)),
+                    (Ok(()), None) => Ok(buf),
+                    (Err(e), _) => Err(Error::io("write", w.final_path(), e)),
+                }
+            })
+            .await;
+            let counted = written.and_then(|buf| {
+                shared
+                    .progress
+                    .bytes
+                    .fetch_add(u64::from(h.length), Ordering::Relaxed);
+                shared.progress.stream_moved(k, u64::from(h.length));
+                let mut s = shared.session.lock().expect("session");
+                s.block_written(k, &h).and_then(|()| s.judge_due())?;
+                Ok(buf)
+            });
+            match counted {
+                Ok(buf) => {
+                    shared.wake.notify_waiters();
+                    let _ = done.send(Some(buf));
+                }
+                Err(e) => {
+                    shared.failure.fail(e, &shared.wake);
+                    let _ = done.send(None);
+                }
+            }
+        });
+        InFlight(back)
+    }
+
+    /// Waits for the write: its buffer, or `None` when the session failed.
+    pub(super) async fn done(self) -> Option<BlockBuf> {
+        self.0.await.ok().flatten()
+    }
+}
+
+/// Waits for the stream's write in flight, if any (before the stream's
+/// end is told, so that its last block counts first).
+pub(super) async fn settle(in_flight: &mut Option<InFlight>) {
+    if let Some(f) = in_flight.take() {
+        f.done().await;
+    }
+}
