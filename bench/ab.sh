@@ -52,8 +52,8 @@ BIN[new]=$NEW
 for side in old new; do
     mkdir -p "$WORK/$side/root" "$WORK/$side/state" "$WORK/$side/home"
     PORT[$side]=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    # Each side's own HOME: what one remembers of the path must not steer the other.
-    HOME=$WORK/$side/home "${BIN[$side]}" serve --listen "127.0.0.1:${PORT[$side]}" \
+    # Each side's own state: what one remembers of the path must not steer the other.
+    HOME=$WORK/$side/home XDG_STATE_HOME=$WORK/$side/home/state "${BIN[$side]}" serve --listen "127.0.0.1:${PORT[$side]}" \
         --root "$WORK/$side/root" --state-dir "$WORK/$side/state" \
         >"$WORK/$side/serve.out" 2>"$WORK/$side/serve.err" &
     PID[$side]=$!
@@ -75,7 +75,7 @@ run() {
     cat "$WORK/src.bin" >/dev/null
     local s0 s1
     s0=$(cpu_of "${PID[$side]}")
-    HOME=$WORK/$side/home /usr/bin/time -f "%e %U %S" -o "$WORK/time" "${BIN[$side]}" cp \
+    HOME=$WORK/$side/home XDG_STATE_HOME=$WORK/$side/home/state /usr/bin/time -f "%e %U %S" -o "$WORK/time" "${BIN[$side]}" cp \
         --protect "$PROTECT" --fingerprint "${FP[$side]}" --no-progress \
         "$WORK/src.bin" "tern://127.0.0.1:${PORT[$side]}/dst.bin" >/dev/null 2>"$WORK/cp.err" \
         || { cat "$WORK/cp.err" >&2; echo "ab.sh: $side copy failed" >&2; exit 1; }

@@ -146,6 +146,9 @@ cp "$TERN" "$WORK/bin/tern"  # a rebuild during the run must not change the bina
 TERN_ORIG=$TERN
 TERN=$WORK/bin/tern
 export XDG_CONFIG_HOME=$WORK/xdg   # tern's known_hosts
+# tern's path memory (paths.json: the stream count and rate of the last copy to a
+# daemon) starts empty, so that no earlier copy to 127.0.0.1 steers this run's.
+export XDG_STATE_HOME=$WORK/xdg-state
 export GLOBUS_USAGE_OPTOUT=1
 avail=$(df -Pk "$WORK" | awk 'NR == 2 { print $4 }')
 need=$((DISK_MIB * 1024 * 2 + 512 * 1024))

@@ -1465,3 +1465,70 @@ fn a_partial_file_damaged_between_runs_is_repaired_by_the_rerun() {
         "the damaged blocks were not kept: resumed {resumed} of {held}"
     );
 }
+
+/// The bytes a receiver's debug log says it wrote with direct I/O; `None`
+/// when it wrote nothing that way.
+fn direct_bytes_logged(log: &str) -> Option<u64> {
+    let line = log
+        .lines()
+        .find(|l| l.contains("bytes written with direct I/O"))?;
+    let before = line.split(" bytes written with direct I/O").next()?;
+    before.rsplit(' ').next()?.parse().ok()
+}
+
+#[test]
+fn a_big_file_goes_past_the_page_cache_at_either_receiver_unless_told_not_to() {
+    let env = Env::new();
+    let data = random_file(&env.p("src.bin"), 20 << 20);
+    let debug = [("TERN_LOG", "tern_engine=debug")];
+    for direct in [true, false] {
+        let name = if direct { "direct" } else { "buffered" };
+        let serve = serve(&env.p("root"), &env.p(&format!("state-{name}")));
+        let mut cmd = serve.command();
+        cmd.env("TERN_LOG", "tern_engine=debug");
+        if !direct {
+            cmd.env("TERN_DIRECT_IO", "never");
+        }
+        let log = env.p(&format!("{name}.log"));
+        let server = Daemon::spawn(cmd, &log);
+        // A push: the daemon receives.
+        json(&env.run(&[
+            "cp",
+            "--json",
+            env.p("src.bin").to_str().unwrap(),
+            &server.url(name),
+        ]));
+        assert_eq!(
+            content_difference(env.p(&format!("root/{name}")), &data),
+            None
+        );
+        drop(server);
+        let daemon_log = std::fs::read_to_string(&log).unwrap();
+        // A pull: the client receives.
+        let mut client_env = debug.to_vec();
+        if !direct {
+            client_env.push(("TERN_DIRECT_IO", "never"));
+        }
+        let server = serve.start();
+        let pulled = env.p(&format!("pulled-{name}"));
+        let out = env.run_env(
+            &["cp", &server.url(name), pulled.to_str().unwrap()],
+            &client_env,
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(content_difference(&pulled, &data), None);
+        let client_log = stderr(&out);
+        for (end, said) in [("daemon", &daemon_log), ("client", &client_log)] {
+            if !direct {
+                assert_eq!(direct_bytes_logged(said), None, "{end}: {said}");
+            } else if said.contains("no direct I/O") {
+                skip(
+                    "a_big_file_goes_past_the_page_cache_at_either_receiver_unless_told_not_to",
+                    "the test directory's file system takes no direct I/O",
+                );
+            } else {
+                assert_eq!(direct_bytes_logged(said), Some(20 << 20), "{end}: {said}");
+            }
+        }
+    }
+}

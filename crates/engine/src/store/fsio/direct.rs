@@ -50,6 +50,7 @@ impl Direct {
             || !offset.is_power_of_two()
             || mem > blockbuf::ALIGN
         {
+            tracing::debug!("no direct I/O: the file system reports no alignment it takes");
             return None;
         }
         // Through /proc: the same file, whatever happened to its name since.

@@ -535,6 +535,10 @@ impl FileWriter {
 
 impl commit::Member for FileWriter {
     fn prepare(&self) -> Result<()> {
+        if let Some(d) = &self.direct {
+            let shown = self.shown.display();
+            tracing::debug!("{shown}: {} bytes written with direct I/O", d.written());
+        }
         let owner = self
             .file
             .metadata()
