@@ -8,7 +8,7 @@
 //! write at the offset), and with a stall timeout a watchdog that gives up
 //! streams whose frames stopped coming.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -77,6 +77,8 @@ struct RecvShared {
     checksum: ChecksumAlg,
     /// Watches the streams for stalls (with a stall timeout).
     watch: Option<Arc<Watch>>,
+    /// Streams with a block write in flight: waiting on the disk, not stalled.
+    writing: Mutex<HashSet<usize>>,
     /// Whole-file digests folded from the blocks as they are written;
     /// `None` when the sink makes no digests.
     folds: Option<Arc<Folds>>,
@@ -146,6 +148,7 @@ pub async fn run_receiver(
         skip: params.skip_existing,
         checksum: params.checksum,
         watch: watch.clone(),
+        writing: Mutex::default(),
         folds: verify.then(|| Arc::new(Folds::new(params.checksum))),
     });
     let (ctrl_rd, ctrl_wr) = control.split();

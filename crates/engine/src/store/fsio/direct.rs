@@ -24,7 +24,8 @@ use crate::store::blockbuf;
 pub(super) struct Direct {
     file: File,
     /// Offsets and lengths of direct writes are multiples of this (at
-    /// least a page, so a buffered tail never shares a page with them).
+    /// least the kernel's page, so no buffered write shares a page with
+    /// them: a page dirtied during a direct write could not be dropped).
     align: usize,
     /// Set when the file system refused a direct write: buffered from then on.
     refused: AtomicBool,
@@ -61,7 +62,7 @@ impl Direct {
         match reopened {
             Ok(direct) => Some(Direct {
                 file: direct,
-                align: offset.max(blockbuf::ALIGN),
+                align: offset.max(rustix::param::page_size()),
                 refused: AtomicBool::new(false),
                 written: AtomicU64::new(0),
             }),

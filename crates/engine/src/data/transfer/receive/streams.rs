@@ -91,6 +91,10 @@ pub(super) async fn watchdog(shared: Arc<RecvShared>, watch: Arc<Watch>) {
         if shared.failure.is_set() {
             return;
         }
+        // A stream whose last block is still being written waits on the
+        // disk: its next frame is not late. (Taken before the counts: a
+        // write leaves this set only after its block was counted.)
+        let writing = shared.writing.lock().expect("writing").clone();
         let due = {
             let s = shared.session.lock().expect("session");
             if s.is_complete() {
@@ -98,7 +102,8 @@ pub(super) async fn watchdog(shared: Arc<RecvShared>, watch: Arc<Watch>) {
             }
             s.awaited_streams()
         };
-        for k in watch.stalled_readers(|k| due.get(k).copied().unwrap_or(false)) {
+        let awaited = |k: usize| due.get(k).copied().unwrap_or(false) && !writing.contains(&k);
+        for k in watch.stalled_readers(awaited) {
             tracing::warn!(
                 "data stream {k} stalled: frames written to it did not come for {:?}; giving it up",
                 watch.timeout()

@@ -32,6 +32,7 @@ impl InFlight {
     ) -> InFlight {
         let (done, back) = oneshot::channel();
         let shared = shared.clone();
+        shared.writing.lock().expect("writing").insert(k);
         tokio::spawn(async move {
             let (offset, file_id, folds) = (h.offset, h.file_id, shared.folds.clone());
             let written = blocking(move || {
@@ -53,6 +54,7 @@ impl InFlight {
                 s.block_written(k, &h).and_then(|()| s.judge_due())?;
                 Ok(buf)
             });
+            shared.writing.lock().expect("writing").remove(&k);
             match counted {
                 Ok(buf) => {
                     shared.wake.notify_waiters();
