@@ -394,3 +394,104 @@ impl BlockWrite for FillingWriter {
         self.inner.final_path()
     }
 }
+
+/// A sink on a slow disk: each file's write of the block at `offset`
+/// takes `delay` longer.
+pub struct SlowDisk<S> {
+    inner: S,
+    offset: u64,
+    delay: std::time::Duration,
+}
+
+impl<S> SlowDisk<S> {
+    /// `inner`, whose writes at `offset` wait `delay` first.
+    pub fn new(inner: S, offset: u64, delay: std::time::Duration) -> SlowDisk<S> {
+        SlowDisk {
+            inner,
+            offset,
+            delay,
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for SlowDisk<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlowDisk")
+            .field("offset", &self.offset)
+            .field("delay", &self.delay)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Sink> Sink for SlowDisk<S> {
+    fn create_dir(&self, path: &tern_proto::RelPath, mode: u32) -> crate::Result<()> {
+        self.inner.create_dir(path, mode)
+    }
+
+    fn create_file(
+        &self,
+        meta: &FileMeta,
+        block_size: u32,
+        resume: bool,
+    ) -> crate::Result<Created> {
+        let (inner, kept) = self.inner.create_file(meta, block_size, resume)?;
+        let writer = SlowWriter {
+            inner,
+            offset: self.offset,
+            delay: self.delay,
+        };
+        Ok((Arc::new(writer), kept))
+    }
+
+    fn digests(&self) -> bool {
+        self.inner.digests()
+    }
+
+    fn existing(&self, path: &tern_proto::RelPath) -> crate::Result<Option<Found>> {
+        self.inner.existing(path)
+    }
+
+    fn create_entry(&self, entry: &tern_proto::EntryMeta) -> crate::Result<()> {
+        self.inner.create_entry(entry)
+    }
+
+    fn finish(&self) -> Vec<tern_session::EntryFailure> {
+        self.inner.finish()
+    }
+}
+
+/// One file's writer under [`SlowDisk`].
+struct SlowWriter {
+    inner: Arc<dyn BlockWrite>,
+    offset: u64,
+    delay: std::time::Duration,
+}
+
+impl BlockWrite for SlowWriter {
+    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        if offset == self.offset {
+            std::thread::sleep(self.delay);
+        }
+        self.inner.write_at(offset, data)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+
+    fn commit(&self) -> crate::Result<()> {
+        self.inner.commit()
+    }
+
+    fn member(&self) -> Option<&dyn crate::store::commit::Member> {
+        self.inner.member()
+    }
+
+    fn discard(&self) -> crate::Result<()> {
+        self.inner.discard()
+    }
+
+    fn final_path(&self) -> String {
+        self.inner.final_path()
+    }
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tern_engine::compress::{GIVE_UP_AFTER, PROBE_EVERY};
-use tern_engine::fault::{BreakAfter, CorruptAt, FillsUp};
+use tern_engine::fault::{BreakAfter, CorruptAt, FillsUp, SlowDisk};
 use tern_engine::fsio::{FsSink, FsSource, Root};
 use tern_engine::integrity::{BlockCheck, digest_of};
 use tern_engine::transfer::{BoxStream, Progress, TransferParams, TransferStats};
@@ -643,4 +643,25 @@ async fn the_sender_reads_every_byte_once_whatever_the_skip_policy() {
             "{skip:?}: the digest is folded from the blocks read for sending"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_block_waits_on_a_slow_disk_is_not_given_up_as_stalled() {
+    // One block on one stream, whose write takes three times the stall
+    // timeout. The stream then waits for nothing more while its block is
+    // counted only once written: that is the disk, not a stall.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.bin");
+    let data = fresh_random_file(&src, BS as usize);
+    let dest = dir.path().join("dest.bin");
+    let source = Arc::new(FsSource::new(Root::Ambient, vec![src.clone()], true));
+    let sink = FsSink::new(Root::Ambient, dest.clone(), 1).unwrap();
+    let sink = Arc::new(SlowDisk::new(sink, 0, std::time::Duration::from_secs(3)));
+    let mut p = params(1, ChecksumAlg::Xxh3);
+    p.stall_timeout = Some(std::time::Duration::from_secs(1));
+    let (_, received) = local::copy(source, sink, p, Arc::new(Progress::default()), None)
+        .await
+        .unwrap();
+    assert_eq!(content_difference(&dest, &data), None);
+    assert_eq!(received.streams_stalled, 0, "{received:?}");
 }
