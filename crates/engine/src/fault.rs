@@ -295,33 +295,27 @@ impl<S: AsyncRead + Unpin> AsyncRead for StallAfter<S> {
     }
 }
 
-/// A sink on a disk with `bytes` free: every file written through it
-/// draws on that space, and a write that does not fit fails as a full
-/// disk does (`ENOSPC`), having written nothing.
-pub struct FillsUp<S> {
+/// What a [`Faulty`] sink does before each write of a file: `(offset,
+/// length)`; an error fails the write, having written nothing.
+type BeforeWrite = Arc<dyn Fn(u64, usize) -> std::io::Result<()> + Send + Sync>;
+
+/// A sink whose files' writes go through a fault first ([`FillsUp`],
+/// [`SlowDisk`]); everything else goes to `inner`.
+pub struct Faulty<S> {
     inner: S,
-    free: Arc<AtomicU64>,
+    what: String,
+    before_write: BeforeWrite,
 }
 
-impl<S> FillsUp<S> {
-    /// `inner`, with room for `bytes` more.
-    pub fn new(inner: S, bytes: u64) -> FillsUp<S> {
-        FillsUp {
-            inner,
-            free: Arc::new(AtomicU64::new(bytes)),
-        }
-    }
-}
-
-impl<S> std::fmt::Debug for FillsUp<S> {
+impl<S> std::fmt::Debug for Faulty<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FillsUp")
-            .field("free", &self.free.load(Ordering::Relaxed))
+        f.debug_struct("Faulty")
+            .field("what", &self.what)
             .finish_non_exhaustive()
     }
 }
 
-impl<S: Sink> Sink for FillsUp<S> {
+impl<S: Sink> Sink for Faulty<S> {
     fn create_dir(&self, path: &tern_proto::RelPath, mode: u32) -> crate::Result<()> {
         self.inner.create_dir(path, mode)
     }
@@ -333,9 +327,9 @@ impl<S: Sink> Sink for FillsUp<S> {
         resume: bool,
     ) -> crate::Result<Created> {
         let (inner, kept) = self.inner.create_file(meta, block_size, resume)?;
-        let writer = FillingWriter {
+        let writer = FaultyWriter {
             inner,
-            free: self.free.clone(),
+            before_write: self.before_write.clone(),
         };
         Ok((Arc::new(writer), kept))
     }
@@ -357,20 +351,15 @@ impl<S: Sink> Sink for FillsUp<S> {
     }
 }
 
-/// One file's writer under [`FillsUp`].
-struct FillingWriter {
+/// One file's writer under a [`Faulty`] sink (committed by itself).
+struct FaultyWriter {
     inner: Arc<dyn BlockWrite>,
-    free: Arc<AtomicU64>,
+    before_write: BeforeWrite,
 }
 
-impl BlockWrite for FillingWriter {
+impl BlockWrite for FaultyWriter {
     fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        let want = data.len() as u64;
-        self.free
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| {
-                free.checked_sub(want)
-            })
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::ENOSPC))?;
+        (self.before_write)(offset, data.len())?;
         self.inner.write_at(offset, data)
     }
 
@@ -395,103 +384,49 @@ impl BlockWrite for FillingWriter {
     }
 }
 
+/// A sink on a disk with `bytes` free: every file written through it
+/// draws on that space, and a write that does not fit fails as a full
+/// disk does (`ENOSPC`), having written nothing.
+#[derive(Debug)]
+pub struct FillsUp;
+
+impl FillsUp {
+    /// `inner`, with room for `bytes` more.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new<S>(inner: S, bytes: u64) -> Faulty<S> {
+        let free = AtomicU64::new(bytes);
+        Faulty {
+            inner,
+            what: format!("fills up after {bytes} bytes"),
+            before_write: Arc::new(move |_, len| {
+                free.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |free| {
+                    free.checked_sub(len as u64)
+                })
+                .map(|_| ())
+                .map_err(|_| std::io::Error::from_raw_os_error(libc::ENOSPC))
+            }),
+        }
+    }
+}
+
 /// A sink on a slow disk: each file's write of the block at `offset`
 /// takes `delay` longer.
-pub struct SlowDisk<S> {
-    inner: S,
-    offset: u64,
-    delay: std::time::Duration,
-}
+#[derive(Debug)]
+pub struct SlowDisk;
 
-impl<S> SlowDisk<S> {
+impl SlowDisk {
     /// `inner`, whose writes at `offset` wait `delay` first.
-    pub fn new(inner: S, offset: u64, delay: std::time::Duration) -> SlowDisk<S> {
-        SlowDisk {
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new<S>(inner: S, offset: u64, delay: std::time::Duration) -> Faulty<S> {
+        Faulty {
             inner,
-            offset,
-            delay,
+            what: format!("writes at {offset} take {delay:?} longer"),
+            before_write: Arc::new(move |at, _| {
+                if at == offset {
+                    std::thread::sleep(delay);
+                }
+                Ok(())
+            }),
         }
-    }
-}
-
-impl<S> std::fmt::Debug for SlowDisk<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SlowDisk")
-            .field("offset", &self.offset)
-            .field("delay", &self.delay)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S: Sink> Sink for SlowDisk<S> {
-    fn create_dir(&self, path: &tern_proto::RelPath, mode: u32) -> crate::Result<()> {
-        self.inner.create_dir(path, mode)
-    }
-
-    fn create_file(
-        &self,
-        meta: &FileMeta,
-        block_size: u32,
-        resume: bool,
-    ) -> crate::Result<Created> {
-        let (inner, kept) = self.inner.create_file(meta, block_size, resume)?;
-        let writer = SlowWriter {
-            inner,
-            offset: self.offset,
-            delay: self.delay,
-        };
-        Ok((Arc::new(writer), kept))
-    }
-
-    fn digests(&self) -> bool {
-        self.inner.digests()
-    }
-
-    fn existing(&self, path: &tern_proto::RelPath) -> crate::Result<Option<Found>> {
-        self.inner.existing(path)
-    }
-
-    fn create_entry(&self, entry: &tern_proto::EntryMeta) -> crate::Result<()> {
-        self.inner.create_entry(entry)
-    }
-
-    fn finish(&self) -> Vec<tern_session::EntryFailure> {
-        self.inner.finish()
-    }
-}
-
-/// One file's writer under [`SlowDisk`].
-struct SlowWriter {
-    inner: Arc<dyn BlockWrite>,
-    offset: u64,
-    delay: std::time::Duration,
-}
-
-impl BlockWrite for SlowWriter {
-    fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
-        if offset == self.offset {
-            std::thread::sleep(self.delay);
-        }
-        self.inner.write_at(offset, data)
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_at(offset, buf)
-    }
-
-    fn commit(&self) -> crate::Result<()> {
-        self.inner.commit()
-    }
-
-    fn member(&self) -> Option<&dyn crate::store::commit::Member> {
-        self.inner.member()
-    }
-
-    fn discard(&self) -> crate::Result<()> {
-        self.inner.discard()
-    }
-
-    fn final_path(&self) -> String {
-        self.inner.final_path()
     }
 }
