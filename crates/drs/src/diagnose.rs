@@ -57,6 +57,11 @@ pub struct Diagnosis {
     pub window: String,
     /// The stream count over time (the sending side decides it).
     pub stream_steps: Vec<StreamStep>,
+    /// The stream count the sending side's measurements bore out at the
+    /// end: the last count, or the count before an addition made too late
+    /// to judge. What the next copy over the path starts from (0 when the
+    /// count was not controlled).
+    pub streams_proven: u16,
     /// Sum over streams of the largest send buffer each had, bytes.
     pub send_buffer_peak_bytes: u64,
     /// Sum over streams of the largest receive buffer each had, bytes.
@@ -256,6 +261,7 @@ pub fn diagnose(streams: Vec<StreamEstimate>, host: HostCaps, raised: &[Option<u
         congestion_control: String::new(),
         window: String::new(),
         stream_steps: Vec::new(),
+        streams_proven: 0,
         send_buffer_peak_bytes: 0,
         receive_buffer_peak_bytes: 0,
         send_buffers_peak_together_bytes: 0,

@@ -145,7 +145,7 @@ impl StreamEstimator {
         let min_rtt_ms = f64::from(self.min_rtt_us.unwrap_or(0)) / 1e3;
         let srtt_ms = self.last.map_or(0.0, |(_, i)| f64::from(i.rtt_us) / 1e3);
         let delivery_rate_bps = self.max_rate as f64 * 8.0;
-        let bdp_bytes = (self.max_rate as f64 * min_rtt_ms / 1e3) as u64;
+        let bdp_bytes = self.bdp_bytes();
         let (mut busy_share, mut rwnd, mut sndbuf, mut limit) = (0.0, 0.0, 0.0, Limit::Unknown);
         if let (Some((t0, a)), Some((t1, b))) = (self.first, self.last) {
             let window_us = (t1 - t0).as_micros() as f64;
@@ -191,11 +191,28 @@ impl StreamEstimator {
     /// twice the path's bandwidth-delay product was too small for the
     /// path; one that had, and still filled, was drained too slowly.
     fn window_limit(&self, bdp_bytes: u64) -> Limit {
-        if self.max_peer_window > 0 && self.max_peer_window >= 2 * bdp_bytes {
+        if self.window_outgrew(bdp_bytes) {
             Limit::Receiver
         } else {
             Limit::ReceiveWindow
         }
+    }
+
+    fn window_outgrew(&self, bdp_bytes: u64) -> bool {
+        self.max_peer_window > 0 && self.max_peer_window >= 2 * bdp_bytes
+    }
+
+    /// The peer's window has grown past twice the path's bandwidth-delay
+    /// product: when it fills now, the peer reads too slowly, and a larger
+    /// window would not help.
+    pub fn peer_window_outgrew_path(&self) -> bool {
+        self.window_outgrew(self.bdp_bytes())
+    }
+
+    /// The highest delivery rate seen times the lowest RTT.
+    fn bdp_bytes(&self) -> u64 {
+        let min_rtt_s = f64::from(self.min_rtt_us.unwrap_or(0)) / 1e6;
+        (self.max_rate as f64 * min_rtt_s) as u64
     }
 }
 

@@ -8,11 +8,13 @@
 //! loss-based congestion control far below the path's rate. Only the first
 //! two show in `TCP_INFO`; the others show only by trying. So the
 //! controller starts small and, once every period (at least a second, or
-//! four RTTs on long paths):
+//! four RTTs on long paths; [`LAN_PERIOD`] on a LAN, where new streams
+//! reach their rate within milliseconds):
 //! - adds streams (doubling, up to the cap) at once when streams are
 //!   window- or buffer-limited with no room left to grow their buffers;
 //! - otherwise, when something per stream may hold the rate down (loss
-//!   under a loss-based congestion control, or idle sockets), waits until
+//!   under a loss-based congestion control, idle sockets, or a peer that
+//!   reads more slowly than data arrives though its window is ample), waits until
 //!   the aggregate rate has stopped growing and no buffer is still being
 //!   grown, then probes by doubling. A clean path under a rate-based
 //!   congestion control (BBR) is not probed: a second flow there only
@@ -32,6 +34,14 @@ pub const GAIN: f64 = 0.10;
 /// The aggregate rate counts as still growing above this relative change.
 const STILL_GROWING: f64 = 0.05;
 
+/// Paths whose largest smoothed RTT is below this are LANs.
+pub const LAN_RTT: Duration = Duration::from_millis(2);
+
+/// The controller's period on a LAN: two samples. A copy of a few
+/// seconds there then still sees an addition judged; with the second of
+/// long paths it ended before.
+pub const LAN_PERIOD: Duration = Duration::from_millis(400);
+
 /// What the streams of a transfer did up to a moment.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Observation {
@@ -45,7 +55,8 @@ pub struct Observation {
     pub growing_buffers: bool,
     /// Something per stream may be holding the rate down that only more
     /// streams would show: a loss-based congestion control losing packets,
-    /// or sockets left idle (a stream's CPU share).
+    /// sockets left idle (a stream's CPU share), or a peer reading each
+    /// stream too slowly (its share).
     pub worth_probing: bool,
     /// Largest smoothed RTT among the streams.
     pub srtt: Duration,
@@ -169,6 +180,16 @@ impl StreamController {
         self.current
     }
 
+    /// Streams the measurements bore out: the current count, or while an
+    /// addition is still to be judged, the count before it. A transfer
+    /// that ends before the judgment has not shown the addition paid.
+    pub fn proven(&self) -> u16 {
+        match self.state {
+            State::Settle { before, .. } => before,
+            _ => self.current,
+        }
+    }
+
     /// How the count changed over time.
     pub fn history(&self) -> &[StreamStep] {
         &self.history
@@ -180,7 +201,11 @@ impl StreamController {
             return None;
         }
         let (t0, b0) = *self.period_start.get_or_insert((obs.at, obs.bytes));
-        let period = Duration::from_secs(1).max(obs.srtt * 4);
+        let period = if obs.srtt < LAN_RTT {
+            LAN_PERIOD
+        } else {
+            Duration::from_secs(1).max(obs.srtt * 4)
+        };
         let elapsed = obs.at.saturating_sub(t0);
         if elapsed < period {
             return None;
@@ -266,7 +291,26 @@ mod tests {
     /// Drives a controller with a model of the path: the aggregate rate for
     /// `n` streams is `rate(n)`; observations every 200 ms for `secs`.
     fn drive(
+        c: StreamController,
+        secs: u64,
+        rate: impl Fn(u16) -> f64,
+        limited: impl Fn(u16) -> bool,
+        worth_probing: bool,
+    ) -> StreamController {
+        drive_over(
+            c,
+            Duration::from_millis(100),
+            secs,
+            rate,
+            limited,
+            worth_probing,
+        )
+    }
+
+    /// As [`drive`], over a path of smoothed RTT `srtt`.
+    fn drive_over(
         mut c: StreamController,
+        srtt: Duration,
         secs: u64,
         rate: impl Fn(u16) -> f64,
         limited: impl Fn(u16) -> bool,
@@ -282,10 +326,44 @@ mod tests {
                 limited_at_cap: limited(n),
                 growing_buffers: false,
                 worth_probing,
-                srtt: Duration::from_millis(100),
+                srtt,
             });
         }
         c
+    }
+
+    #[test]
+    fn on_a_lan_a_short_copy_sees_its_additions_judged() {
+        // Loopback on two cores, the receiver the limit: a second stream
+        // shares its work (+35 %), a third and fourth do not pay.
+        let rate = |n: u16| [0.0, 660e6, 900e6, 910e6, 920e6][usize::from(n.min(4))];
+        let lan = drive_over(
+            StreamController::new(1, 8),
+            Duration::from_micros(80),
+            3,
+            rate,
+            |_| false,
+            true,
+        );
+        let steps: Vec<_> = lan
+            .history()
+            .iter()
+            .map(|s| (s.streams, s.reason))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                (1, StepReason::Start),
+                (2, StepReason::Probe),
+                (4, StepReason::Paid),
+                (2, StepReason::NoGain)
+            ]
+        );
+        assert_eq!((lan.current(), lan.proven()), (2, 2));
+        // The same three seconds at 100 ms: the probe is not judged yet,
+        // and what the copy bore out is the one stream it started with.
+        let wan = drive(StreamController::new(1, 8), 3, rate, |_| false, true);
+        assert_eq!((wan.current(), wan.proven()), (2, 1), "{:?}", wan.history());
     }
 
     #[test]

@@ -84,6 +84,7 @@ pub struct SocketTuner {
     reservation: Reservation<'static>,
     last: Option<Interval>,
     at_cap: bool,
+    slow_reader: bool,
     growing: bool,
     /// The send buffer follows the session's share ([`crate::session`]).
     shared: bool,
@@ -120,6 +121,7 @@ impl SocketTuner {
             reservation: Pool::global().reserve(),
             last: None,
             at_cap: false,
+            slow_reader: false,
             growing: false,
             shared: false,
             share_wanted: 0,
@@ -147,6 +149,7 @@ impl SocketTuner {
         self.last = self.estimator.last_interval();
         self.growing = false;
         self.at_cap = false;
+        self.slow_reader = false;
         if !act || self.cfg.mode != WindowMode::Auto {
             return Ok(info);
         }
@@ -172,8 +175,8 @@ impl SocketTuner {
             // The session sizes this buffer (`apply_share`); it is at its cap
             // when the share wanted is more than the budget allows.
             let granted = self.raised_sndbuf.unwrap_or(sndbuf);
-            self.at_cap = (policy::is_sndbuf_limited(&interval) && self.share_wanted > granted)
-                || (interval.busy_share >= 0.5 && interval.rwnd_limited_share >= 0.2);
+            self.at_cap = policy::is_sndbuf_limited(&interval) && self.share_wanted > granted;
+            self.judge_peer_window(&interval);
             return Ok(());
         }
         let budget = self.cfg.budget;
@@ -213,8 +216,22 @@ impl SocketTuner {
                 self.at_cap = policy::is_sndbuf_limited(&interval) && sndbuf >= budget.cap();
             }
         }
-        self.at_cap |= interval.busy_share >= 0.5 && interval.rwnd_limited_share >= 0.2;
+        self.judge_peer_window(&interval);
         Ok(())
+    }
+
+    /// A stream held back by the peer's window: the window is at its cap
+    /// (this end cannot grow it; more streams add windows) while it is
+    /// small for the path, and the peer reads too slowly once it has grown
+    /// past twice the bandwidth-delay product.
+    fn judge_peer_window(&mut self, interval: &Interval) {
+        if interval.busy_share >= 0.5 && interval.rwnd_limited_share >= 0.2 {
+            if self.estimator.peer_window_outgrew_path() {
+                self.slow_reader = true;
+            } else {
+                self.at_cap = true;
+            }
+        }
     }
 
     /// The most tern may set a receive buffer to: the stream's budget share,
@@ -360,6 +377,14 @@ impl SocketTuner {
         self.at_cap
     }
 
+    /// After the last tick: held back by a peer that reads more slowly
+    /// than data arrives, though its window is ample. Only trying shows
+    /// whether more streams help: they do when each of the peer's streams
+    /// is bound to one core's work.
+    pub fn slow_reader(&self) -> bool {
+        self.slow_reader
+    }
+
     /// After the last tick: its send buffer was just grown.
     pub fn growing(&self) -> bool {
         self.growing
@@ -384,8 +409,42 @@ impl SocketTuner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::estimate::tests::sample;
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_full_window_is_a_cap_only_while_it_is_small_for_the_path() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let cfg = TunerConfig::new(WindowMode::Auto, Direction::Send, 64 << 20);
+        // Two samples 200 ms apart, busy throughout, 90 % of it waiting on
+        // the peer's window; 100 MB/s at 10 ms: a 1 MB bandwidth-delay
+        // product.
+        let judge = |peer_window: u32| {
+            let mut t = SocketTuner::new(client.as_raw_fd(), cfg.clone());
+            for (ms, busy, rwnd) in [(0, 0, 0), (200, 200_000, 180_000)] {
+                let info = TcpInfo {
+                    snd_wnd: Some(peer_window),
+                    ..sample(busy, rwnd, 0, 100_000_000, 10_000)
+                };
+                t.estimator.add(Duration::from_millis(ms), info);
+            }
+            let interval = t.estimator.last_interval().unwrap();
+            t.judge_peer_window(&interval);
+            (t.at_cap(), t.slow_reader())
+        };
+        assert_eq!(
+            judge(512 << 10),
+            (true, false),
+            "a window short of the path"
+        );
+        assert_eq!(
+            judge(8 << 20),
+            (false, true),
+            "a window past it, drained slowly"
+        );
+    }
 
     #[test]
     fn a_tuner_measures_a_live_socket_and_kernel_mode_changes_nothing() {

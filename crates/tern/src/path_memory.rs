@@ -1,5 +1,5 @@
 //! What earlier copies to a daemon learned about the path: its rate and the
-//! streams they ended with, kept in the state directory (`paths.json`), so
+//! streams their measurements bore out, kept in the state directory (`paths.json`), so
 //! that the next copy to the same daemon starts where the last one ended
 //! instead of ramping up from a guess.
 //!
@@ -125,11 +125,7 @@ impl PathMemory {
         stats: &TransferStats,
         hello: Option<Hello>,
     ) -> Result<(), String> {
-        let streams = stats
-            .tuning
-            .as_ref()
-            .and_then(|d| d.stream_steps.last().map(|s| s.streams))
-            .unwrap_or(stats.streams_used);
+        let streams = streams_to_remember(stats.tuning.as_ref(), stats.streams_used);
         self.keep(ep, stats.bytes, stats.network_elapsed, streams, hello)
     }
 
@@ -188,6 +184,19 @@ impl PathMemory {
                 e.to_string()
             })
     }
+}
+
+/// The streams a copy's measurements bore out, which the next copy starts
+/// with: not an addition made too late to judge. Remembering that would
+/// ratchet the count up copy by copy, each adding streams the one before
+/// never showed were worth their CPU.
+fn streams_to_remember(tuning: Option<&tern_drs::Diagnosis>, streams_used: u16) -> u16 {
+    tuning
+        .and_then(|d| match d.streams_proven {
+            0 => d.stream_steps.last().map(|s| s.streams),
+            proven => Some(proven),
+        })
+        .unwrap_or(streams_used)
 }
 
 /// Starts `opts` from `remembered`: as many streams as the last copy ended
@@ -291,6 +300,35 @@ mod tests {
             .keep(&ep(2), 1 << 30, Duration::from_secs(4), 2, None)
             .unwrap();
         assert!(memory.recall(&ep(2)).is_some(), "a broken file is replaced");
+    }
+
+    #[test]
+    fn an_addition_too_late_to_judge_is_not_remembered() {
+        use tern_drs::{StreamChange, StreamController, streams::Observation};
+        let mut controller = StreamController::new(2, 8);
+        let mut diagnosis = tern_drs::diagnose(Vec::new(), tern_drs::HostCaps::default(), &[]);
+        // Two LAN periods of a level rate, then a probe to 4 the copy
+        // ends before judging.
+        let mut change = None;
+        for tick in 1..=5u64 {
+            change = change.or(controller.observe(Observation {
+                at: Duration::from_millis(tick * 200),
+                bytes: tick * 200_000_000,
+                limited_at_cap: false,
+                growing_buffers: false,
+                worth_probing: true,
+                srtt: Duration::from_micros(80),
+            }));
+        }
+        assert_eq!(change, Some(StreamChange::Grow(4)));
+        diagnosis.set_stream_steps(controller.history().to_vec());
+        diagnosis.streams_proven = controller.proven();
+        assert_eq!(streams_to_remember(Some(&diagnosis), 4), 2);
+        // Without a controller (a fixed count): the streams used.
+        diagnosis.streams_proven = 0;
+        diagnosis.set_stream_steps(Vec::new());
+        assert_eq!(streams_to_remember(Some(&diagnosis), 4), 4);
+        assert_eq!(streams_to_remember(None, 3), 3);
     }
 
     #[test]

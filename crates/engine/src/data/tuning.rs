@@ -394,6 +394,7 @@ impl Tuners {
                     srtt = srtt.max(Duration::from_micros(u64::from(info.rtt_us)));
                     at_cap |= slot.tuner.at_cap();
                     growing |= slot.tuner.growing();
+                    worth_probing |= slot.tuner.slow_reader();
                     if let Some(iv) = slot.tuner.interval() {
                         worth_probing |=
                             iv.busy_share < 0.8 || (loss_based && iv.retrans_bytes > 0);
@@ -614,6 +615,7 @@ impl Tuners {
                 .map(|c| c.history().to_vec())
                 .unwrap_or_default(),
         );
+        d.streams_proven = self.controller.as_ref().map_or(0, |c| c.proven());
         if let (Some(each), Some(bps)) = (self.receive_started, self.tuning.known_rate_bps) {
             d.actions.push(format!(
                 "started the receive buffers at {:.1} MiB each, sized for the rate of the last \
