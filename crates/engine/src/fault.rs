@@ -363,6 +363,16 @@ impl BlockWrite for FaultyWriter {
         self.inner.write_at(offset, data)
     }
 
+    fn write_hashed(
+        &self,
+        offset: u64,
+        data: &[u8],
+        hashed: &crate::store::journal::BlockHasher,
+    ) -> std::io::Result<()> {
+        (self.before_write)(offset, data.len())?;
+        self.inner.write_hashed(offset, data, hashed)
+    }
+
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
         self.inner.read_at(offset, buf)
     }

@@ -112,6 +112,18 @@ pub trait BlockRead: Send + Sync {
 pub trait BlockWrite: Send + Sync {
     /// Writes `data` at `offset`.
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// As [`BlockWrite::write_at`], with `hashed` already fed all of
+    /// `data` (the receive path hashes each piece as it arrives, while it
+    /// is in the cache): the resume journal records its hash as is.
+    fn write_hashed(
+        &self,
+        offset: u64,
+        data: &[u8],
+        hashed: &super::journal::BlockHasher,
+    ) -> io::Result<()> {
+        let _ = hashed;
+        self.write_at(offset, data)
+    }
     /// Reads back written bytes (for the receiver's whole-file digest).
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Bytes written so far with direct I/O, past the page cache.

@@ -145,7 +145,8 @@ impl BlockHasher {
         std::hash::Hasher::write(&mut self.0, piece);
     }
 
-    fn finish(&self) -> u64 {
+    /// The hash of the pieces so far.
+    pub fn finish(&self) -> u64 {
         std::hash::Hasher::finish(&self.0)
     }
 }

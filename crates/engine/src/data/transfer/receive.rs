@@ -13,10 +13,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tern_proto::data::{HEADER_LEN, RAW_LEN_LEN};
+use tern_proto::data::HEADER_LEN;
 use tern_proto::{
-    BlockFlags, BlockHeader, ChecksumAlg, Codec, ControlMsg, DataFrame, Existing, FileMeta, RawLen,
-    SkipExisting,
+    BlockFlags, ChecksumAlg, ControlMsg, DataFrame, Existing, FileMeta, SkipExisting,
 };
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, mpsc};
@@ -26,10 +25,11 @@ use super::{
     BoxStream, ControlReader, ControlWriter, Failure, LINGER, Progress, StreamCounts, TaskGuard,
     Tasks, TransferParams, TransferStats, blocking,
 };
-use crate::data::compress::{self, Counters};
+use crate::data::compress::Counters;
 use crate::data::fold::Folds;
 
 mod digests;
+mod payload;
 mod streams;
 mod write;
 use crate::data::stall::Watch;
@@ -40,6 +40,7 @@ use crate::store::blockbuf::BlockBuf;
 use crate::store::fsio::{BlockWrite, Sink};
 use crate::{Error, Result};
 use digests::receiver_digests;
+use payload::{ReadError, read_compressed, read_plain};
 use streams::{first_joins, more_streams};
 use tern_session::{BlockVerdict, ReceiverConfig, ReceiverSession, RecvAction};
 use write::{InFlight, settle};
@@ -563,58 +564,6 @@ fn file_not_opened(shared: &RecvShared, id: u32, e: Error) -> Result<bool> {
     Ok(false)
 }
 
-/// Reads a compressed payload of `wire` bytes and decompresses it into
-/// `buf`; returns the block as it is in the file (its raw length, no codec
-/// flag) and whether the payload decompressed.
-async fn read_compressed(
-    stream: &mut (impl AsyncReadExt + Unpin),
-    h: BlockHeader,
-    codec: Codec,
-    (packed, buf): (&mut Vec<u8>, &mut BlockBuf),
-    block_size: u32,
-    pace: Option<&crate::data::pace::Pace>,
-) -> std::result::Result<(BlockHeader, bool), ReadError> {
-    let wire = h.length as usize;
-    if packed.len() < wire {
-        packed.resize(block_size as usize, 0);
-    }
-    crate::data::pace::read_exact(stream, &mut packed[..wire], pace)
-        .await
-        .map_err(ReadError::Ended)?;
-    let raw = RawLen::decode(&packed[..wire]).map_err(|e| ReadError::Fatal(e.into()))?;
-    if raw.0 > block_size {
-        return Err(ReadError::Fatal(Error::Protocol(format!(
-            "compressed block of {} bytes exceeds the block size",
-            raw.0
-        ))));
-    }
-    let (p, b) = (std::mem::take(packed), std::mem::take(buf));
-    let raw_len = raw.0 as usize;
-    let (p, b, good) = tokio::task::spawn_blocking(move || {
-        let mut b = b;
-        let good = compress::decompress(codec, &p[RAW_LEN_LEN..wire], &mut b[..raw_len]);
-        (p, b, good)
-    })
-    .await
-    .map_err(|e| ReadError::Fatal(Error::Protocol(format!("decompression task failed: {e}"))))?;
-    *packed = p;
-    *buf = b;
-    let block = BlockHeader {
-        flags: h.flags.with_codec(None),
-        length: raw.0,
-        ..h
-    };
-    Ok((block, good))
-}
-
-/// Why a stream reader stops.
-enum ReadError {
-    /// The connection ended or failed.
-    Ended(std::io::Error),
-    /// The peer broke the protocol: the session fails.
-    Fatal(Error),
-}
-
 async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, block_size: u32) {
     let mut stream = tokio::io::BufReader::with_capacity(64 << 10, stream);
     let mut header = [0u8; HEADER_LEN];
@@ -647,15 +596,14 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
         }
         let pace = shared.pace.as_deref();
         let codec = h.flags.codec();
-        let (h, decompressed) = match codec {
-            None => {
-                let payload = &mut buf[..h.length as usize];
-                if let Err(e) = crate::data::pace::read_exact(&mut stream, payload, pace).await {
+        let (h, decompressed, hashed) = match codec {
+            None => match read_plain(&mut stream, &mut buf[..h.length as usize], pace).await {
+                Ok(hashed) => (h, true, Some(hashed)),
+                Err(e) => {
                     settle(&mut in_flight).await;
                     return stream_ended(&shared, k, e);
                 }
-                (h, true)
-            }
+            },
             Some(_) if !shared.accept_compressed => {
                 return shared.failure.fail(
                     Error::Protocol("a compressed block, but compression was not agreed".into()),
@@ -666,7 +614,7 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                 let bufs = (&mut packed, &mut buf);
                 let read = read_compressed(&mut stream, h, codec, bufs, block_size, pace).await;
                 match read {
-                    Ok(done) => done,
+                    Ok((h, decompressed)) => (h, decompressed, None),
                     Err(ReadError::Ended(e)) => {
                         settle(&mut in_flight).await;
                         return stream_ended(&shared, k, e);
@@ -752,7 +700,7 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
                     .take()
                     .unwrap_or_else(|| BlockBuf::zeroed(block_size as usize));
                 let block = std::mem::replace(&mut buf, next);
-                in_flight = Some(InFlight::start(&shared, k, w, h, block, len));
+                in_flight = Some(InFlight::start(&shared, k, w, h, (block, len), hashed));
             }
         }
         let judged = shared.session.lock().expect("session").judge_due();

@@ -15,20 +15,22 @@ use super::RecvShared;
 use crate::Error;
 use crate::store::blockbuf::BlockBuf;
 use crate::store::fsio::BlockWrite;
+use crate::store::journal::BlockHasher;
 
 /// A block being written; its buffer comes back when it is done.
 pub(super) struct InFlight(oneshot::Receiver<Option<BlockBuf>>);
 
 impl InFlight {
     /// Writes block `h` of stream `k` (the first `len` bytes of `buf`)
-    /// to `w`, feeds it to the file's digest and counts it as written.
+    /// to `w`, feeds it to the file's digest and counts it as written;
+    /// `hashed`: the journal's hash of its bytes, when taken as they came.
     pub(super) fn start(
         shared: &Arc<RecvShared>,
         k: usize,
         w: Arc<dyn BlockWrite>,
         h: BlockHeader,
-        buf: BlockBuf,
-        len: usize,
+        (buf, len): (BlockBuf, usize),
+        hashed: Option<BlockHasher>,
     ) -> InFlight {
         let (done, back) = oneshot::channel();
         let shared = shared.clone();
@@ -36,7 +38,10 @@ impl InFlight {
         tokio::spawn(async move {
             let (offset, file_id, folds) = (h.offset, h.file_id, shared.folds.clone());
             let written = blocking(move || {
-                let res = w.write_at(offset, &buf[..len]);
+                let res = match &hashed {
+                    Some(hashed) => w.write_hashed(offset, &buf[..len], hashed),
+                    None => w.write_at(offset, &buf[..len]),
+                };
                 match (res, folds) {
                     (Ok(()), Some(folds)) => Ok(folds.feed_owned(file_id, offset, buf, len)),
                     (Ok(()), None) => Ok(buf),
