@@ -363,6 +363,10 @@ impl BlockWrite for FaultyWriter {
         self.inner.write_at(offset, data)
     }
 
+    fn journaled(&self) -> bool {
+        self.inner.journaled()
+    }
+
     fn write_hashed(
         &self,
         offset: u64,

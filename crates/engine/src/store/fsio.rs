@@ -112,6 +112,11 @@ pub trait BlockRead: Send + Sync {
 pub trait BlockWrite: Send + Sync {
     /// Writes `data` at `offset`.
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Keeps a resume journal, which records a hash of every block
+    /// written ([`BlockWrite::write_hashed`]).
+    fn journaled(&self) -> bool {
+        false
+    }
     /// As [`BlockWrite::write_at`], with `hashed` already fed all of
     /// `data` (the receive path hashes each piece as it arrives, while it
     /// is in the cache): the resume journal records its hash as is.

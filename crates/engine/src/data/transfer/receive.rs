@@ -596,9 +596,14 @@ async fn stream_reader(shared: Arc<RecvShared>, k: usize, stream: BoxStream, blo
         }
         let pace = shared.pace.as_deref();
         let codec = h.flags.codec();
+        // A file not open yet may be journaled: hash it.
+        let journaled =
+            (shared.writers.lock().expect("writers").get(&h.file_id)).is_none_or(|w| w.journaled());
         let (h, decompressed, hashed) = match codec {
-            None => match read_plain(&mut stream, &mut buf[..h.length as usize], pace).await {
-                Ok(hashed) => (h, true, Some(hashed)),
+            None => match read_plain(&mut stream, &mut buf[..h.length as usize], pace, journaled)
+                .await
+            {
+                Ok(hashed) => (h, true, hashed),
                 Err(e) => {
                     settle(&mut in_flight).await;
                     return stream_ended(&shared, k, e);

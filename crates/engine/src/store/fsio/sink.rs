@@ -638,6 +638,10 @@ impl BlockWrite for FileWriter {
         self.write_block(offset, data, None)
     }
 
+    fn journaled(&self) -> bool {
+        self.journal.lock().expect("journal").is_some()
+    }
+
     fn write_hashed(
         &self,
         offset: u64,

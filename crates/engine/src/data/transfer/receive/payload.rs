@@ -22,13 +22,19 @@ use crate::store::journal::BlockHasher;
 /// that the extra reads cost nothing measurable.
 const HASH_PIECE: usize = 64 << 10;
 
-/// Fills `payload` from `stream` (paced by `pace` when there is one) and
-/// returns the journal hash of its bytes.
+/// Fills `payload` from `stream` (paced by `pace` when there is one) and,
+/// when it goes to a `journaled` file, returns the journal hash of its
+/// bytes.
 pub(super) async fn read_plain<S: AsyncRead + Unpin + ?Sized>(
     stream: &mut S,
     payload: &mut [u8],
     pace: Option<&Pace>,
-) -> std::io::Result<BlockHasher> {
+    journaled: bool,
+) -> std::io::Result<Option<BlockHasher>> {
+    if !journaled {
+        crate::data::pace::read_exact(stream, payload, pace).await?;
+        return Ok(None);
+    }
     let mut hasher = BlockHasher::new();
     let piece = if pace.is_some() {
         PACE_CHUNK
@@ -42,7 +48,7 @@ pub(super) async fn read_plain<S: AsyncRead + Unpin + ?Sized>(
         stream.read_exact(chunk).await?;
         hasher.update(chunk);
     }
-    Ok(hasher)
+    Ok(Some(hasher))
 }
 
 /// Reads a compressed payload of `wire` bytes and decompresses it into
@@ -111,15 +117,30 @@ mod tests {
             tx.write_all(&sent).await.unwrap();
         });
         let mut payload = vec![0u8; data.len()];
-        let hashed = read_plain(&mut rx, &mut payload, None).await.unwrap();
+        let hashed = read_plain(&mut rx, &mut payload, None, true).await.unwrap();
         writer.await.unwrap();
         assert_eq!(payload, data);
         let mut whole = BlockHasher::new();
         whole.update(&data);
-        assert_eq!(hashed.finish(), whole.finish());
+        assert_eq!(hashed.map(|h| h.finish()), Some(whole.finish()));
         // A stream that ends early is an error, not a short block.
         let (tx, mut rx) = tokio::io::duplex(4096);
         drop(tx);
-        assert!(read_plain(&mut rx, &mut payload, None).await.is_err());
+        assert!(read_plain(&mut rx, &mut payload, None, true).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_payload_for_a_file_without_a_journal_is_not_hashed() {
+        let (mut tx, mut rx) = tokio::io::duplex(4096);
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            tx.write_all(&[7u8; 10_000]).await.unwrap();
+        });
+        let mut payload = vec![0u8; 10_000];
+        let hashed = read_plain(&mut rx, &mut payload, None, false)
+            .await
+            .unwrap();
+        assert!(hashed.is_none());
+        assert_eq!(payload, vec![7u8; 10_000]);
     }
 }
