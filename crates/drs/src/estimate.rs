@@ -85,6 +85,12 @@ pub struct StreamEstimator {
     min_rtt_us: Option<u32>,
     max_rate: u64,
     max_peer_window: u64,
+    /// When the peer's window was last seen larger than ever before.
+    peer_window_grew_at: Option<Duration>,
+    /// Samples that showed the peer's window, and those that found it
+    /// closed (less than one segment).
+    peer_window_samples: u32,
+    peer_window_closed: u32,
 }
 
 /// A limit counts as dominant once it covers this share of busy time.
@@ -106,7 +112,14 @@ impl StreamEstimator {
             self.max_rate = self.max_rate.max(rate);
         }
         if let Some(window) = info.snd_wnd {
-            self.max_peer_window = self.max_peer_window.max(u64::from(window));
+            self.peer_window_samples += 1;
+            if window < info.snd_mss.max(1) {
+                self.peer_window_closed += 1;
+            }
+            if u64::from(window) > self.max_peer_window {
+                self.max_peer_window = u64::from(window);
+                self.peer_window_grew_at = Some(at);
+            }
         }
     }
 
@@ -207,6 +220,24 @@ impl StreamEstimator {
     /// window would not help.
     pub fn peer_window_outgrew_path(&self) -> bool {
         self.window_outgrew(self.bdp_bytes())
+    }
+
+    /// The peer reads more slowly than data arrives: its window has grown
+    /// past twice the path's bandwidth-delay product (and still fills), or
+    /// at least a third of the samples found it closed, its buffer full of
+    /// data not read yet. A receive buffer that is merely small for the
+    /// path drains as data comes and keeps its window open.
+    pub fn peer_reads_slowly(&self) -> bool {
+        self.peer_window_outgrew_path()
+            || (self.peer_window_closed >= 2
+                && self.peer_window_closed * 3 >= self.peer_window_samples)
+    }
+
+    /// The peer's window has not grown for `settle` before `at`: the
+    /// receiver's autotuning (or tern's) has stopped opening it.
+    pub fn peer_window_settled(&self, at: Duration, settle: Duration) -> bool {
+        self.peer_window_grew_at
+            .is_some_and(|grew| at.saturating_sub(grew) >= settle)
     }
 
     /// The highest delivery rate seen times the lowest RTT.

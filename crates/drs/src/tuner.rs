@@ -70,6 +70,10 @@ pub fn fix_buffers(fd: RawFd, bytes: u64, privileged: bool) -> io::Result<()> {
     socket::set_rcvbuf(fd, bytes, privileged)
 }
 
+/// A peer's full window counts as capped once it has not grown for this
+/// long (or four RTTs): until then the receiver may still be opening it.
+const WINDOW_SETTLE: Duration = Duration::from_millis(400);
+
 /// Live tuning state of one socket.
 #[derive(Debug)]
 pub struct SocketTuner {
@@ -176,7 +180,7 @@ impl SocketTuner {
             // when the share wanted is more than the budget allows.
             let granted = self.raised_sndbuf.unwrap_or(sndbuf);
             self.at_cap = policy::is_sndbuf_limited(&interval) && self.share_wanted > granted;
-            self.judge_peer_window(&interval);
+            self.judge_peer_window(at, &interval);
             return Ok(());
         }
         let budget = self.cfg.budget;
@@ -216,22 +220,25 @@ impl SocketTuner {
                 self.at_cap = policy::is_sndbuf_limited(&interval) && sndbuf >= budget.cap();
             }
         }
-        self.judge_peer_window(&interval);
+        self.judge_peer_window(at, &interval);
         Ok(())
     }
 
-    /// A stream held back by the peer's window: the window is at its cap
-    /// (this end cannot grow it; more streams add windows) while it is
-    /// small for the path, and the peer reads too slowly once it has grown
-    /// past twice the bandwidth-delay product.
-    fn judge_peer_window(&mut self, interval: &Interval) {
-        if interval.busy_share >= 0.5 && interval.rwnd_limited_share >= 0.2 {
-            if self.estimator.peer_window_outgrew_path() {
-                self.slow_reader = true;
-            } else {
-                self.at_cap = true;
-            }
+    /// A stream held back by the peer's window: the peer reads too slowly
+    /// ([`StreamEstimator::peer_reads_slowly`]), or else the window is at
+    /// its cap (this end cannot grow it; more streams add windows) once it
+    /// has stopped growing. While it still grows, the receiver is opening
+    /// it: neither yet.
+    fn judge_peer_window(&mut self, at: Duration, interval: &Interval) {
+        if interval.busy_share < 0.5 || interval.rwnd_limited_share < 0.2 {
+            return;
         }
+        if self.estimator.peer_reads_slowly() {
+            self.slow_reader = true;
+            return;
+        }
+        let settle = WINDOW_SETTLE.max(Duration::from_micros(u64::from(interval.srtt_us)) * 4);
+        self.at_cap |= self.estimator.peer_window_settled(at, settle);
     }
 
     /// The most tern may set a receive buffer to: the stream's budget share,
@@ -414,35 +421,47 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     #[test]
-    fn a_full_window_is_a_cap_only_while_it_is_small_for_the_path() {
+    fn a_full_window_is_a_cap_once_it_stopped_growing_small_for_the_path() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let cfg = TunerConfig::new(WindowMode::Auto, Direction::Send, 64 << 20);
-        // Two samples 200 ms apart, busy throughout, 90 % of it waiting on
-        // the peer's window; 100 MB/s at 10 ms: a 1 MB bandwidth-delay
-        // product.
-        let judge = |peer_window: u32| {
+        // Samples 200 ms apart, busy throughout, 90 % of it waiting on the
+        // peer's window; 100 MB/s at 10 ms: a 1 MB bandwidth-delay
+        // product. `windows`: the peer's window at 0, 200, 400 and 600 ms.
+        let judge = |windows: [u32; 4]| {
             let mut t = SocketTuner::new(client.as_raw_fd(), cfg.clone());
-            for (ms, busy, rwnd) in [(0, 0, 0), (200, 200_000, 180_000)] {
+            for (i, window) in windows.into_iter().enumerate() {
+                let ms = 200 * i as u64;
                 let info = TcpInfo {
-                    snd_wnd: Some(peer_window),
-                    ..sample(busy, rwnd, 0, 100_000_000, 10_000)
+                    snd_wnd: Some(window),
+                    ..sample(ms * 1000, ms * 900, 0, 100_000_000, 10_000)
                 };
                 t.estimator.add(Duration::from_millis(ms), info);
             }
             let interval = t.estimator.last_interval().unwrap();
-            t.judge_peer_window(&interval);
+            t.judge_peer_window(Duration::from_millis(600), &interval);
             (t.at_cap(), t.slow_reader())
         };
+        let small = 512 << 10;
         assert_eq!(
-            judge(512 << 10),
+            judge([small; 4]),
             (true, false),
-            "a window short of the path"
+            "a window short of the path that stopped growing"
         );
         assert_eq!(
-            judge(8 << 20),
+            judge([small / 4, small / 2, small / 2, small]),
+            (false, false),
+            "a window short of the path the receiver is still opening"
+        );
+        assert_eq!(
+            judge([small, 8 << 20, 8 << 20, 8 << 20]),
             (false, true),
             "a window past it, drained slowly"
+        );
+        assert_eq!(
+            judge([0, 8192, 0, 0]),
+            (false, true),
+            "a window mostly closed: the buffer full of data not read yet"
         );
     }
 
