@@ -397,7 +397,7 @@ disk_run() {  # REP ID SERVER DSTFILE CMD...: one copy of $SRC, verified
         fi
     fi
     if [ "$srv" = tern ] && [ "$rc" = 0 ]; then
-        extra="streams $(json_get 'd["streams"]' '?' <"$LOGS/run.out"); tern's limit: $(json_get 'd["tuning"]["limit"]' '?' <"$LOGS/run.out")"
+        extra="streams $(json_get 'd["streams"]' '?' <"$LOGS/run.out") at most, $(json_get 'd["stream_count"]["at_end"]' '?' <"$LOGS/run.out") at the end; tern's limit: $(json_get 'd["tuning"]["limit"]' '?' <"$LOGS/run.out")"
     fi
     wall=$(add "$wall_client" "$sync_wall")
     bps=$(awk -v n="$DISK_BYTES" -v t="$wall" 'BEGIN { printf "%.0f", n * 8 / t }')
@@ -433,7 +433,7 @@ mem_run() {  # REP ID SERVER LIMIT CMD...: one memory-to-memory run; the rate fr
     if [ "$srv" = tern ]; then
         bps=$(json_get 'd["throughput_bps"]' <"$LOGS/run.out")
         bytes=$(json_get 'd["bytes"]' <"$LOGS/run.out")
-        extra="streams $(json_get 'd["streams"]' '?' <"$LOGS/run.out"); tern's limit: $(json_get 'd["tuning"]["limit"]' '?' <"$LOGS/run.out")"
+        extra="streams $(json_get 'd["streams"]' '?' <"$LOGS/run.out") at most, $(json_get 'd["stream_count"]["at_end"]' '?' <"$LOGS/run.out") at the end; tern's limit: $(json_get 'd["tuning"]["limit"]' '?' <"$LOGS/run.out")"
     else
         bps=$(json_get 'd["end"]["sum_received"]["bits_per_second"]' <"$LOGS/run.out")
         bytes=$(json_get 'd["end"]["sum_received"]["bytes"]' <"$LOGS/run.out")
