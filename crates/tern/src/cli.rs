@@ -131,6 +131,11 @@ The first connection to a daemon records its certificate fingerprint in
 With -z (--reverse-connect), for when only this side may accept connections:
 this tern listens and the remote one connects to it.
 
+A received file of 16 MiB or more is written past the page cache (O_DIRECT)
+where the file system takes it; TERN_DIRECT_IO=never in the receiving end's
+environment (this one's for a pull, the daemon's for a push) writes through
+the page cache, for storage whose direct I/O is slow.
+
 Exit codes: 0 ok, 2 usage, 3 source missing, 4 permission/outside root,
 5 disk full, 6 I/O, 7 cannot connect, 8 fingerprint/TLS, 9 connection lost,
 10 integrity, 11 protocol, 12 ssh login or remote tern failed, 130 interrupted.";
@@ -156,6 +161,11 @@ closed at once. Only then does its session count (--max-sessions,
 --max-sessions-per-address). Each limit that bites is logged (one line per
 limit every 10 s at most). The open-files limit is raised to its hard limit
 at start.
+
+A received file of 16 MiB or more is written past the page cache (O_DIRECT)
+where the file system takes it; TERN_DIRECT_IO=never in the daemon's
+environment writes through the page cache, for storage whose direct I/O is
+slow (some network file systems, RAID without a write cache).
 
 Example:
   tern serve --listen 0.0.0.0:4747 --root /data/export";
