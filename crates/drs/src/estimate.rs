@@ -215,20 +215,13 @@ impl StreamEstimator {
         self.max_peer_window > 0 && self.max_peer_window >= 2 * bdp_bytes
     }
 
-    /// The peer's window has grown past twice the path's bandwidth-delay
-    /// product: when it fills now, the peer reads too slowly, and a larger
-    /// window would not help.
-    pub fn peer_window_outgrew_path(&self) -> bool {
-        self.window_outgrew(self.bdp_bytes())
-    }
-
     /// The peer reads more slowly than data arrives: its window has grown
     /// past twice the path's bandwidth-delay product (and still fills), or
     /// at least a third of the samples found it closed, its buffer full of
     /// data not read yet. A receive buffer that is merely small for the
     /// path drains as data comes and keeps its window open.
     pub fn peer_reads_slowly(&self) -> bool {
-        self.peer_window_outgrew_path()
+        self.window_outgrew(self.bdp_bytes())
             || (self.peer_window_closed >= 2
                 && self.peer_window_closed * 3 >= self.peer_window_samples)
     }

@@ -621,14 +621,11 @@ impl FileWriter {
         }
         match (
             self.journal.lock().expect("journal").as_mut(),
-            hashed,
-            &hasher,
+            hashed.or(hasher.as_ref()),
         ) {
-            (Some(j), Some(h), _) | (Some(j), None, Some(h)) => {
-                j.record_hashed(offset, data.len(), h)
-            }
-            (Some(j), None, None) => j.record(offset, data),
-            (None, _, _) => Ok(()),
+            (Some(j), Some(h)) => j.record_hashed(offset, data.len(), h),
+            (Some(j), None) => j.record(offset, data),
+            (None, _) => Ok(()),
         }
     }
 }

@@ -9,11 +9,11 @@
 
 use tern_proto::data::RAW_LEN_LEN;
 use tern_proto::{BlockHeader, Codec, RawLen};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncRead;
 
 use crate::Error;
 use crate::data::compress;
-use crate::data::pace::{PACE_CHUNK, Pace};
+use crate::data::pace::{Pace, read_exact_seen};
 use crate::store::blockbuf::BlockBuf;
 use crate::store::journal::BlockHasher;
 
@@ -36,18 +36,10 @@ pub(super) async fn read_plain<S: AsyncRead + Unpin + ?Sized>(
         return Ok(None);
     }
     let mut hasher = BlockHasher::new();
-    let piece = if pace.is_some() {
-        PACE_CHUNK
-    } else {
-        HASH_PIECE
-    };
-    for chunk in payload.chunks_mut(piece) {
-        if let Some(pace) = pace {
-            pace.acquire(chunk.len() as u64).await;
-        }
-        stream.read_exact(chunk).await?;
-        hasher.update(chunk);
-    }
+    read_exact_seen(stream, payload, pace, HASH_PIECE, |piece| {
+        hasher.update(piece)
+    })
+    .await?;
     Ok(Some(hasher))
 }
 
