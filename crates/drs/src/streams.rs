@@ -23,6 +23,11 @@
 //!   compares the next period's aggregate rate with the rate before: at
 //!   least [`GAIN`] better and it goes on, otherwise it retires the streams
 //!   it added and stops for good.
+//!
+//! On a LAN nothing needs a period to ramp up: the first period counts as
+//! levelled, and an addition is judged over the period that starts one
+//! sample after it (new streams connect within milliseconds), so a copy
+//! of a second and a half sees its probe made and judged.
 
 use std::time::Duration;
 
@@ -37,8 +42,8 @@ const STILL_GROWING: f64 = 0.05;
 /// Paths whose largest smoothed RTT is below this are LANs.
 pub const LAN_RTT: Duration = Duration::from_millis(2);
 
-/// The controller's period on a LAN: two samples. A copy of a few
-/// seconds there then still sees an addition judged; with the second of
+/// The controller's period on a LAN: two samples. A copy of a second and
+/// a half there then still sees an addition judged; with the second of
 /// long paths it ended before.
 pub const LAN_PERIOD: Duration = Duration::from_millis(400);
 
@@ -201,7 +206,8 @@ impl StreamController {
             return None;
         }
         let (t0, b0) = *self.period_start.get_or_insert((obs.at, obs.bytes));
-        let period = if obs.srtt < LAN_RTT {
+        let lan = obs.srtt < LAN_RTT;
+        let period = if lan {
             LAN_PERIOD
         } else {
             Duration::from_secs(1).max(obs.srtt * 4)
@@ -215,11 +221,13 @@ impl StreamController {
         match self.state {
             State::Ramp { previous } => {
                 if obs.limited_at_cap {
-                    return self.grow(obs.at, rate, StepReason::Limited);
+                    return self.grow(obs.at, rate, StepReason::Limited, lan);
                 }
-                let levelled = previous.is_some_and(|p| rate < p * (1.0 + STILL_GROWING));
+                // On a LAN a stream reaches its rate within milliseconds:
+                // the first period already shows where it levels off.
+                let levelled = lan || previous.is_some_and(|p| rate < p * (1.0 + STILL_GROWING));
                 if levelled && !obs.growing_buffers && obs.worth_probing {
-                    return self.grow(obs.at, rate, StepReason::Probe);
+                    return self.grow(obs.at, rate, StepReason::Probe, lan);
                 }
                 self.state = State::Ramp {
                     previous: Some(rate),
@@ -231,8 +239,10 @@ impl StreamController {
                 before,
                 periods,
             } => {
-                if periods == 0 {
-                    // The new streams were still starting; judge the next period.
+                if periods == 0 && !lan {
+                    // The new streams were still starting; judge the next
+                    // period. On a LAN they started within the sample
+                    // this period left out.
                     self.state = State::Settle {
                         base,
                         before,
@@ -246,7 +256,7 @@ impl StreamController {
                         return None;
                     }
                     if obs.limited_at_cap || (!obs.growing_buffers && obs.worth_probing) {
-                        return self.grow(obs.at, rate, StepReason::Paid);
+                        return self.grow(obs.at, rate, StepReason::Paid, lan);
                     }
                     self.state = State::Ramp {
                         previous: Some(rate),
@@ -266,7 +276,18 @@ impl StreamController {
         }
     }
 
-    fn grow(&mut self, at: Duration, rate: f64, reason: StepReason) -> Option<StreamChange> {
+    fn grow(
+        &mut self,
+        at: Duration,
+        rate: f64,
+        reason: StepReason,
+        lan: bool,
+    ) -> Option<StreamChange> {
+        if lan {
+            // The period that judges the new streams starts with the next
+            // sample, after the one in which they connected.
+            self.period_start = None;
+        }
         let before = self.current;
         self.current = before.saturating_mul(2).min(self.max);
         self.state = State::Settle {
@@ -360,6 +381,10 @@ mod tests {
             ]
         );
         assert_eq!((lan.current(), lan.proven()), (2, 2));
+        // A copy of a second and a half (≈ 2 GiB at loopback's rate on two
+        // cores) sees the probe made and judged.
+        let paid = lan.history()[2].at_ms;
+        assert!(paid <= 1_200, "judged at {paid} ms: {:?}", lan.history());
         // The same three seconds at 100 ms: the probe is not judged yet,
         // and what the copy bore out is the one stream it started with.
         let wan = drive(StreamController::new(1, 8), 3, rate, |_| false, true);
