@@ -24,6 +24,7 @@ pub mod net;
 pub mod once;
 pub mod open;
 pub mod paths;
+mod read_ahead;
 pub mod route;
 pub mod server;
 pub mod tls;

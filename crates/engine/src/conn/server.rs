@@ -44,6 +44,7 @@ use crate::conn::authz::{Access, Authz, Grants, Subject};
 use crate::conn::gate::{Claim, Gate};
 use crate::conn::open::{self, Linger, Step};
 use crate::conn::paths::Advertise;
+use crate::conn::read_ahead::{DATA_READ_AHEAD, ReadAhead};
 use crate::conn::tls::{BLOCK_MAC_LABEL, ServerIdentity, bind_token};
 use crate::data::FirstStreams;
 use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams};
@@ -335,6 +336,9 @@ async fn run_daemon(
 
 /// Serves one connection of any kind (§2.1 of the protocol), if the limits
 /// let it in.
+/// A TLS connection as the daemon accepts it.
+type ServerTls = tokio_rustls::server::TlsStream<ReadAhead<TcpStream>>;
+
 pub(crate) async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr) {
     if let Some(handshake) = ctx.limiter.admit(peer) {
         serve_connection(ctx, conn, peer, handshake).await;
@@ -369,7 +373,10 @@ async fn serve_connection(
     }
     if first[0] == 0x16 {
         let _ = conn.set_nodelay(true);
-        let mut tls = match handshaking.in_time(ctx.acceptor.accept(conn)).await {
+        let mut tls = match handshaking
+            .in_time(ctx.acceptor.accept(ReadAhead::new(conn)))
+            .await
+        {
             Some(Ok(tls)) => tls,
             Some(Err(e)) => return tracing::warn!("{peer}: TLS handshake failed: {e}"),
             None => return,
@@ -392,6 +399,7 @@ async fn serve_connection(
             return control_session(ctx, Box::new(tls), conn, handshaking).await;
         }
         if magic == JOIN_MAGIC {
+            tls.get_mut().0.read_ahead(DATA_READ_AHEAD);
             return data_join(ctx, Box::new(tls), probe, magic, true, handshaking).await;
         }
         return tracing::warn!(

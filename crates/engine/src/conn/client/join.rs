@@ -20,6 +20,7 @@ use tokio_rustls::TlsConnector;
 
 use super::{ClientCert, Endpoint, PinVerifier, gone, server_name};
 use crate::conn::paths::{self, Leg, PathPlan};
+use crate::conn::read_ahead::{DATA_READ_AHEAD, ReadAhead};
 use crate::conn::route::Route;
 use crate::data::transfer::BoxStream;
 use crate::data::tuning::Joined;
@@ -60,10 +61,11 @@ impl Dialer {
         };
         let s: BoxStream = if self.protect == Protect::Private {
             let v = PinVerifier::new(Some(self.fingerprint.clone()));
-            let tls = TlsConnector::from(v.client_config(self.client_cert.as_ref())?)
-                .connect(server_name(&self.ep.host), tcp)
+            let mut tls = TlsConnector::from(v.client_config(self.client_cert.as_ref())?)
+                .connect(server_name(&self.ep.host), ReadAhead::new(tcp))
                 .await
                 .map_err(|e| Error::Tls(format!("data connection: {e}")))?;
+            tls.get_mut().0.read_ahead(DATA_READ_AHEAD);
             Box::new(tls)
         } else {
             Box::new(tcp)

@@ -5,11 +5,7 @@
 use super::*;
 
 /// Looks up the grants of the client certificate the handshake verified.
-pub(super) fn authorize(
-    ctx: &Context,
-    tls: &tokio_rustls::server::TlsStream<TcpStream>,
-    peer: SocketAddr,
-) -> Authorization {
+pub(super) fn authorize(ctx: &Context, tls: &ServerTls, peer: SocketAddr) -> Authorization {
     let Some(site) = &ctx.opts.site else {
         return Authorization::Open;
     };
@@ -50,7 +46,7 @@ pub(super) fn authorize(
 
 pub(super) type KeyExporter = Box<dyn Fn(&Token) -> Option<[u8; 32]> + Send>;
 
-pub(super) fn export_key_fn(tls: &tokio_rustls::server::TlsStream<TcpStream>) -> KeyExporter {
+pub(super) fn export_key_fn(tls: &ServerTls) -> KeyExporter {
     // Exported now, while the concrete connection type is at hand; the
     // token does not exist yet, so it is bound in afterwards by a keyed hash.
     let (_, conn) = tls.get_ref();

@@ -110,7 +110,7 @@ pub(super) struct ConnFacts {
 }
 
 impl ConnFacts {
-    pub(super) fn of(tls: &tokio_rustls::server::TlsStream<TcpStream>) -> ConnFacts {
+    pub(super) fn of(tls: &ServerTls) -> ConnFacts {
         let conn = tls.get_ref().1;
         let mut binding = [0u8; 32];
         let bound = conn
