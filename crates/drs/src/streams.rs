@@ -103,6 +103,9 @@ pub enum StepReason {
     NoGain,
     /// One stream on each other path to the peer, from the start.
     OtherPaths,
+    /// The starting count, where an earlier transfer over the path
+    /// settled (its next addition did not pay): no probes.
+    Settled,
 }
 
 impl StepReason {
@@ -115,6 +118,7 @@ impl StepReason {
             StepReason::Paid => "the last streams added raised the rate",
             StepReason::NoGain => "the last streams added did not raise the rate",
             StepReason::OtherPaths => "one on each other path",
+            StepReason::Settled => "where the last transfer over the path settled: no probes",
         }
     }
 }
@@ -137,6 +141,8 @@ pub struct StreamController {
     state: State,
     period_start: Option<(Duration, u64)>,
     history: Vec<StreamStep>,
+    /// Probes are made (not when the count is settled).
+    probes: bool,
 }
 
 impl StreamController {
@@ -158,7 +164,27 @@ impl StreamController {
                 streams: start,
                 reason: StepReason::Start,
             }],
+            probes: true,
         }
+    }
+
+    /// A controller starting at the count an earlier transfer over the
+    /// path settled on: its next addition did not pay, so this one makes
+    /// no probes and adds streams only when windows or buffers hold them
+    /// back (the path may have changed that much).
+    pub fn settled(start: u16, max: u16) -> StreamController {
+        let mut c = StreamController::new(start, max);
+        c.probes = false;
+        c.history[0].reason = StepReason::Settled;
+        c
+    }
+
+    /// True when `history` ends where its transfer settled: the last
+    /// addition did not pay, or it started settled and stayed.
+    pub fn settled_by(history: &[StreamStep]) -> bool {
+        history
+            .last()
+            .is_some_and(|s| matches!(s.reason, StepReason::NoGain | StepReason::Settled))
     }
 
     /// Adds `paths` streams at once, one for each other path to the peer,
@@ -226,7 +252,7 @@ impl StreamController {
                 // On a LAN a stream reaches its rate within milliseconds:
                 // the first period already shows where it levels off.
                 let levelled = lan || previous.is_some_and(|p| rate < p * (1.0 + STILL_GROWING));
-                if levelled && !obs.growing_buffers && obs.worth_probing {
+                if levelled && !obs.growing_buffers && obs.worth_probing && self.probes {
                     return self.grow(obs.at, rate, StepReason::Probe, lan);
                 }
                 self.state = State::Ramp {
@@ -255,7 +281,8 @@ impl StreamController {
                         self.state = State::Done;
                         return None;
                     }
-                    if obs.limited_at_cap || (!obs.growing_buffers && obs.worth_probing) {
+                    let probe = self.probes && !obs.growing_buffers && obs.worth_probing;
+                    if obs.limited_at_cap || probe {
                         return self.grow(obs.at, rate, StepReason::Paid, lan);
                     }
                     self.state = State::Ramp {
@@ -389,6 +416,43 @@ mod tests {
         // and what the copy bore out is the one stream it started with.
         let wan = drive(StreamController::new(1, 8), 3, rate, |_| false, true);
         assert_eq!((wan.current(), wan.proven()), (2, 1), "{:?}", wan.history());
+    }
+
+    #[test]
+    fn a_settled_count_is_not_probed_but_still_grows_when_capped() {
+        let rate = |n: u16| [0.0, 660e6, 900e6, 910e6, 920e6][usize::from(n.min(4))];
+        let lan = Duration::from_micros(80);
+        let first = drive_over(StreamController::new(2, 8), lan, 3, rate, |_| false, true);
+        assert!(
+            StreamController::settled_by(first.history()),
+            "{:?}",
+            first.history()
+        );
+        let next = drive_over(
+            StreamController::settled(2, 8),
+            lan,
+            3,
+            rate,
+            |_| false,
+            true,
+        );
+        assert_eq!(next.history().len(), 1, "{:?}", next.history());
+        assert_eq!(next.current(), 2);
+        assert!(StreamController::settled_by(next.history()));
+        // Windows at their cap still double the streams.
+        let capped = drive_over(
+            StreamController::settled(2, 8),
+            lan,
+            3,
+            |n| f64::from(n) * 300e6,
+            |n| n < 4,
+            true,
+        );
+        assert_eq!(capped.current(), 4, "{:?}", capped.history());
+        assert!(!StreamController::settled_by(capped.history()));
+        // A transfer whose probe paid, or was not judged, has not settled.
+        let unjudged = drive(StreamController::new(1, 8), 3, rate, |_| false, true);
+        assert!(!StreamController::settled_by(unjudged.history()));
     }
 
     #[test]

@@ -51,16 +51,23 @@ pub fn remembered_start(
         return None;
     }
     path_memory::apply(opts, &remembered);
+    let settled = opts.tuning.streams_settled;
     console.note(format!(
-        "the last copy to {}:{} moved {} with {} streams; starting there",
+        "the last copy to {}:{} moved {} with {} streams; starting there{}",
         ep.host,
         ep.port,
         human_rate(remembered.rate_bps as f64),
-        remembered.streams
+        remembered.streams,
+        if settled {
+            " (more did not pay: no probes)"
+        } else {
+            ""
+        }
     ));
     Some(LastCopy {
         rate_bps: remembered.rate_bps,
         streams: remembered.streams,
+        settled,
     })
 }
 

@@ -157,6 +157,7 @@ fn tuning_of(t: &EngineArgs) -> Result<Tuning> {
         streams_from_rtt: t.streams == Streams::Auto,
         script: Vec::new(),
         known_rate_bps: None,
+        streams_settled: false,
         // Set once the daemon has named its paths.
         other_paths: 0,
         reserved: Vec::new(),

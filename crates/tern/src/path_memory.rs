@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use tern_drs::StepReason;
+use tern_drs::streams::LAN_RTT;
 use tern_engine::client::{ClientOptions, Endpoint};
 use tern_engine::transfer::TransferStats;
 use tern_proto::{Features, Hello};
@@ -32,6 +34,15 @@ const MAX_ENTRIES: usize = 512;
 /// path's rate: it is not remembered.
 const MIN_NETWORK_TIME: Duration = Duration::from_secs(2);
 
+/// The same on a LAN, where nothing ramps up for longer than milliseconds
+/// and a copy of a second has probed and judged its stream count.
+const MIN_LAN_NETWORK_TIME: Duration = Duration::from_millis(500);
+
+/// A count settled by a copy whose next addition did not pay is started
+/// from without probes for this long; then a copy probes again, as the
+/// path and the hosts' load change.
+const SETTLED_FOR: Duration = Duration::from_secs(3600);
+
 /// The file beside the daemon identity and the advisor archive.
 const FILE_NAME: &str = "paths.json";
 
@@ -42,6 +53,11 @@ pub struct Remembered {
     pub rate_bps: u64,
     /// Streams at the end of the copy.
     pub streams: u16,
+    /// When a copy last found that more streams than these did not pay,
+    /// seconds since the Unix epoch (copies that started from the count
+    /// and kept it carry the time on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled_at_unix: Option<u64>,
     /// When, seconds since the Unix epoch.
     pub at_unix: u64,
     /// The daemon's `Hello`, so that the next session's opening can go
@@ -126,22 +142,39 @@ impl PathMemory {
         hello: Option<Hello>,
     ) -> Result<(), String> {
         let streams = streams_to_remember(stats.tuning.as_ref(), stats.streams_used);
-        self.keep(ep, stats.bytes, stats.network_elapsed, streams, hello)
+        let copy = Copy {
+            bytes: stats.bytes,
+            network_elapsed: stats.network_elapsed,
+            lan: stats.tuning.as_ref().is_some_and(on_a_lan),
+            streams,
+            settling: settling_of(stats.tuning.as_ref()),
+        };
+        self.keep(ep, copy, hello)
     }
 
-    /// Keeps that a copy to `ep` moved `bytes` in `network_elapsed` and
-    /// ended with `streams` streams, and the daemon's `hello`.
-    fn keep(
-        &self,
-        ep: &Endpoint,
-        bytes: u64,
-        network_elapsed: Duration,
-        streams: u16,
-        hello: Option<Hello>,
-    ) -> Result<(), String> {
+    /// Keeps what `copy` to `ep` showed, and the daemon's `hello`.
+    fn keep(&self, ep: &Endpoint, copy: Copy, hello: Option<Hello>) -> Result<(), String> {
+        let Copy {
+            bytes,
+            network_elapsed,
+            lan,
+            streams,
+            settling,
+        } = copy;
         let mut all = self.load();
-        let too_short = network_elapsed < MIN_NETWORK_TIME || bytes == 0;
-        let remembered = match (too_short, all.get(&key(ep))) {
+        let min_time = if lan {
+            MIN_LAN_NETWORK_TIME
+        } else {
+            MIN_NETWORK_TIME
+        };
+        let too_short = network_elapsed < min_time || bytes == 0;
+        let earlier = all.get(&key(ep));
+        let settled_at_unix = match settling {
+            Settling::Open => None,
+            Settling::Found => Some(now_unix()),
+            Settling::Stayed => earlier.and_then(|e| e.settled_at_unix),
+        };
+        let remembered = match (too_short, earlier) {
             // Any session tells the daemon's hello; a short one keeps what
             // an earlier one learnt of the rate.
             (true, Some(earlier)) if hello.is_some() => Remembered {
@@ -151,6 +184,7 @@ impl PathMemory {
             (true, None) if hello.is_some() => Remembered {
                 rate_bps: 0,
                 streams: 0,
+                settled_at_unix: None,
                 at_unix: now_unix(),
                 hello: hello.map(DaemonHello::from),
             },
@@ -158,6 +192,7 @@ impl PathMemory {
             (false, _) => Remembered {
                 rate_bps: (bytes as f64 * 8.0 / network_elapsed.as_secs_f64()) as u64,
                 streams: streams.max(1),
+                settled_at_unix,
                 at_unix: now_unix(),
                 hello: hello.map(DaemonHello::from),
             },
@@ -186,6 +221,46 @@ impl PathMemory {
     }
 }
 
+/// What one copy showed, as the memory keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Copy {
+    bytes: u64,
+    network_elapsed: Duration,
+    /// Every stream's smoothed RTT was below [`LAN_RTT`].
+    lan: bool,
+    /// The count its measurements bore out.
+    streams: u16,
+    settling: Settling,
+}
+
+/// Whether a copy settled its stream count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settling {
+    /// Not shown: no probe, one that paid, or one too late to judge.
+    Open,
+    /// Its last addition did not pay.
+    Found,
+    /// It started from a settled count and kept it.
+    Stayed,
+}
+
+/// Whether the copy `tuning` describes settled its stream count.
+fn settling_of(tuning: Option<&tern_drs::Diagnosis>) -> Settling {
+    match tuning.and_then(|d| d.stream_steps.last()).map(|s| s.reason) {
+        Some(StepReason::NoGain) => Settling::Found,
+        Some(StepReason::Settled) => Settling::Stayed,
+        _ => Settling::Open,
+    }
+}
+
+/// True when every stream of the copy saw a LAN's RTT.
+fn on_a_lan(d: &tern_drs::Diagnosis) -> bool {
+    !d.streams.is_empty()
+        && d.streams
+            .iter()
+            .all(|s| s.srtt_ms < LAN_RTT.as_secs_f64() * 1e3)
+}
+
 /// The streams a copy's measurements bore out, which the next copy starts
 /// with: not an addition made too late to judge. Remembering that would
 /// ratchet the count up copy by copy, each adding streams the one before
@@ -208,6 +283,15 @@ pub fn apply(opts: &mut ClientOptions, remembered: &Remembered) {
         .max(remembered.streams)
         .min(opts.max_streams.max(1));
     opts.tuning.known_rate_bps = Some(remembered.rate_bps);
+    opts.tuning.streams_settled = settled(remembered);
+}
+
+/// True when `remembered`'s count was settled recently enough to start
+/// from without probes.
+pub fn settled(remembered: &Remembered) -> bool {
+    remembered
+        .settled_at_unix
+        .is_some_and(|at| Duration::from_secs(now_unix().saturating_sub(at)) < SETTLED_FOR)
 }
 
 /// Lets the session's opening go with the client's `Hello`, when the
@@ -237,6 +321,17 @@ mod tests {
         }
     }
 
+    /// A copy off a LAN that settled nothing.
+    fn copy(bytes: u64, network_elapsed: Duration, streams: u16) -> Copy {
+        Copy {
+            bytes,
+            network_elapsed,
+            lan: false,
+            streams,
+            settling: Settling::Open,
+        }
+    }
+
     fn ep(port: u16) -> Endpoint {
         Endpoint {
             host: "dtn.example".into(),
@@ -252,9 +347,7 @@ mod tests {
         memory
             .keep(
                 &ep(4747),
-                1 << 30,
-                Duration::from_secs(10),
-                8,
+                copy(1 << 30, Duration::from_secs(10), 8),
                 Some(hello()),
             )
             .unwrap();
@@ -272,13 +365,17 @@ mod tests {
         let memory = PathMemory::at(&file);
         assert!(
             memory
-                .keep(&ep(1), 1 << 20, Duration::from_secs(1), 1, None)
+                .keep(&ep(1), copy(1 << 20, Duration::from_secs(1), 1), None)
                 .is_err()
         );
         assert_eq!(memory.recall(&ep(1)), None);
         // A short session still tells the daemon's hello, and no rate.
         memory
-            .keep(&ep(1), 1 << 20, Duration::from_secs(1), 1, Some(hello()))
+            .keep(
+                &ep(1),
+                copy(1 << 20, Duration::from_secs(1), 1),
+                Some(hello()),
+            )
             .unwrap();
         let only_hello = memory.recall(&ep(1)).unwrap();
         assert_eq!(
@@ -288,6 +385,7 @@ mod tests {
         let stale = Remembered {
             rate_bps: 1_000_000,
             streams: 4,
+            settled_at_unix: None,
             at_unix: now_unix() - 8 * 24 * 3600,
             hello: None,
         };
@@ -297,7 +395,7 @@ mod tests {
         std::fs::write(&file, b"{not json").unwrap();
         assert_eq!(memory.recall(&ep(2)), None);
         memory
-            .keep(&ep(2), 1 << 30, Duration::from_secs(4), 2, None)
+            .keep(&ep(2), copy(1 << 30, Duration::from_secs(4), 2), None)
             .unwrap();
         assert!(memory.recall(&ep(2)).is_some(), "a broken file is replaced");
     }
@@ -307,28 +405,88 @@ mod tests {
         use tern_drs::{StreamChange, StreamController, streams::Observation};
         let mut controller = StreamController::new(2, 8);
         let mut diagnosis = tern_drs::diagnose(Vec::new(), tern_drs::HostCaps::default(), &[]);
-        // Two LAN periods of a level rate, then a probe to 4 the copy
-        // ends before judging.
-        let mut change = None;
-        for tick in 1..=5u64 {
-            change = change.or(controller.observe(Observation {
-                at: Duration::from_millis(tick * 200),
-                bytes: tick * 200_000_000,
-                limited_at_cap: false,
-                growing_buffers: false,
-                worth_probing: true,
-                srtt: Duration::from_micros(80),
-            }));
-        }
-        assert_eq!(change, Some(StreamChange::Grow(4)));
+        // A level rate on a LAN, sampled every 200 ms: the first change.
+        let level = |controller: &mut StreamController, ticks: std::ops::RangeInclusive<u64>| {
+            ticks
+                .filter_map(|tick| {
+                    controller.observe(Observation {
+                        at: Duration::from_millis(tick * 200),
+                        bytes: tick * 200_000_000,
+                        limited_at_cap: false,
+                        growing_buffers: false,
+                        worth_probing: true,
+                        srtt: Duration::from_micros(80),
+                    })
+                })
+                .next()
+        };
+        // A probe to 4 the copy ends before judging.
+        assert_eq!(level(&mut controller, 1..=5), Some(StreamChange::Grow(4)));
         diagnosis.set_stream_steps(controller.history().to_vec());
         diagnosis.streams_proven = controller.proven();
         assert_eq!(streams_to_remember(Some(&diagnosis), 4), 2);
+        assert_eq!(settling_of(Some(&diagnosis)), Settling::Open);
+        // Judged after all: the addition did not pay, the count settled.
+        assert_eq!(level(&mut controller, 6..=8), Some(StreamChange::Retire(2)));
+        diagnosis.set_stream_steps(controller.history().to_vec());
+        assert_eq!(settling_of(Some(&diagnosis)), Settling::Found);
+        diagnosis.set_stream_steps(StreamController::settled(2, 8).history().to_vec());
+        assert_eq!(settling_of(Some(&diagnosis)), Settling::Stayed);
         // Without a controller (a fixed count): the streams used.
         diagnosis.streams_proven = 0;
         diagnosis.set_stream_steps(Vec::new());
         assert_eq!(streams_to_remember(Some(&diagnosis), 4), 4);
         assert_eq!(streams_to_remember(None, 3), 3);
+    }
+
+    #[test]
+    fn a_short_lan_copy_is_remembered_and_a_settled_count_is_started_without_probes() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = PathMemory::at(&dir.path().join("paths.json"));
+        let lan = |settling| Copy {
+            lan: true,
+            settling,
+            ..copy(2 << 30, Duration::from_millis(1500), 2)
+        };
+        // 1.5 s is too short off a LAN, long enough on one.
+        assert!(
+            memory
+                .keep(&ep(1), copy(2 << 30, Duration::from_millis(1500), 2), None)
+                .is_err()
+        );
+        memory.keep(&ep(1), lan(Settling::Open), None).unwrap();
+        let open = memory.recall(&ep(1)).unwrap();
+        assert_eq!((open.streams, open.settled_at_unix), (2, None));
+        let mut opts = ClientOptions::new(tern_engine::client::Trust::Any);
+        apply(&mut opts, &open);
+        assert!(!opts.tuning.streams_settled, "nothing settled yet: probe");
+
+        // A copy whose addition did not pay settles the count; one that
+        // started from it and kept it carries the time on.
+        memory.keep(&ep(1), lan(Settling::Found), None).unwrap();
+        let found = memory.recall(&ep(1)).unwrap();
+        let at = found.settled_at_unix.expect("settled");
+        assert!(now_unix() - at < 5);
+        apply(&mut opts, &found);
+        assert!(opts.tuning.streams_settled);
+        let mut all = memory.load();
+        all.get_mut(&key(&ep(1))).unwrap().settled_at_unix = Some(at - 600);
+        std::fs::write(&memory.file, serde_json::to_vec(&all).unwrap()).unwrap();
+        memory.keep(&ep(1), lan(Settling::Stayed), None).unwrap();
+        let stayed = memory.recall(&ep(1)).unwrap();
+        assert_eq!(stayed.settled_at_unix, Some(at - 600));
+        assert!(settled(&stayed));
+        // An hour on, the next copy probes again.
+        let old = Remembered {
+            settled_at_unix: Some(at - 3601),
+            ..stayed.clone()
+        };
+        assert!(!settled(&old));
+        apply(&mut opts, &old);
+        assert!(!opts.tuning.streams_settled);
+        // A copy that probed and gained forgets the settling.
+        memory.keep(&ep(1), lan(Settling::Open), None).unwrap();
+        assert_eq!(memory.recall(&ep(1)).unwrap().settled_at_unix, None);
     }
 
     #[test]
@@ -339,6 +497,7 @@ mod tests {
         let r = Remembered {
             rate_bps: 900_000_000,
             streams: 8,
+            settled_at_unix: None,
             at_unix: now_unix(),
             hello: Some(hello().into()),
         };

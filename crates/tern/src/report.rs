@@ -158,6 +158,9 @@ pub struct LastCopy {
     pub rate_bps: u64,
     /// Its streams at the end.
     pub streams: u16,
+    /// A copy found that more streams did not pay, recently enough that
+    /// this one starts from the count without probes.
+    pub settled: bool,
 }
 
 /// What `--advisor` did, in the `--json` report.
@@ -569,6 +572,9 @@ fn tuning_line(t: &tern_drs::Diagnosis, direction: &str) -> String {
             .iter()
             .map(|s| match s.reason {
                 tern_drs::StepReason::Start => format!("{} at the start", s.streams),
+                tern_drs::StepReason::Settled => {
+                    format!("{} at the start, where the last copy settled", s.streams)
+                }
                 reason => format!(
                     "{} from {:.1} s ({})",
                     s.streams,

@@ -769,6 +769,7 @@ fn tuning_of(request: &SessionRequest) -> Tuning {
         // What the client knows of the path does not travel (yet): a pull
         // ramps from the usual start.
         known_rate_bps: None,
+        streams_settled: false,
         other_paths: 0,
         // Reservations do not travel either: on a pull the client holds a
         // reserved path to its rate with its locked receive window.

@@ -144,6 +144,10 @@ pub struct Tuning {
     /// daemon), bits/s: on a long path the sending side's buffers start
     /// sized for it instead of growing from a guess while the streams ramp.
     pub known_rate_bps: Option<u64>,
+    /// An earlier transfer to the same daemon settled the stream count
+    /// this one starts with (its next addition did not pay): the
+    /// controller makes no probes ([`StreamController::settled`]).
+    pub streams_settled: bool,
     /// Paths to the peer besides the control connection's: while there are
     /// some, the stream-count controller adds streams (which go over them)
     /// even when the streams it has fill the first path.
@@ -167,6 +171,7 @@ impl Default for Tuning {
             streams_from_rtt: false,
             script: Vec::new(),
             known_rate_bps: None,
+            streams_settled: false,
             other_paths: 0,
             reserved: Vec::new(),
             stream_limit: None,
@@ -680,8 +685,12 @@ impl Sampler {
             .min(tuning.stream_limit.unwrap_or(cap))
             .max(initial)
             .max(1);
-        let controller = (tuning.auto_streams && changes.is_some() && max > initial)
-            .then(|| StreamController::new(initial, max));
+        let controller = (tuning.auto_streams && changes.is_some() && max > initial).then(|| {
+            match tuning.streams_settled {
+                true => StreamController::settled(initial, max),
+                false => StreamController::new(initial, max),
+            }
+        });
         let state = Arc::new(Mutex::new(Tuners {
             tuning: tuning.clone(),
             direction,
