@@ -231,7 +231,9 @@ fn tern_copies_and_measures_over_a_50ms_path() {
     let tern = tern.to_str().unwrap().to_string();
     let work = tempfile_dir("nltern");
     std::fs::create_dir_all(work.join("root")).unwrap();
-    let data = hashed_bytes(24 << 20);
+    // Long enough uncompressed (2.7 s at 200 Mbit/s) for the path memory
+    // to keep the first copy.
+    let data = hashed_bytes(64 << 20);
     std::fs::write(work.join("src.bin"), &data).unwrap();
     let lab = Lab::up(
         "nltest4",
@@ -250,11 +252,15 @@ fn tern_copies_and_measures_over_a_50ms_path() {
     let server = lab.serve_tern(&tern, &work, &[]);
     let cfg = work.join("cfg");
     let env_cfg = format!("XDG_CONFIG_HOME={}", cfg.display());
+    // This test's own path memory: other tests' copies to the same
+    // address must not decide what the second copy starts from.
+    let env_state = format!("XDG_STATE_HOME={}", work.join("state").display());
     let src = work.join("src.bin");
     let cp = |extra: &[&str], dest: &str| {
         let mut args = vec![
             "env",
             &env_cfg,
+            &env_state,
             "TERN_LOG=tern_engine=debug",
             &tern,
             "cp",
@@ -264,7 +270,10 @@ fn tern_copies_and_measures_over_a_50ms_path() {
         args.extend([src.to_str().unwrap(), dest]);
         lab.exec("A", &args)
     };
-    let out = cp(&["-P", "4"], "tern://10.47.0.2/copy.bin");
+    let out = cp(
+        &["-P", "4", "--compress", "none"],
+        "tern://10.47.0.2/copy.bin",
+    );
     // The second copy starts from the first (path memory) and tells the
     // daemon its rate: the daemon's receive buffers start sized for it.
     let again = cp(&[], "tern://10.47.0.2/again.bin");
@@ -291,7 +300,7 @@ fn tern_copies_and_measures_over_a_50ms_path() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["bytes"], 24 << 20);
+    assert_eq!(report["bytes"], 64 << 20);
     assert!(
         again.status.success(),
         "second tern cp: {}",

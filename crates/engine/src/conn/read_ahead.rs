@@ -14,7 +14,10 @@
 //!
 //! It starts off, so a connection still in its handshake (possibly from
 //! anyone) holds no buffer; the owner turns it on once the connection is
-//! known to carry bulk data. Writes pass straight through.
+//! known to carry bulk data (a daemon: once it says JOIN, while it still
+//! holds its handshake slot until the join names a live session, so the
+//! handshake limits bound these buffers too). Writes pass straight
+//! through.
 
 use std::io;
 use std::pin::Pin;
