@@ -24,10 +24,11 @@
 //!   least [`GAIN`] better and it goes on, otherwise it retires the streams
 //!   it added and stops for good.
 //!
-//! On a LAN nothing needs a period to ramp up: the first period counts as
-//! levelled, and an addition is judged over the period that starts one
-//! sample after it (new streams connect within milliseconds), so a copy
-//! of a second and a half sees its probe made and judged.
+//! On a LAN nothing needs a period to ramp up: the rate counts as levelled
+//! at the end of every period (the first included), and an addition is
+//! judged over the period that starts one sample after it (new streams
+//! connect within milliseconds), so a copy of a second and a half sees its
+//! probe made (0.6 s) and judged (1.2 s).
 
 use std::time::Duration;
 
@@ -179,14 +180,6 @@ impl StreamController {
         c
     }
 
-    /// True when `history` ends where its transfer settled: the last
-    /// addition did not pay, or it started settled and stayed.
-    pub fn settled_by(history: &[StreamStep]) -> bool {
-        history
-            .last()
-            .is_some_and(|s| matches!(s.reason, StepReason::NoGain | StepReason::Settled))
-    }
-
     /// Adds `paths` streams at once, one for each other path to the peer,
     /// within the maximum; the rate is then watched as from the start.
     pub fn open_other_paths(&mut self, at: Duration, paths: u16) -> Option<StreamChange> {
@@ -232,7 +225,8 @@ impl StreamController {
             return None;
         }
         let (t0, b0) = *self.period_start.get_or_insert((obs.at, obs.bytes));
-        let lan = obs.srtt < LAN_RTT;
+        // No stream sampled yet (or no TCP_INFO) is not a LAN.
+        let lan = !obs.srtt.is_zero() && obs.srtt < LAN_RTT;
         let period = if lan {
             LAN_PERIOD
         } else {
@@ -250,7 +244,7 @@ impl StreamController {
                     return self.grow(obs.at, rate, StepReason::Limited, lan);
                 }
                 // On a LAN a stream reaches its rate within milliseconds:
-                // the first period already shows where it levels off.
+                // any period, the first included, shows where it levels off.
                 let levelled = lan || previous.is_some_and(|p| rate < p * (1.0 + STILL_GROWING));
                 if levelled && !obs.growing_buffers && obs.worth_probing && self.probes {
                     return self.grow(obs.at, rate, StepReason::Probe, lan);
@@ -416,6 +410,24 @@ mod tests {
         // and what the copy bore out is the one stream it started with.
         let wan = drive(StreamController::new(1, 8), 3, rate, |_| false, true);
         assert_eq!((wan.current(), wan.proven()), (2, 1), "{:?}", wan.history());
+        // Streams not sampled yet (a smoothed RTT of zero) are no LAN.
+        let unsampled = drive_over(
+            StreamController::new(1, 8),
+            Duration::ZERO,
+            3,
+            rate,
+            |_| false,
+            true,
+        );
+        assert_eq!(unsampled.history(), wan.history());
+    }
+
+    /// True when `history` ends where its transfer settled: the last
+    /// addition did not pay, or it started settled and stayed.
+    fn settled_by(history: &[StreamStep]) -> bool {
+        history
+            .last()
+            .is_some_and(|s| matches!(s.reason, StepReason::NoGain | StepReason::Settled))
     }
 
     #[test]
@@ -423,11 +435,7 @@ mod tests {
         let rate = |n: u16| [0.0, 660e6, 900e6, 910e6, 920e6][usize::from(n.min(4))];
         let lan = Duration::from_micros(80);
         let first = drive_over(StreamController::new(2, 8), lan, 3, rate, |_| false, true);
-        assert!(
-            StreamController::settled_by(first.history()),
-            "{:?}",
-            first.history()
-        );
+        assert!(settled_by(first.history()), "{:?}", first.history());
         let next = drive_over(
             StreamController::settled(2, 8),
             lan,
@@ -438,7 +446,7 @@ mod tests {
         );
         assert_eq!(next.history().len(), 1, "{:?}", next.history());
         assert_eq!(next.current(), 2);
-        assert!(StreamController::settled_by(next.history()));
+        assert!(settled_by(next.history()));
         // Windows at their cap still double the streams.
         let capped = drive_over(
             StreamController::settled(2, 8),
@@ -449,10 +457,10 @@ mod tests {
             true,
         );
         assert_eq!(capped.current(), 4, "{:?}", capped.history());
-        assert!(!StreamController::settled_by(capped.history()));
+        assert!(!settled_by(capped.history()));
         // A transfer whose probe paid, or was not judged, has not settled.
         let unjudged = drive(StreamController::new(1, 8), 3, rate, |_| false, true);
-        assert!(!StreamController::settled_by(unjudged.history()));
+        assert!(!settled_by(unjudged.history()));
     }
 
     #[test]

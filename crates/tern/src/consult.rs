@@ -36,12 +36,14 @@ pub async fn remote_options(
 
 /// Starts a copy to `ep` where the last copy to it ended (its streams, and
 /// buffers sized for its rate: `path_memory`), unless the user chose the
-/// streams, the window or an advisor.
+/// streams, the window or an advisor. `sending`: this client sends (a
+/// push), so the stream controller a settled count steers is its own.
 pub fn remembered_start(
     t: &TransferArgs,
     opts: &mut ClientOptions,
     ep: &Endpoint,
     console: &Console,
+    sending: bool,
 ) -> Option<LastCopy> {
     let remembered = PathMemory::default_place().and_then(|m| m.recall(ep))?;
     path_memory::apply_hello(opts, &remembered);
@@ -50,7 +52,7 @@ pub fn remembered_start(
     if chosen || remembered.rate_bps == 0 {
         return None;
     }
-    path_memory::apply(opts, &remembered);
+    path_memory::apply(opts, &remembered, sending);
     let settled = opts.tuning.streams_settled;
     console.note(format!(
         "the last copy to {}:{} moved {} with {} streams; starting there{}",

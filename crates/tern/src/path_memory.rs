@@ -35,7 +35,7 @@ const MAX_ENTRIES: usize = 512;
 const MIN_NETWORK_TIME: Duration = Duration::from_secs(2);
 
 /// The same on a LAN, where nothing ramps up for longer than milliseconds
-/// and a copy of a second has probed and judged its stream count.
+/// (a copy of 1.2 s there has made and judged its stream probe).
 const MIN_LAN_NETWORK_TIME: Duration = Duration::from_millis(500);
 
 /// A count settled by a copy whose next addition did not pay is started
@@ -142,7 +142,7 @@ impl PathMemory {
         hello: Option<Hello>,
     ) -> Result<(), String> {
         let streams = streams_to_remember(stats.tuning.as_ref(), stats.streams_used);
-        let copy = Copy {
+        let copy = CopySeen {
             bytes: stats.bytes,
             network_elapsed: stats.network_elapsed,
             lan: stats.tuning.as_ref().is_some_and(on_a_lan),
@@ -153,8 +153,8 @@ impl PathMemory {
     }
 
     /// Keeps what `copy` to `ep` showed, and the daemon's `hello`.
-    fn keep(&self, ep: &Endpoint, copy: Copy, hello: Option<Hello>) -> Result<(), String> {
-        let Copy {
+    fn keep(&self, ep: &Endpoint, copy: CopySeen, hello: Option<Hello>) -> Result<(), String> {
+        let CopySeen {
             bytes,
             network_elapsed,
             lan,
@@ -173,6 +173,11 @@ impl PathMemory {
             Settling::Open => None,
             Settling::Found => Some(now_unix()),
             Settling::Stayed => earlier.and_then(|e| e.settled_at_unix),
+            // A pull (the daemon's controller) or a fixed count: what an
+            // earlier copy settled holds while the count is the same.
+            Settling::Unknown => earlier
+                .filter(|e| e.streams == streams)
+                .and_then(|e| e.settled_at_unix),
         };
         let remembered = match (too_short, earlier) {
             // Any session tells the daemon's hello; a short one keeps what
@@ -223,7 +228,7 @@ impl PathMemory {
 
 /// What one copy showed, as the memory keeps it.
 #[derive(Debug, Clone, Copy)]
-struct Copy {
+struct CopySeen {
     bytes: u64,
     network_elapsed: Duration,
     /// Every stream's smoothed RTT was below [`LAN_RTT`].
@@ -236,6 +241,9 @@ struct Copy {
 /// Whether a copy settled its stream count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Settling {
+    /// Its count was not controlled here: a fixed count, or a pull (the
+    /// daemon sends and decides).
+    Unknown,
     /// Not shown: no probe, one that paid, or one too late to judge.
     Open,
     /// Its last addition did not pay.
@@ -247,18 +255,20 @@ enum Settling {
 /// Whether the copy `tuning` describes settled its stream count.
 fn settling_of(tuning: Option<&tern_drs::Diagnosis>) -> Settling {
     match tuning.and_then(|d| d.stream_steps.last()).map(|s| s.reason) {
+        None => Settling::Unknown,
         Some(StepReason::NoGain) => Settling::Found,
         Some(StepReason::Settled) => Settling::Stayed,
-        _ => Settling::Open,
+        Some(_) => Settling::Open,
     }
 }
 
 /// True when every stream of the copy saw a LAN's RTT.
 fn on_a_lan(d: &tern_drs::Diagnosis) -> bool {
+    // A stream never sampled shows an RTT of 0: no evidence of a LAN.
     !d.streams.is_empty()
         && d.streams
             .iter()
-            .all(|s| s.srtt_ms < LAN_RTT.as_secs_f64() * 1e3)
+            .all(|s| s.srtt_ms > 0.0 && s.srtt_ms < LAN_RTT.as_secs_f64() * 1e3)
 }
 
 /// The streams a copy's measurements bore out, which the next copy starts
@@ -276,14 +286,16 @@ fn streams_to_remember(tuning: Option<&tern_drs::Diagnosis>, streams_used: u16) 
 
 /// Starts `opts` from `remembered`: as many streams as the last copy ended
 /// with (within the maximum), buffers sized for its rate.
-pub fn apply(opts: &mut ClientOptions, remembered: &Remembered) {
+pub fn apply(opts: &mut ClientOptions, remembered: &Remembered, sending: bool) {
     apply_hello(opts, remembered);
     opts.streams = opts
         .streams
         .max(remembered.streams)
         .min(opts.max_streams.max(1));
     opts.tuning.known_rate_bps = Some(remembered.rate_bps);
-    opts.tuning.streams_settled = settled(remembered);
+    // The sending side's controller decides the count; on a pull that is
+    // the daemon's, which this memory does not reach.
+    opts.tuning.streams_settled = sending && settled(remembered);
 }
 
 /// True when `remembered`'s count was settled recently enough to start
@@ -322,8 +334,8 @@ mod tests {
     }
 
     /// A copy off a LAN that settled nothing.
-    fn copy(bytes: u64, network_elapsed: Duration, streams: u16) -> Copy {
-        Copy {
+    fn copy(bytes: u64, network_elapsed: Duration, streams: u16) -> CopySeen {
+        CopySeen {
             bytes,
             network_elapsed,
             lan: false,
@@ -436,6 +448,7 @@ mod tests {
         diagnosis.streams_proven = 0;
         diagnosis.set_stream_steps(Vec::new());
         assert_eq!(streams_to_remember(Some(&diagnosis), 4), 4);
+        assert_eq!(settling_of(Some(&diagnosis)), Settling::Unknown);
         assert_eq!(streams_to_remember(None, 3), 3);
     }
 
@@ -443,7 +456,7 @@ mod tests {
     fn a_short_lan_copy_is_remembered_and_a_settled_count_is_started_without_probes() {
         let dir = tempfile::tempdir().unwrap();
         let memory = PathMemory::at(&dir.path().join("paths.json"));
-        let lan = |settling| Copy {
+        let lan = |settling| CopySeen {
             lan: true,
             settling,
             ..copy(2 << 30, Duration::from_millis(1500), 2)
@@ -458,7 +471,7 @@ mod tests {
         let open = memory.recall(&ep(1)).unwrap();
         assert_eq!((open.streams, open.settled_at_unix), (2, None));
         let mut opts = ClientOptions::new(tern_engine::client::Trust::Any);
-        apply(&mut opts, &open);
+        apply(&mut opts, &open, true);
         assert!(!opts.tuning.streams_settled, "nothing settled yet: probe");
 
         // A copy whose addition did not pay settles the count; one that
@@ -467,7 +480,12 @@ mod tests {
         let found = memory.recall(&ep(1)).unwrap();
         let at = found.settled_at_unix.expect("settled");
         assert!(now_unix() - at < 5);
-        apply(&mut opts, &found);
+        apply(&mut opts, &found, false);
+        assert!(
+            !opts.tuning.streams_settled,
+            "a pull: the daemon's controller"
+        );
+        apply(&mut opts, &found, true);
         assert!(opts.tuning.streams_settled);
         let mut all = memory.load();
         all.get_mut(&key(&ep(1))).unwrap().settled_at_unix = Some(at - 600);
@@ -482,9 +500,22 @@ mod tests {
             ..stayed.clone()
         };
         assert!(!settled(&old));
-        apply(&mut opts, &old);
+        apply(&mut opts, &old, true);
         assert!(!opts.tuning.streams_settled);
+        // A pull or a fixed count keeps it while the count is the same.
+        memory.keep(&ep(1), lan(Settling::Unknown), None).unwrap();
+        assert_eq!(
+            memory.recall(&ep(1)).unwrap().settled_at_unix,
+            Some(at - 600)
+        );
+        let other_count = CopySeen {
+            streams: 3,
+            ..lan(Settling::Unknown)
+        };
+        memory.keep(&ep(1), other_count, None).unwrap();
+        assert_eq!(memory.recall(&ep(1)).unwrap().settled_at_unix, None);
         // A copy that probed and gained forgets the settling.
+        memory.keep(&ep(1), lan(Settling::Found), None).unwrap();
         memory.keep(&ep(1), lan(Settling::Open), None).unwrap();
         assert_eq!(memory.recall(&ep(1)).unwrap().settled_at_unix, None);
     }
@@ -501,7 +532,7 @@ mod tests {
             at_unix: now_unix(),
             hello: Some(hello().into()),
         };
-        apply(&mut opts, &r);
+        apply(&mut opts, &r, true);
         assert_eq!(opts.streams, 6);
         assert_eq!(opts.tuning.known_rate_bps, Some(900_000_000));
         assert_eq!(opts.daemon_hello, Some(hello()));

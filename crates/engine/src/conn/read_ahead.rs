@@ -14,10 +14,11 @@
 //!
 //! It starts off, so a connection still in its handshake (possibly from
 //! anyone) holds no buffer; the owner turns it on once the connection is
-//! known to carry bulk data (a daemon: once it says JOIN, while it still
-//! holds its handshake slot until the join names a live session, so the
-//! handshake limits bound these buffers too). Writes pass straight
-//! through.
+//! known to carry bulk data. A daemon turns it on once a connection says
+//! JOIN: until its join names a live session the connection holds its
+//! handshake slot, so the handshake limits bound those buffers; after
+//! that, only a holder of the session's token has one. Writes pass
+//! straight through.
 
 use std::io;
 use std::pin::Pin;
@@ -30,7 +31,6 @@ pub(crate) const DATA_READ_AHEAD: usize = 256 << 10;
 
 /// A stream that, once [`ReadAhead::read_ahead`] turned it on, reads
 /// into its own buffer in large pieces and serves small reads from it.
-#[derive(Debug)]
 pub(crate) struct ReadAhead<S> {
     inner: S,
     /// Empty while off.
@@ -66,6 +66,17 @@ impl<S> ReadAhead<S> {
     }
 }
 
+impl<S: std::fmt::Debug> std::fmt::Debug for ReadAhead<S> {
+    // Not the buffer: it holds a peer's ciphertext.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadAhead")
+            .field("inner", &self.inner)
+            .field("capacity", &self.buf.len())
+            .field("buffered", &(self.filled - self.pos))
+            .finish()
+    }
+}
+
 impl<S: AsyncRead + Unpin> AsyncRead for ReadAhead<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -73,6 +84,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for ReadAhead<S> {
         out: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if out.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
         if this.pos == this.filled {
             // Empty: a read as large as the buffer (or with read-ahead
             // off) goes straight to the caller, saving the copy.

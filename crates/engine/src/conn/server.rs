@@ -334,11 +334,11 @@ async fn run_daemon(
     Ok(())
 }
 
-/// Serves one connection of any kind (§2.1 of the protocol), if the limits
-/// let it in.
 /// A TLS connection as the daemon accepts it.
 type ServerTls = tokio_rustls::server::TlsStream<ReadAhead<TcpStream>>;
 
+/// Serves one connection of any kind (§2.1 of the protocol), if the limits
+/// let it in.
 pub(crate) async fn handle_connection(ctx: Arc<Context>, conn: TcpStream, peer: SocketAddr) {
     if let Some(handshake) = ctx.limiter.admit(peer) {
         serve_connection(ctx, conn, peer, handshake).await;

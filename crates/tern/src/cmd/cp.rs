@@ -191,7 +191,7 @@ async fn push_to_daemon(
     let t = &args.transfer;
     let (mut opts, consulted) =
         remote_options(t, options::copy_options(args)?, endpoint, console).await;
-    let started_from = remembered_start(t, &mut opts, endpoint, console);
+    let started_from = remembered_start(t, &mut opts, endpoint, console, true);
     let outcome = with_retries(args.retries, console, || async {
         let (sources, path) = (sources.clone(), path.to_string());
         Ok(client::push(
@@ -256,7 +256,7 @@ async fn pull_from_daemon(
     let t = &args.transfer;
     let (mut opts, consulted) =
         remote_options(t, options::copy_options(args)?, &endpoint, console).await;
-    let started_from = remembered_start(t, &mut opts, &endpoint, console);
+    let started_from = remembered_start(t, &mut opts, &endpoint, console, false);
     let outcome = with_retries(args.retries, console, || async {
         let (paths, dest) = (paths.clone(), dest.to_path_buf());
         Ok(client::pull(
