@@ -162,9 +162,10 @@ fn a_third_party_copy_runs_at_the_sites_rate_and_stops_with_its_client() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &client.id().to_string()])
-        .status();
+    // A kill, not SIGINT: `tern cp` leaves SIGINT at its default, and a
+    // test run started in the background by a non-interactive shell
+    // inherits it ignored, so the copy would run on to its end.
+    client.kill().unwrap();
     let _ = client.wait();
     std::thread::sleep(Duration::from_secs(2));
     let (held, ab) = (sizes(&p("b/root/killed")), path_bytes(&lab.status(), 0));
