@@ -83,33 +83,12 @@ pub async fn read_exact<S: AsyncRead + Unpin + ?Sized>(
     buf: &mut [u8],
     pace: Option<&Pace>,
 ) -> std::io::Result<()> {
-    if pace.is_none() {
+    let Some(pace) = pace else {
         return stream.read_exact(buf).await.map(|_| ());
-    }
-    read_exact_seen(stream, buf, pace, PACE_CHUNK, |_| {}).await
-}
-
-/// Fills `buf` in pieces of at most `piece` bytes ([`PACE_CHUNK`] when
-/// paced by `pace`), handing each to `seen` as soon as it is in, while it
-/// is still in the cache the read copied it through.
-pub async fn read_exact_seen<S: AsyncRead + Unpin + ?Sized>(
-    stream: &mut S,
-    buf: &mut [u8],
-    pace: Option<&Pace>,
-    piece: usize,
-    mut seen: impl FnMut(&[u8]),
-) -> std::io::Result<()> {
-    let piece = if pace.is_some() {
-        piece.min(PACE_CHUNK)
-    } else {
-        piece
     };
-    for chunk in buf.chunks_mut(piece) {
-        if let Some(pace) = pace {
-            pace.acquire(chunk.len() as u64).await;
-        }
+    for chunk in buf.chunks_mut(PACE_CHUNK) {
+        pace.acquire(chunk.len() as u64).await;
         stream.read_exact(chunk).await?;
-        seen(chunk);
     }
     Ok(())
 }

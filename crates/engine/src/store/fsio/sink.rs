@@ -419,7 +419,7 @@ impl Sink for FsSink {
             keep_special: self.keep_special,
             mtime: (meta.mtime_s, meta.mtime_ns),
             behind: big.then(WriteBehind::default),
-            direct: big.then(|| Direct::open(&file)).flatten(),
+            direct: big.then(|| Direct::open(&file, meta.size)).flatten(),
             file,
         };
         Ok((Arc::new(writer), kept_ranges))

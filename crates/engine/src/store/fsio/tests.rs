@@ -676,3 +676,60 @@ fn a_small_file_is_written_through_the_page_cache() {
     w.commit().unwrap();
     assert!(std::fs::read(dir.path().join("small")).unwrap() == *buf);
 }
+
+#[test]
+fn a_big_file_is_allocated_ahead_of_its_direct_writes_and_never_past_its_size() {
+    use std::os::unix::fs::MetadataExt;
+
+    use crate::store::blockbuf::BlockBuf;
+    use crate::store::fsio::direct::ALLOCATE_AHEAD;
+    const BLOCK: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    if !takes_direct_io(dir.path()) {
+        eprintln!("skipped: {} takes no direct I/O", dir.path().display());
+        assert!(
+            std::env::var_os("TERN_TEST_STRICT").is_none(),
+            "allocation ahead of direct writes untested"
+        );
+        return;
+    }
+    let size = 3 * ALLOCATE_AHEAD + 9000;
+    let sink = FsSink::new(Root::Ambient, dir.path().join("big.dat"), 1).unwrap();
+    let meta = file_meta(b"big.dat", size, 0o644);
+    let (w, _) = sink.create_file(&meta, BLOCK as u32, true).unwrap();
+    let partial = dir.path().join(partial_name(OsStr::new("big.dat")));
+    // (length, bytes allocated on disk) of the partial file.
+    let on_disk = || {
+        let m = std::fs::metadata(&partial).unwrap();
+        (m.len(), m.blocks() * 512)
+    };
+    let mut buf = BlockBuf::zeroed(BLOCK as usize);
+    buf.fill(5);
+    let write = |at: u64| w.write_at(at, &buf).unwrap();
+    write(0);
+    let first = BLOCK + ALLOCATE_AHEAD;
+    let (len, allocated) = on_disk();
+    assert_eq!(len, first, "allocated ahead of the first write");
+    assert!(allocated >= first, "{allocated} bytes allocated");
+    // Writes well inside the allocated space leave it as it is…
+    write(BLOCK);
+    write(ALLOCATE_AHEAD / 4);
+    assert_eq!(on_disk().0, first);
+    // … one within half of its end moves it.
+    let near = first - ALLOCATE_AHEAD / 4;
+    write(near);
+    assert_eq!(on_disk().0, near + BLOCK + ALLOCATE_AHEAD);
+    // An interrupted copy's partial file: at most the allocation past what
+    // was written.
+    assert!(on_disk().1 <= near + BLOCK + ALLOCATE_AHEAD + BLOCK);
+    // Never past the file's size, and the file is whole when done.
+    write(size / BLOCK * BLOCK - BLOCK);
+    assert_eq!(on_disk().0, size);
+    assert_eq!(w.direct_bytes(), 5 * BLOCK);
+    // A partial file taken up again is allocated from where it ends.
+    drop(w);
+    let (w, kept) = sink.create_file(&meta, BLOCK as u32, true).unwrap();
+    assert_eq!(kept.first(), Some(&(0, 2 * BLOCK)), "{kept:?}");
+    w.write_at(2 * BLOCK, &buf).unwrap();
+    assert_eq!(on_disk().0, size);
+}

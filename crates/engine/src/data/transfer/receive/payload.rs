@@ -1,11 +1,15 @@
 //! Reading a block's payload off a data stream: plain, with the resume
-//! journal's hash taken piece by piece as the bytes arrive, or compressed.
+//! journal's hash taken as soon as the block is in, or compressed.
 //!
 //! The journal hashes every block of a file it covers. Taken after a
 //! direct write (which reads the buffer by DMA, past the caches) the hash
-//! was a pass of its own over bytes gone cold; taken here, each piece is
-//! hashed while it is still in the cache that TLS (or the socket) just
-//! copied it through.
+//! was a pass of its own over bytes gone cold; taken here, the block is
+//! still in the cache that TLS (or the socket) just copied it through.
+//! The block is read whole before it is hashed, not piece by piece: on a
+//! plain stream, reads of a whole block go past the stream's read buffer
+//! straight into the block, in as few `recv` calls as the socket allows,
+//! where 64 KiB pieces were each copied through that buffer once more
+//! (docs/EFFICIENCY.md, item 23).
 
 use tern_proto::data::RAW_LEN_LEN;
 use tern_proto::{BlockHeader, Codec, RawLen};
@@ -13,14 +17,9 @@ use tokio::io::AsyncRead;
 
 use crate::Error;
 use crate::data::compress;
-use crate::data::pace::{Pace, read_exact_seen};
+use crate::data::pace::Pace;
 use crate::store::blockbuf::BlockBuf;
 use crate::store::journal::BlockHasher;
-
-/// Pieces a plain payload is read and hashed in: in the L2 cache of any
-/// x86 core of the last decade, and few enough per block (16 per MiB)
-/// that the extra reads cost nothing measurable.
-const HASH_PIECE: usize = 64 << 10;
 
 /// Fills `payload` from `stream` (paced by `pace` when there is one) and,
 /// when it goes to a `journaled` file, returns the journal hash of its
@@ -31,15 +30,12 @@ pub(super) async fn read_plain<S: AsyncRead + Unpin + ?Sized>(
     pace: Option<&Pace>,
     journaled: bool,
 ) -> std::io::Result<Option<BlockHasher>> {
+    crate::data::pace::read_exact(stream, payload, pace).await?;
     if !journaled {
-        crate::data::pace::read_exact(stream, payload, pace).await?;
         return Ok(None);
     }
     let mut hasher = BlockHasher::new();
-    read_exact_seen(stream, payload, pace, HASH_PIECE, |piece| {
-        hasher.update(piece)
-    })
-    .await?;
+    hasher.update(payload);
     Ok(Some(hasher))
 }
 
