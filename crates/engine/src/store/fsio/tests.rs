@@ -610,17 +610,26 @@ fn takes_direct_io(dir: &Path) -> bool {
     st.is_ok_and(|st| st.stx_dio_offset_align != 0)
 }
 
+/// True (after saying so) when `dir`'s file system takes no direct I/O
+/// and a test of `what` must skip; fails instead under TERN_TEST_STRICT.
+fn skips_without_direct_io(dir: &Path, what: &str) -> bool {
+    if takes_direct_io(dir) {
+        return false;
+    }
+    eprintln!("skipped: {} takes no direct I/O", dir.display());
+    assert!(
+        std::env::var_os("TERN_TEST_STRICT").is_none(),
+        "{what} untested"
+    );
+    true
+}
+
 #[test]
 fn a_big_file_s_aligned_blocks_go_direct_and_its_tail_and_unaligned_blocks_do_not() {
     use crate::store::blockbuf::BlockBuf;
     const BLOCK: usize = 1 << 20;
     let dir = tempfile::tempdir().unwrap();
-    if !takes_direct_io(dir.path()) {
-        eprintln!("skipped: {} takes no direct I/O", dir.path().display());
-        assert!(
-            std::env::var_os("TERN_TEST_STRICT").is_none(),
-            "direct I/O untested"
-        );
+    if skips_without_direct_io(dir.path(), "direct I/O") {
         return;
     }
     let size = 20 * BLOCK + 9000;
@@ -685,12 +694,7 @@ fn a_big_file_is_allocated_ahead_of_its_direct_writes_and_never_past_its_size() 
     use crate::store::fsio::direct::ALLOCATE_AHEAD;
     const BLOCK: u64 = 1 << 20;
     let dir = tempfile::tempdir().unwrap();
-    if !takes_direct_io(dir.path()) {
-        eprintln!("skipped: {} takes no direct I/O", dir.path().display());
-        assert!(
-            std::env::var_os("TERN_TEST_STRICT").is_none(),
-            "allocation ahead of direct writes untested"
-        );
+    if skips_without_direct_io(dir.path(), "allocation ahead of direct writes") {
         return;
     }
     let size = 3 * ALLOCATE_AHEAD + 9000;
