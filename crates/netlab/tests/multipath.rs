@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{Lab, tern_or_skip};
 use serde_json::Value;
-use tern_testkit::files::{content_difference, random_file};
+use tern_testkit::files::{content_difference, random_file, written_bytes};
 
 /// Starts `tern serve` in B on every address (so that it names both).
 fn serve_everywhere(lab: &Lab, tern: &str, work: &Path) -> tern_testkit::daemon::Daemon {
@@ -107,15 +107,14 @@ fn set_loss_on_path_1(lab: &Lab, loss: &str) {
     );
 }
 
-/// The partial file being received in `root`, and its size.
+/// The partial file being received in `root`, and the bytes written to it.
 fn partial_size(root: &Path) -> u64 {
     std::fs::read_dir(root)
         .map(|entries| {
             entries
                 .flatten()
                 .filter(|e| e.file_name().to_string_lossy().starts_with(".tern."))
-                .filter_map(|e| e.metadata().ok())
-                .map(|m| m.len())
+                .map(|e| written_bytes(e.path()))
                 .max()
                 .unwrap_or(0)
         })

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::Lab;
 use serde_json::Value;
 use tern_testkit::daemon::Serve;
-use tern_testkit::files::{file_difference, seeded_random_file};
+use tern_testkit::files::{file_difference, seeded_random_file, written_bytes};
 
 const LAB: &str = "tpc3";
 const SIZE: u64 = 160 << 20;
@@ -25,11 +25,11 @@ fn path_bytes(status: &Value, i: usize) -> u64 {
     p["fwd"]["bytes"].as_u64().unwrap() + p["rev"]["bytes"].as_u64().unwrap()
 }
 
-/// Sizes of everything under `dir` (partial files included).
+/// Bytes written to everything under `dir` (partial files included).
 fn sizes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
+        .map(|e| written_bytes(e.unwrap().path()))
         .sum()
 }
 

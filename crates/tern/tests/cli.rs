@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tern_testkit::daemon::{Daemon, Serve, signal};
-use tern_testkit::files::{content_difference, file_difference, random_file, random_file_streamed};
+use tern_testkit::files::{
+    content_difference, file_difference, random_file, random_file_streamed, written_bytes,
+};
 use tern_testkit::net::free_port;
 use tern_testkit::skip::{is_root, skip};
 
@@ -713,16 +715,10 @@ fn journal_of(file: &Path) -> PathBuf {
     file.with_file_name(tern_engine::fsio::journal_name(file.file_name().unwrap()))
 }
 
-/// Bytes a (sparse) partial file holds on disk.
-fn bytes_on_disk(path: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
-}
-
 /// Waits until `partial` holds `bytes` while `client` is still copying.
 fn wait_for_partial(client: &mut Child, partial: &Path, bytes: u64) {
     let start = Instant::now();
-    while bytes_on_disk(partial) < bytes {
+    while written_bytes(partial) < bytes {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "transfer never got going"
@@ -749,7 +745,7 @@ fn kill_client_at(client: &mut Child, partial: &Path, bytes: u64) -> u64 {
     signal(client.id(), "KILL");
     let status = client.wait().unwrap();
     assert_eq!(status.code(), None, "killed by a signal");
-    bytes_on_disk(partial)
+    written_bytes(partial)
 }
 
 /// Runs `tern ARGS` and kills `server` with SIGKILL once `partial` holds
@@ -780,7 +776,7 @@ fn kill_daemon_mid_copy(
         .read_to_string(&mut err)
         .unwrap();
     assert_eq!(status.code(), Some(9), "{err}");
-    let arrived = bytes_on_disk(partial);
+    let arrived = written_bytes(partial);
     (arrived, again.start())
 }
 
@@ -1431,10 +1427,10 @@ fn a_partial_file_damaged_between_runs_is_repaired_by_the_rerun() {
     assert!(arrived < 64 << 20, "the kill came before the end");
     // The daemon writes what was still on its way, then notices the
     // client is gone: wait until the partial file stops growing.
-    let mut held = bytes_on_disk(&partial);
+    let mut held = written_bytes(&partial);
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(200));
-        let now = bytes_on_disk(&partial);
+        let now = written_bytes(&partial);
         if now == held {
             break;
         }

@@ -12,6 +12,9 @@
 //! The comparisons return `None` when the contents are equal, or a line
 //! saying where they first differ, so that `assert_eq!(…, None, "what")`
 //! fails with an offset instead of megabytes of `Vec` debug output.
+//!
+//! [`written_bytes`] is how far a copy got: the bytes a partial file
+//! holds, not its size, which a receiver moves ahead of its writes.
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -240,4 +243,27 @@ mod tests {
         assert_eq!(streamed[..8], 0xdc1b_77aa_03d1_49bd_u64.to_le_bytes());
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+/// Bytes of `path` that hold written data: the sum of its data extents
+/// (`SEEK_DATA`/`SEEK_HOLE`). A receiver allocates a big file ahead of its
+/// writes, and that space, like a hole, holds no data yet, so neither the
+/// file's size nor its allocated blocks say how much arrived. 0 when the
+/// file is missing.
+pub fn written_bytes(path: impl AsRef<Path>) -> u64 {
+    use rustix::fs::{SeekFrom, seek};
+    let Ok(file) = File::open(path) else {
+        return 0;
+    };
+    let (mut at, mut total) = (0, 0);
+    // Past the last data extent SEEK_DATA fails (ENXIO).
+    while let Ok(data) = seek(&file, SeekFrom::Data(at)) {
+        let hole = seek(&file, SeekFrom::Hole(data)).unwrap_or(data);
+        if hole <= data {
+            break;
+        }
+        total += hole - data;
+        at = hole;
+    }
+    total
 }
