@@ -189,6 +189,29 @@ fn describe(expected_len: u64, actual_len: u64, first: Option<(u64, u8, u8)>) ->
     }
 }
 
+/// Bytes of `path` that hold written data: the sum of its data extents
+/// (`SEEK_DATA`/`SEEK_HOLE`). A receiver allocates a big file ahead of its
+/// writes, and that space, like a hole, holds no data yet, so neither the
+/// file's size nor its allocated blocks say how much arrived. 0 when the
+/// file is missing.
+pub fn written_bytes(path: impl AsRef<Path>) -> u64 {
+    use rustix::fs::{SeekFrom, seek};
+    let Ok(file) = File::open(path) else {
+        return 0;
+    };
+    let (mut at, mut total) = (0, 0);
+    // Past the last data extent SEEK_DATA fails (ENXIO).
+    while let Ok(data) = seek(&file, SeekFrom::Data(at)) {
+        let hole = seek(&file, SeekFrom::Hole(data)).unwrap_or(data);
+        if hole <= data {
+            break;
+        }
+        total += hole - data;
+        at = hole;
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,27 +266,4 @@ mod tests {
         assert_eq!(streamed[..8], 0xdc1b_77aa_03d1_49bd_u64.to_le_bytes());
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-/// Bytes of `path` that hold written data: the sum of its data extents
-/// (`SEEK_DATA`/`SEEK_HOLE`). A receiver allocates a big file ahead of its
-/// writes, and that space, like a hole, holds no data yet, so neither the
-/// file's size nor its allocated blocks say how much arrived. 0 when the
-/// file is missing.
-pub fn written_bytes(path: impl AsRef<Path>) -> u64 {
-    use rustix::fs::{SeekFrom, seek};
-    let Ok(file) = File::open(path) else {
-        return 0;
-    };
-    let (mut at, mut total) = (0, 0);
-    // Past the last data extent SEEK_DATA fails (ENXIO).
-    while let Ok(data) = seek(&file, SeekFrom::Data(at)) {
-        let hole = seek(&file, SeekFrom::Hole(data)).unwrap_or(data);
-        if hole <= data {
-            break;
-        }
-        total += hole - data;
-        at = hole;
-    }
-    total
 }
