@@ -418,7 +418,13 @@ async fn receiver_actions(
                     .and_then(|()| {
                         Ok(shared.session.lock().expect("session").discarded(file_id)?)
                     })
-                    .map(|()| false)
+                    .map(|()| {
+                        // The digest task may be waiting on this file, which
+                        // the session no longer tracks: without a wake it
+                        // waited for good, and the files after it with it.
+                        shared.wake.notify_waiters();
+                        false
+                    })
             }
         };
         match done {
