@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use tern_proto::FileMeta;
@@ -232,6 +232,8 @@ pub struct StallAfter<S> {
     inner: S,
     write_left: u64,
     read_left: u64,
+    /// Set for [`StallAfter::first_of`]: taken by the one stream that stalls.
+    claim: Option<Arc<AtomicBool>>,
 }
 
 impl<S> StallAfter<S> {
@@ -241,6 +243,33 @@ impl<S> StallAfter<S> {
             inner,
             write_left: bytes,
             read_left: bytes,
+            claim: None,
+        }
+    }
+
+    /// Like [`StallAfter::new`], but of all the streams sharing `claim` only
+    /// the first to reach `bytes` stalls; the others then pass everything.
+    /// A test that needs a stream stalled in the middle of its work uses it,
+    /// since which stream gets work first is up to the scheduler.
+    pub fn first_of(inner: S, bytes: u64, claim: Arc<AtomicBool>) -> StallAfter<S> {
+        StallAfter {
+            claim: Some(claim),
+            ..StallAfter::new(inner, bytes)
+        }
+    }
+
+    /// Called when a direction's allowance ran out: whether to stall now.
+    fn stalls(&mut self) -> bool {
+        let Some(claim) = self.claim.take() else {
+            return true;
+        };
+        if claim.swap(true, Ordering::SeqCst) {
+            // Another stream stalled first: this one goes on for good.
+            self.write_left = u64::MAX;
+            self.read_left = u64::MAX;
+            false
+        } else {
+            true
         }
     }
 }
@@ -252,7 +281,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for StallAfter<S> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
-        if this.write_left == 0 {
+        if this.write_left == 0 && this.stalls() {
             // Never woken: the writer waits until someone gives it up.
             return Poll::Pending;
         }
@@ -263,7 +292,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for StallAfter<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        if self.write_left == 0 {
+        if self.write_left == 0 && self.stalls() {
             return Poll::Pending;
         }
         Pin::new(&mut self.inner).poll_flush(cx)
@@ -281,7 +310,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for StallAfter<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
-        if this.read_left == 0 {
+        if this.read_left == 0 && this.stalls() {
             return Poll::Pending;
         }
         let want = buf.remaining().min(this.read_left as usize).min(64 << 10);

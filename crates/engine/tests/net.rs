@@ -831,7 +831,13 @@ async fn without_a_stall_timeout_a_stream_stalled_at_the_end_is_overtaken() {
     let b = Bench::new(12 << 20, 8).await;
     let mut o = opts(4, Protect::Clear);
     o.choices.stall_timeout = None;
-    o.wrap = Some(stall_stream(0, 1 << 20));
+    // Whichever stream first writes 1 MiB stalls, in the middle of its
+    // first block (its handshake went before). A fixed stream could have
+    // taken no block at all while the others carried the whole file.
+    let claim = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    o.wrap = Some(Arc::new(move |_, s: BoxStream| -> BoxStream {
+        Box::new(StallAfter::first_of(s, 1 << 20, claim.clone()))
+    }));
     let out = tokio::time::timeout(Duration::from_secs(60), b.push(&o, "x.bin"))
         .await
         .expect("the copy did not hang")
