@@ -8,9 +8,14 @@
 //! the cursor is held: the receiver hands its buffer over (no copy), the
 //! sender, whose buffer still has to go out, first waits briefly for its
 //! predecessor and copies only if that did not come. When holding would
-//! cost more memory than [`HELD_CAP`], the fold gives up ("spoils") and the
-//! driver reads the rest of the file from the cursor, as it always did:
-//! the digest is over the bytes in order, whichever way they were fed.
+//! cost more memory than [`HELD_CAP`], a receiver's block is not held but
+//! noted as written: when the cursor reaches it, it is read back from the
+//! file, alone. (Many streams with deep socket buffers spread the blocks
+//! in flight over more than the cap; giving the whole fold up then made
+//! the driver read back the rest of the file, up to all of it.) A sender's
+//! fold over the cap gives up ("spoils") and the driver reads the rest of
+//! the file from the cursor: the digest is over the bytes in order,
+//! whichever way they were fed.
 //!
 //! The fold knows nothing of sessions: the drivers decide when a file's
 //! digest is due and whether a stalled fold must be finished by reading.
@@ -32,7 +37,11 @@ use crate::store::blockbuf::BlockBuf;
 
 /// Bytes a session may hold ahead of the cursors, over all files, before a
 /// fold spoils.
-pub(crate) const HELD_CAP: usize = 64 << 20;
+pub(crate) const HELD_CAP: usize = 128 << 20;
+
+/// Reads `buf.len()` bytes of a file at an offset: how a receiver's fold
+/// gets back a block it did not hold.
+pub(crate) type ReadBack<'a> = &'a dyn Fn(u64, &mut [u8]) -> std::io::Result<()>;
 
 /// Spare buffers kept for reuse (freshly allocated ones cost page faults).
 const SPARE_BUFFERS: usize = 16;
@@ -93,12 +102,23 @@ struct Slot {
 struct Fold {
     digest: FileDigest,
     cursor: u64,
-    /// Blocks ahead of the cursor: buffer and length, by offset.
-    ahead: BTreeMap<u64, (BlockBuf, usize)>,
+    /// Blocks ahead of the cursor, by offset.
+    ahead: BTreeMap<u64, Ahead>,
+    /// Bytes of the held ones.
     ahead_bytes: usize,
     spoiled: bool,
     /// When the cursor last moved (or the fold began).
     moved: Instant,
+}
+
+/// A block ahead of a fold's cursor.
+#[derive(Debug)]
+enum Ahead {
+    /// Its bytes, held: the buffer and the length.
+    Held(BlockBuf, usize),
+    /// Written to the file but not held (over the cap): this many bytes,
+    /// read back when the cursor reaches them.
+    Written(usize),
 }
 
 /// Where a file's fold stands.
@@ -173,12 +193,15 @@ impl Folds {
 
     /// Feeds a block whose buffer may be kept (the receiver's, just
     /// written); returns a buffer of the same length to go on with.
+    /// `read_back` reads the file: blocks that were not held (over the
+    /// cap) are read back through it when the cursor reaches them.
     pub(crate) fn feed_owned(
         &self,
         file_id: u32,
         offset: u64,
         buf: BlockBuf,
         len: usize,
+        read_back: ReadBack<'_>,
     ) -> BlockBuf {
         let Some(slot) = self.slot(file_id) else {
             return buf;
@@ -188,14 +211,16 @@ impl Folds {
             return buf;
         }
         if offset == fold.cursor {
-            self.advance(&slot, &mut fold, &buf[..len]);
+            self.advance(&slot, &mut fold, &buf[..len], Some(read_back));
             return buf;
         }
-        if !self.hold(&mut fold, len) {
+        if !self.book(len) {
+            fold.ahead.insert(offset, Ahead::Written(len));
             return buf;
         }
+        fold.ahead_bytes += len;
         let size = buf.len();
-        fold.ahead.insert(offset, (buf, len));
+        fold.ahead.insert(offset, Ahead::Held(buf, len));
         drop(fold);
         self.spare_buffer(size)
     }
@@ -219,32 +244,39 @@ impl Folds {
             return;
         }
         if offset == fold.cursor {
-            self.advance(&slot, &mut fold, data);
+            self.advance(&slot, &mut fold, data, None);
             return;
         }
-        if !self.hold(&mut fold, data.len()) {
+        if !self.book(data.len()) {
+            tracing::debug!(
+                file_id,
+                cursor = fold.cursor,
+                "a sender's digest fold gave up: too much held ahead of its cursor"
+            );
+            self.spoil_locked(&mut fold);
             return;
         }
+        fold.ahead_bytes += data.len();
         let mut copy = self.spare_buffer(data.len());
         copy[..data.len()].copy_from_slice(data);
-        fold.ahead.insert(offset, (copy, data.len()));
+        fold.ahead.insert(offset, Ahead::Held(copy, data.len()));
     }
 
-    /// Books `len` more bytes ahead; spoils the fold when over the cap.
-    fn hold(&self, fold: &mut Fold, len: usize) -> bool {
+    /// Books `len` more bytes held ahead, unless that would pass the cap.
+    fn book(&self, len: usize) -> bool {
         let mut held = self.held.lock().expect("held");
         if *held + len > self.held_cap {
-            drop(held);
-            self.spoil_locked(fold);
             return false;
         }
         *held += len;
-        fold.ahead_bytes += len;
         true
     }
 
-    /// Hashes the block at the cursor and every held one it releases.
-    fn advance(&self, slot: &Slot, fold: &mut Fold, data: &[u8]) {
+    /// Hashes the block at the cursor and every block ahead it releases:
+    /// held ones from their buffers, written ones read back through
+    /// `read_back`. A failed read spoils the fold (the driver's own read
+    /// from the cursor then meets the error and reports it).
+    fn advance(&self, slot: &Slot, fold: &mut Fold, data: &[u8], read_back: Option<ReadBack<'_>>) {
         fold.digest.update(data);
         fold.cursor += data.len() as u64;
         let mut released = 0;
@@ -253,16 +285,40 @@ impl Folds {
                 break;
             }
             let at = *entry.key();
-            let (buf, len) = entry.remove();
-            if at == fold.cursor {
-                fold.digest.update(&buf[..len]);
-                fold.cursor += len as u64;
+            match entry.remove() {
+                Ahead::Held(buf, len) => {
+                    if at == fold.cursor {
+                        fold.digest.update(&buf[..len]);
+                        fold.cursor += len as u64;
+                    }
+                    released += len;
+                    self.recycle(buf);
+                }
+                Ahead::Written(len) if at == fold.cursor => {
+                    let mut buf = self.spare_buffer(len);
+                    let read = read_back.map(|read| read(at, &mut buf[..len]));
+                    if let Some(Ok(())) = read {
+                        fold.digest.update(&buf[..len]);
+                        fold.cursor += len as u64;
+                        self.recycle(buf);
+                    } else {
+                        self.recycle(buf);
+                        fold.ahead_bytes -= released;
+                        *self.held.lock().expect("held") -= released;
+                        self.spoil_locked(fold);
+                        return self.moved(slot, fold);
+                    }
+                }
+                Ahead::Written(_) => {}
             }
-            released += len;
-            self.recycle(buf);
         }
         fold.ahead_bytes -= released;
         *self.held.lock().expect("held") -= released;
+        self.moved(slot, fold);
+    }
+
+    /// Tells the fold's waiters that it moved on (or spoiled).
+    fn moved(&self, slot: &Slot, fold: &mut Fold) {
         fold.moved = Instant::now();
         slot.turn.notify_all();
         self.progress.notify_waiters();
@@ -273,8 +329,10 @@ impl Folds {
         let ahead = std::mem::take(&mut fold.ahead);
         *self.held.lock().expect("held") -= fold.ahead_bytes;
         fold.ahead_bytes = 0;
-        for (_, (buf, _)) in ahead {
-            self.recycle(buf);
+        for (_, ahead) in ahead {
+            if let Ahead::Held(buf, _) = ahead {
+                self.recycle(buf);
+            }
         }
         self.progress.notify_waiters();
     }

@@ -30,6 +30,11 @@ fn shuffled(len: usize, seed: u64) -> Vec<u64> {
     offsets
 }
 
+/// A receiver's read-back that must not be called: every block is held.
+fn unread(_: u64, _: &mut [u8]) -> std::io::Result<()> {
+    panic!("a block was read back though it was held")
+}
+
 fn block(file: &[u8], offset: u64) -> &[u8] {
     let at = offset as usize;
     &file[at..(at + BLOCK).min(file.len())]
@@ -45,7 +50,7 @@ fn owned_blocks_in_any_order_fold_to_the_files_digest() {
                 let b = block(&file, offset);
                 let mut buf = BlockBuf::zeroed(BLOCK);
                 buf[..b.len()].copy_from_slice(b);
-                let back = folds.feed_owned(7, offset, buf, b.len());
+                let back = folds.feed_owned(7, offset, buf, b.len(), &unread);
                 assert_eq!(back.len(), BLOCK, "a buffer of the block's size comes back");
             }
             assert_eq!(
@@ -121,13 +126,74 @@ fn a_sender_block_waits_for_its_predecessor_instead_of_copying() {
 }
 
 #[test]
-fn over_the_cap_a_fold_spoils_and_the_rest_is_read_from_its_cursor() {
+fn over_the_cap_a_receiver_reads_back_only_the_blocks_it_did_not_hold() {
+    let file = data(20 * BLOCK);
+    let folds = Folds::with_cap(ChecksumAlg::Sha256, 3 * BLOCK);
+    let reads = std::sync::Mutex::new(Vec::new());
+    let read_back = |at: u64, into: &mut [u8]| {
+        reads.lock().unwrap().push(at);
+        into.copy_from_slice(&file[at as usize..at as usize + into.len()]);
+        Ok(())
+    };
+    // Blocks 0..5 in order, then 7.. ahead of a missing 5 and 6: three
+    // are held (7, 8, 9), the rest only noted.
+    for i in (0..5).chain(7..20) {
+        let offset = (i * BLOCK) as u64;
+        folds.feed_owned(9, offset, owned(block(&file, offset)), BLOCK, &read_back);
+    }
+    assert!(
+        matches!(folds.standing(9), Standing::Folding { cursor, .. } if cursor == 5 * BLOCK as u64)
+    );
+    assert_eq!(*folds.held.lock().unwrap(), 3 * BLOCK, "held up to the cap");
+    assert!(reads.lock().unwrap().is_empty(), "nothing read yet");
+    for i in [5, 6] {
+        let offset = (i * BLOCK) as u64;
+        folds.feed_owned(9, offset, owned(block(&file, offset)), BLOCK, &read_back);
+    }
+    assert_eq!(
+        folds.finished(9, file.len() as u64),
+        Some(digest_of(ChecksumAlg::Sha256, &file))
+    );
+    let read: Vec<u64> = (10..20).map(|i| (i * BLOCK) as u64).collect();
+    assert_eq!(*reads.lock().unwrap(), read, "each unheld block read once");
+    assert_eq!(*folds.held.lock().unwrap(), 0, "nothing held once done");
+}
+
+#[test]
+fn a_failed_read_back_spoils_the_fold_at_its_cursor() {
+    let file = data(6 * BLOCK);
+    let folds = Folds::with_cap(ChecksumAlg::Xxh3, BLOCK);
+    let broken = |_: u64, _: &mut [u8]| Err(std::io::Error::other("disk gone"));
+    for i in [1, 2, 3, 4] {
+        let offset = (i * BLOCK) as u64;
+        folds.feed_owned(3, offset, owned(block(&file, offset)), BLOCK, &broken);
+    }
+    folds.feed_owned(3, 0, owned(block(&file, 0)), BLOCK, &broken);
+    // 0 (given at the cursor) and 1 (held) are in; 2 could not be read.
+    assert_eq!(
+        folds.standing(3),
+        Standing::Spoiled {
+            cursor: 2 * BLOCK as u64
+        }
+    );
+    assert_eq!(
+        *folds.held.lock().unwrap(),
+        0,
+        "a spoiled fold holds nothing"
+    );
+    let (mut digest, cursor) = folds.take(3);
+    digest.update(&file[cursor as usize..]);
+    assert_eq!(digest.finish(), digest_of(ChecksumAlg::Xxh3, &file));
+}
+
+#[test]
+fn over_the_cap_a_senders_fold_spoils_and_the_rest_is_read_from_its_cursor() {
     let file = data(20 * BLOCK);
     let folds = Folds::with_cap(ChecksumAlg::Sha256, 3 * BLOCK);
     // Blocks 0..5 in order, then 7.. ahead of a missing 5 and 6.
     for i in (0..5).chain(7..20) {
         let offset = (i * BLOCK) as u64;
-        folds.feed_owned(9, offset, owned(block(&file, offset)), BLOCK);
+        folds.feed_copied(9, offset, block(&file, offset), Duration::ZERO);
     }
     assert_eq!(
         folds.standing(9),
@@ -146,7 +212,7 @@ fn over_the_cap_a_fold_spoils_and_the_rest_is_read_from_its_cursor() {
     digest.update(&file[cursor as usize..]);
     assert_eq!(digest.finish(), digest_of(ChecksumAlg::Sha256, &file));
     // A repair fed after the take is ignored.
-    let back = folds.feed_owned(9, 6 * BLOCK as u64, BlockBuf::zeroed(BLOCK), BLOCK);
+    let back = folds.feed_owned(9, 6 * BLOCK as u64, BlockBuf::zeroed(BLOCK), BLOCK, &unread);
     assert_eq!(back.len(), BLOCK);
     assert_eq!(*folds.held.lock().unwrap(), 0);
 }
@@ -157,14 +223,14 @@ fn duplicates_and_excluded_files_do_not_change_a_digest() {
     let folds = Folds::new(ChecksumAlg::Crc32c);
     for offset in [BLOCK, BLOCK, 0, 0, 2 * BLOCK, 3 * BLOCK, BLOCK] {
         let offset = offset as u64;
-        folds.feed_owned(2, offset, owned(block(&file, offset)), BLOCK);
+        folds.feed_owned(2, offset, owned(block(&file, offset)), BLOCK, &unread);
     }
     assert_eq!(
         folds.finished(2, file.len() as u64),
         Some(digest_of(ChecksumAlg::Crc32c, &file))
     );
     folds.exclude(4);
-    folds.feed_owned(4, 0, owned(&file[..BLOCK]), BLOCK);
+    folds.feed_owned(4, 0, owned(&file[..BLOCK]), BLOCK, &unread);
     assert_eq!(folds.standing(4), Standing::Spoiled { cursor: 0 });
     let (digest, cursor) = folds.take(4);
     assert_eq!(
@@ -177,7 +243,7 @@ fn duplicates_and_excluded_files_do_not_change_a_digest() {
 fn a_fold_short_of_the_size_is_not_finished() {
     let file = data(3 * BLOCK);
     let folds = Folds::new(ChecksumAlg::Adler32);
-    folds.feed_owned(5, 0, owned(&file[..BLOCK]), BLOCK);
+    folds.feed_owned(5, 0, owned(&file[..BLOCK]), BLOCK, &unread);
     assert_eq!(folds.finished(5, file.len() as u64), None);
     assert!(
         matches!(folds.standing(5), Standing::Folding { cursor, .. } if cursor == BLOCK as u64)
@@ -220,7 +286,7 @@ fn an_ended_fold_frees_its_state_and_ignores_later_blocks() {
             block(&file, 2 * BLOCK as u64),
             Duration::ZERO,
         );
-        let back = folds.feed_owned(id, BLOCK as u64, BlockBuf::zeroed(BLOCK), BLOCK);
+        let back = folds.feed_owned(id, BLOCK as u64, BlockBuf::zeroed(BLOCK), BLOCK, &unread);
         assert_eq!(back.len(), BLOCK);
         assert_eq!(folds.standing(id), Standing::Spoiled { cursor: 0 });
         assert_eq!(folds.finished(id, file.len() as u64), None);

@@ -43,7 +43,10 @@ impl InFlight {
                     None => w.write_at(offset, &buf[..len]),
                 };
                 match (res, folds) {
-                    (Ok(()), Some(folds)) => Ok(folds.feed_owned(file_id, offset, buf, len)),
+                    (Ok(()), Some(folds)) => {
+                        let read_back = |at: u64, into: &mut [u8]| w.read_at(at, into);
+                        Ok(folds.feed_owned(file_id, offset, buf, len, &read_back))
+                    }
                     (Ok(()), None) => Ok(buf),
                     (Err(e), _) => Err(Error::io("write", w.final_path(), e)),
                 }
