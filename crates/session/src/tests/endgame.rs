@@ -66,6 +66,19 @@ fn streams_of_equal_speed_copy_nothing() {
 }
 
 #[test]
+fn blocks_a_few_milliseconds_from_arriving_are_not_copied() {
+    // A LAN: every stream delivers within milliseconds, one at a quarter
+    // of the others' rate. Copying its last blocks would gain a
+    // millisecond or two and send them twice.
+    let mut sim = Sim::new(&[1, 1, 1, 1], &[4, 4, 4, 1], 1);
+    sim.measure = true;
+    queue(&mut sim, vec![Sim::file("f", 600 * u64::from(BS))]);
+    sim.run(20_000).unwrap();
+    assert_eq!(sim.r.finished().len(), 1);
+    assert_eq!(sim.s.blocks_copied(), 0);
+}
+
+#[test]
 fn a_block_is_copied_once_and_never_from_a_lost_stream() {
     let mut sim = Sim::new(&[1, 300, 300], &[1, 1, 1], 1);
     sim.measure = true;
