@@ -8,7 +8,8 @@
 # (default 8), interleaved (old, new on odd runs; new, old on even ones).
 # Before every copy the destination is deleted, the page cache dropped and the
 # source read back into it; every copy is checked with cmp. Prints the median
-# rate, client CPU, daemon CPU and CPU s/GB (client + daemon) of each, and the
+# rate, client CPU, daemon CPU and CPU s/GB (client + daemon) of each, the streams
+# each copy used and the blocks its endgame sent twice, and the
 # ratios new / old. The efficiency bench (bench/efficiency.sh) compares tern with
 # other tools in one run; on this shared VM its single runs move by tens of
 # percent, so a change to tern is judged here, against the build before it.
@@ -76,13 +77,15 @@ run() {
     local s0 s1
     s0=$(cpu_of "${PID[$side]}")
     HOME=$WORK/$side/home XDG_STATE_HOME=$WORK/$side/home/state /usr/bin/time -f "%e %U %S" -o "$WORK/time" "${BIN[$side]}" cp \
-        --protect "$PROTECT" --fingerprint "${FP[$side]}" --no-progress \
-        "$WORK/src.bin" "tern://127.0.0.1:${PORT[$side]}/dst.bin" >/dev/null 2>"$WORK/cp.err" \
+        --protect "$PROTECT" --fingerprint "${FP[$side]}" --no-progress --json \
+        "$WORK/src.bin" "tern://127.0.0.1:${PORT[$side]}/dst.bin" >"$WORK/cp.json" 2>"$WORK/cp.err" \
         || { cat "$WORK/cp.err" >&2; echo "ab.sh: $side copy failed" >&2; exit 1; }
     s1=$(cpu_of "${PID[$side]}")
     cmp -s "$WORK/src.bin" "$WORK/$side/root/dst.bin" || { echo "ab.sh: $side copy differs" >&2; exit 1; }
     read -r wall user sys <"$WORK/time"
-    echo "$side $wall $user $sys $(( s1 - s0 ))" >>"$WORK/runs"
+    local streams
+    streams=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%s/%s" % (d["streams"], d.get("blocks_copied") or 0))' "$WORK/cp.json")
+    echo "$side $wall $user $sys $(( s1 - s0 )) $streams" >>"$WORK/runs"
 }
 for r in $(seq "$REPS"); do
     if [ $((r % 2)) = 1 ]; then run old; run new; else run new; run old; fi
@@ -94,8 +97,10 @@ runs, size_mib, protect, reps, old, new, out = sys.argv[1:8]
 ticks = os.sysconf("SC_CLK_TCK")
 nbytes = int(size_mib) * 1048576
 rows = {"old": [], "new": []}
+streams = {"old": [], "new": []}
 for line in open(runs):
-    side, wall, user, sys_, server = line.split()
+    side, wall, user, sys_, server, used = line.split()
+    streams[side].append(used)
     wall, client, server = float(wall), float(user) + float(sys_), int(server) / ticks
     rows[side].append((nbytes * 8 / wall / 1e9, client, server, (client + server) / (nbytes / 1e9)))
 med = {s: [statistics.median(r[i] for r in rows[s]) for i in range(4)] for s in rows}
@@ -104,15 +109,15 @@ def version(b):
 lines = [
     f"`bench/ab.sh`: {size_mib} MiB, `--protect {protect}`, {reps} interleaved runs each, medians (min-max)",
     "",
-    "| build | Gbit/s | client CPU (s) | daemon CPU (s) | CPU s/GB (both ends) |",
-    "| --- | ---: | ---: | ---: | ---: |",
+    "| build | Gbit/s | client CPU (s) | daemon CPU (s) | CPU s/GB (both ends) | streams/blocks copied, each run |",
+    "| --- | ---: | ---: | ---: | ---: | --- |",
 ]
 for side, b in (("old", old), ("new", new)):
     cells = []
     for i, fmt in enumerate(("%.2f", "%.2f", "%.2f", "%.3f")):
         vals = [r[i] for r in rows[side]]
         cells.append(f"{fmt % med[side][i]} ({fmt % min(vals)}–{fmt % max(vals)})")
-    lines.append(f"| {side}: {version(b)} | " + " | ".join(cells) + " |")
+    lines.append(f"| {side}: {version(b)} | " + " | ".join(cells) + " | " + " ".join(streams[side]) + " |")
 lines += ["", "new / old: rate %.2f, CPU s/GB %.2f" % (med["new"][0] / med["old"][0], med["new"][3] / med["old"][3])]
 text = "\n".join(lines) + "\n"
 print(text, end="")
