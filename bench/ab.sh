@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bench/ab.sh: one tern build against another, on loopback, many interleaved runs.
 #
-#   bash bench/ab.sh OLD_BIN NEW_BIN [--size MIB] [--reps N] [--protect MODE] [--out FILE]
+#   bash bench/ab.sh OLD_BIN NEW_BIN [--size MIB] [--reps N] [--protect MODE] [--streams N] [--out FILE]
 #
 # Each binary serves its own daemon on 127.0.0.1 and copies one random file
-# (default 2048 MiB) to it with `tern cp` (no other flags), N times each
+# (default 2048 MiB) to it with `tern cp` (no other flags but --streams, `auto`
+# unless given: a fixed count keeps the stream controller out of a comparison), N times each
 # (default 8), interleaved (old, new on odd runs; new, old on even ones).
 # Before every copy the destination is deleted, the page cache dropped and the
 # source read back into it; every copy is checked with cmp. Prints the median
@@ -15,18 +16,20 @@
 # percent, so a change to tern is judged here, against the build before it.
 # Needs root (drop_caches), python3, /usr/bin/time.
 set -euo pipefail
-OLD=${1:?usage: bench/ab.sh OLD_BIN NEW_BIN [--size MIB] [--reps N] [--protect MODE] [--out FILE]}
-NEW=${2:?usage: bench/ab.sh OLD_BIN NEW_BIN [--size MIB] [--reps N] [--protect MODE] [--out FILE]}
+OLD=${1:?usage: bench/ab.sh OLD_BIN NEW_BIN [--size MIB] [--reps N] [--protect MODE] [--streams N] [--out FILE]}
+NEW=${2:?usage: bench/ab.sh OLD_BIN NEW_BIN [--size MIB] [--reps N] [--protect MODE] [--streams N] [--out FILE]}
 shift 2
 SIZE_MIB=2048
 REPS=8
 PROTECT=private
+STREAMS=auto
 OUT=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --size) SIZE_MIB=$2; shift ;;
         --reps) REPS=$2; shift ;;
         --protect) PROTECT=$2; shift ;;
+        --streams) STREAMS=$2; shift ;;
         --out) OUT=$2; shift ;;
         -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "ab.sh: unknown argument: $1" >&2; exit 2 ;;
@@ -77,7 +80,7 @@ run() {
     local s0 s1
     s0=$(cpu_of "${PID[$side]}")
     HOME=$WORK/$side/home XDG_STATE_HOME=$WORK/$side/home/state /usr/bin/time -f "%e %U %S" -o "$WORK/time" "${BIN[$side]}" cp \
-        --protect "$PROTECT" --fingerprint "${FP[$side]}" --no-progress --json \
+        --protect "$PROTECT" --streams "$STREAMS" --fingerprint "${FP[$side]}" --no-progress --json \
         "$WORK/src.bin" "tern://127.0.0.1:${PORT[$side]}/dst.bin" >"$WORK/cp.json" 2>"$WORK/cp.err" \
         || { cat "$WORK/cp.err" >&2; echo "ab.sh: $side copy failed" >&2; exit 1; }
     s1=$(cpu_of "${PID[$side]}")
@@ -91,9 +94,9 @@ for r in $(seq "$REPS"); do
     if [ $((r % 2)) = 1 ]; then run old; run new; else run new; run old; fi
 done
 
-python3 - "$WORK/runs" "$SIZE_MIB" "$PROTECT" "$REPS" "$OLD" "$NEW" "$OUT" <<'PY'
+python3 - "$WORK/runs" "$SIZE_MIB" "$PROTECT" "$REPS" "$OLD" "$NEW" "$OUT" "$STREAMS" <<'PY'
 import os, statistics, subprocess, sys
-runs, size_mib, protect, reps, old, new, out = sys.argv[1:8]
+runs, size_mib, protect, reps, old, new, out, streams_arg = sys.argv[1:9]
 ticks = os.sysconf("SC_CLK_TCK")
 nbytes = int(size_mib) * 1048576
 rows = {"old": [], "new": []}
@@ -107,7 +110,7 @@ med = {s: [statistics.median(r[i] for r in rows[s]) for i in range(4)] for s in 
 def version(b):
     return subprocess.run([b, "--version"], capture_output=True, text=True).stdout.strip()
 lines = [
-    f"`bench/ab.sh`: {size_mib} MiB, `--protect {protect}`, {reps} interleaved runs each, medians (min-max)",
+    f"`bench/ab.sh`: {size_mib} MiB, `--protect {protect}`, `--streams {streams_arg}`, {reps} interleaved runs each, medians (min-max)",
     "",
     "| build | Gbit/s | client CPU (s) | daemon CPU (s) | CPU s/GB (both ends) | streams/blocks copied, each run |",
     "| --- | ---: | ---: | ---: | ---: | --- |",

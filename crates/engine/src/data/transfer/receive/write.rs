@@ -10,7 +10,6 @@ use std::sync::atomic::Ordering;
 use tern_proto::data::BlockHeader;
 use tokio::sync::oneshot;
 
-use super::super::blocking;
 use super::RecvShared;
 use crate::Error;
 use crate::store::blockbuf::BlockBuf;
@@ -35,35 +34,16 @@ impl InFlight {
         let (done, back) = oneshot::channel();
         let shared = shared.clone();
         shared.writing.lock().expect("writing").insert(k);
-        tokio::spawn(async move {
-            let (offset, file_id, folds) = (h.offset, h.file_id, shared.folds.clone());
-            let written = blocking(move || {
-                let res = match &hashed {
-                    Some(hashed) => w.write_hashed(offset, &buf[..len], hashed),
-                    None => w.write_at(offset, &buf[..len]),
-                };
-                match (res, folds) {
-                    (Ok(()), Some(folds)) => {
-                        let read_back = |at: u64, into: &mut [u8]| w.read_at(at, into);
-                        Ok(folds.feed_owned(file_id, offset, buf, len, &read_back))
-                    }
-                    (Ok(()), None) => Ok(buf),
-                    (Err(e), _) => Err(Error::io("write", w.final_path(), e)),
-                }
-            })
-            .await;
-            let counted = written.and_then(|buf| {
-                shared
-                    .progress
-                    .bytes
-                    .fetch_add(u64::from(h.length), Ordering::Relaxed);
-                shared.progress.stream_moved(k, u64::from(h.length));
-                let mut s = shared.session.lock().expect("session");
-                s.block_written(k, &h).and_then(|()| s.judge_due())?;
-                Ok(buf)
-            });
+        // One blocking task does it all, the write and the bookkeeping
+        // after it (all of it synchronous): an async task around the
+        // blocking one cost a spawn and a wakeup more per block.
+        tokio::task::spawn_blocking(move || {
+            let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                write_and_count(&shared, k, &*w, &h, (buf, len), hashed.as_ref())
+            }))
+            .unwrap_or_else(|_| Err(Error::Protocol("a block's write task panicked".into())));
             shared.writing.lock().expect("writing").remove(&k);
-            match counted {
+            match written {
                 Ok(buf) => {
                     shared.wake.notify_waiters();
                     let _ = done.send(Some(buf));
@@ -81,6 +61,41 @@ impl InFlight {
     pub(super) async fn done(self) -> Option<BlockBuf> {
         self.0.await.ok().flatten()
     }
+}
+
+/// Writes block `h` to `w`, feeds it to the file's digest and counts it
+/// as written; returns its buffer.
+fn write_and_count(
+    shared: &RecvShared,
+    k: usize,
+    w: &dyn BlockWrite,
+    h: &BlockHeader,
+    (buf, len): (BlockBuf, usize),
+    hashed: Option<&BlockHasher>,
+) -> Result<BlockBuf, Error> {
+    let (offset, file_id) = (h.offset, h.file_id);
+    let res = match hashed {
+        Some(hashed) => w.write_hashed(offset, &buf[..len], hashed),
+        None => w.write_at(offset, &buf[..len]),
+    };
+    if let Err(e) = res {
+        return Err(Error::io("write", w.final_path(), e));
+    }
+    let buf = match &shared.folds {
+        Some(folds) => {
+            let read_back = |at: u64, into: &mut [u8]| w.read_at(at, into);
+            folds.feed_owned(file_id, offset, buf, len, &read_back)
+        }
+        None => buf,
+    };
+    shared
+        .progress
+        .bytes
+        .fetch_add(u64::from(h.length), Ordering::Relaxed);
+    shared.progress.stream_moved(k, u64::from(h.length));
+    let mut s = shared.session.lock().expect("session");
+    s.block_written(k, h).and_then(|()| s.judge_due())?;
+    Ok(buf)
 }
 
 /// Waits for the stream's write in flight, if any (before the stream's
