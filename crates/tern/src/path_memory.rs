@@ -41,6 +41,13 @@ const MIN_LAN_NETWORK_TIME: Duration = Duration::from_millis(500);
 /// A count settled by a copy whose next addition did not pay is started
 /// from without probes for this long; then a copy probes again, as the
 /// path and the hosts' load change.
+///
+/// It takes two copies in a row finding that the same addition did not
+/// pay to settle a count: a judgment made over a fraction of a second
+/// (a LAN copy's probe) can be noise, and one wrong verdict held for an
+/// hour. On this repository's loopback bench, 2 streams move ~12 % more
+/// than 1, just over the controller's gain threshold, and a single
+/// verdict of "no gain" left every later copy on 1 stream.
 const SETTLED_FOR: Duration = Duration::from_secs(3600);
 
 /// The file beside the daemon identity and the advisor archive.
@@ -58,6 +65,11 @@ pub struct Remembered {
     /// and kept it carry the time on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settled_at_unix: Option<u64>,
+    /// The last copy found that more streams than these did not pay, but
+    /// that alone settles nothing: the next copy probes again, and settles
+    /// the count if it finds the same.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_gain_once: bool,
     /// When, seconds since the Unix epoch.
     pub at_unix: u64,
     /// The daemon's `Hello`, so that the next session's opening can go
@@ -169,15 +181,20 @@ impl PathMemory {
         };
         let too_short = network_elapsed < min_time || bytes == 0;
         let earlier = all.get(&key(ep));
-        let settled_at_unix = match settling {
-            Settling::Open => None,
-            Settling::Found => Some(now_unix()),
-            Settling::Stayed => earlier.and_then(|e| e.settled_at_unix),
+        let same_count = earlier.filter(|e| e.streams == streams);
+        let (settled_at_unix, no_gain_once) = match settling {
+            Settling::Open => (None, false),
+            Settling::Found if same_count.is_some_and(|e| e.no_gain_once) => {
+                (Some(now_unix()), false)
+            }
+            Settling::Found => (None, true),
+            Settling::Stayed => (earlier.and_then(|e| e.settled_at_unix), false),
             // A pull (the daemon's controller) or a fixed count: what an
-            // earlier copy settled holds while the count is the same.
-            Settling::Unknown => earlier
-                .filter(|e| e.streams == streams)
-                .and_then(|e| e.settled_at_unix),
+            // earlier copy found holds while the count is the same.
+            Settling::Unknown => (
+                same_count.and_then(|e| e.settled_at_unix),
+                same_count.is_some_and(|e| e.no_gain_once),
+            ),
         };
         let remembered = match (too_short, earlier) {
             // Any session tells the daemon's hello; a short one keeps what
@@ -190,6 +207,7 @@ impl PathMemory {
                 rate_bps: 0,
                 streams: 0,
                 settled_at_unix: None,
+                no_gain_once: false,
                 at_unix: now_unix(),
                 hello: hello.map(DaemonHello::from),
             },
@@ -198,6 +216,7 @@ impl PathMemory {
                 rate_bps: (bytes as f64 * 8.0 / network_elapsed.as_secs_f64()) as u64,
                 streams: streams.max(1),
                 settled_at_unix,
+                no_gain_once,
                 at_unix: now_unix(),
                 hello: hello.map(DaemonHello::from),
             },
@@ -398,6 +417,7 @@ mod tests {
             rate_bps: 1_000_000,
             streams: 4,
             settled_at_unix: None,
+            no_gain_once: false,
             at_unix: now_unix() - 8 * 24 * 3600,
             hello: None,
         };
@@ -474,10 +494,17 @@ mod tests {
         apply(&mut opts, &open, true);
         assert!(!opts.tuning.streams_settled, "nothing settled yet: probe");
 
-        // A copy whose addition did not pay settles the count; one that
-        // started from it and kept it carries the time on.
+        // A copy whose addition did not pay settles nothing alone: the
+        // next probes again. A second in a row settles the count; a copy
+        // that started from it and kept it carries the time on.
+        memory.keep(&ep(1), lan(Settling::Found), None).unwrap();
+        let once = memory.recall(&ep(1)).unwrap();
+        assert_eq!((once.settled_at_unix, once.no_gain_once), (None, true));
+        apply(&mut opts, &once, true);
+        assert!(!opts.tuning.streams_settled, "one verdict: probe again");
         memory.keep(&ep(1), lan(Settling::Found), None).unwrap();
         let found = memory.recall(&ep(1)).unwrap();
+        assert!(!found.no_gain_once);
         let at = found.settled_at_unix.expect("settled");
         assert!(now_unix() - at < 5);
         apply(&mut opts, &found, false);
@@ -514,9 +541,23 @@ mod tests {
         };
         memory.keep(&ep(1), other_count, None).unwrap();
         assert_eq!(memory.recall(&ep(1)).unwrap().settled_at_unix, None);
-        // A copy that probed and gained forgets the settling.
+        // A copy that probed and gained forgets the settling, and a first
+        // verdict of no gain.
+        memory.keep(&ep(1), lan(Settling::Found), None).unwrap();
         memory.keep(&ep(1), lan(Settling::Found), None).unwrap();
         memory.keep(&ep(1), lan(Settling::Open), None).unwrap();
+        assert_eq!(memory.recall(&ep(1)).unwrap().settled_at_unix, None);
+        memory.keep(&ep(1), lan(Settling::Found), None).unwrap();
+        memory.keep(&ep(1), lan(Settling::Open), None).unwrap();
+        memory.keep(&ep(1), lan(Settling::Found), None).unwrap();
+        let again = memory.recall(&ep(1)).unwrap();
+        assert_eq!((again.settled_at_unix, again.no_gain_once), (None, true));
+        // Nor does a verdict at another count settle this one.
+        let three = CopySeen {
+            streams: 3,
+            ..lan(Settling::Found)
+        };
+        memory.keep(&ep(1), three, None).unwrap();
         assert_eq!(memory.recall(&ep(1)).unwrap().settled_at_unix, None);
     }
 
@@ -529,6 +570,7 @@ mod tests {
             rate_bps: 900_000_000,
             streams: 8,
             settled_at_unix: None,
+            no_gain_once: false,
             at_unix: now_unix(),
             hello: Some(hello().into()),
         };
