@@ -39,6 +39,10 @@ use crate::store::blockbuf::BlockBuf;
 /// fold spoils.
 pub(crate) const HELD_CAP: usize = 128 << 20;
 
+/// Blocks a fold keeps track of ahead of its cursor, held or noted, at
+/// most (64 GiB of 1 MiB blocks): past that it gives up.
+const MAX_AHEAD: usize = 1 << 16;
+
 /// Reads `buf.len()` bytes of a file at an offset: how a receiver's fold
 /// gets back a block it did not hold.
 pub(crate) type ReadBack<'a> = &'a dyn Fn(u64, &mut [u8]) -> std::io::Result<()>;
@@ -215,6 +219,12 @@ impl Folds {
             return buf;
         }
         if !self.book(len) {
+            if fold.ahead.len() >= MAX_AHEAD {
+                // Even noted blocks cost memory: a file of millions of
+                // blocks arriving backwards is read back instead.
+                self.spoil_locked(&mut fold);
+                return buf;
+            }
             fold.ahead.insert(offset, Ahead::Written(len));
             return buf;
         }

@@ -318,3 +318,18 @@ fn ended_files_are_a_watermark_and_a_few_above_it() {
         assert!(!slots.is_closed(id), "{id}");
     }
 }
+
+#[test]
+fn a_fold_that_would_note_too_many_blocks_ahead_gives_up() {
+    // Nothing fits under a cap of 0: every block ahead is only noted.
+    let folds = Folds::with_cap(ChecksumAlg::Xxh3, 0);
+    for i in 1..=MAX_AHEAD as u64 {
+        folds.feed_owned(6, i, BlockBuf::zeroed(1), 1, &unread);
+    }
+    assert!(matches!(
+        folds.standing(6),
+        Standing::Folding { cursor: 0, .. }
+    ));
+    folds.feed_owned(6, MAX_AHEAD as u64 + 1, BlockBuf::zeroed(1), 1, &unread);
+    assert_eq!(folds.standing(6), Standing::Spoiled { cursor: 0 });
+}
