@@ -182,11 +182,15 @@ impl PathMemory {
         let too_short = network_elapsed < min_time || bytes == 0;
         let earlier = all.get(&key(ep));
         let same_count = earlier.filter(|e| e.streams == streams);
+        // "Two copies in a row": a verdict older than a settling's hour
+        // does not count as the first of two.
+        let recent_no_gain = same_count.is_some_and(|e| {
+            e.no_gain_once
+                && Duration::from_secs(now_unix().saturating_sub(e.at_unix)) < SETTLED_FOR
+        });
         let (settled_at_unix, no_gain_once) = match settling {
             Settling::Open => (None, false),
-            Settling::Found if same_count.is_some_and(|e| e.no_gain_once) => {
-                (Some(now_unix()), false)
-            }
+            Settling::Found if recent_no_gain => (Some(now_unix()), false),
             Settling::Found => (None, true),
             Settling::Stayed => (earlier.and_then(|e| e.settled_at_unix), false),
             // A pull (the daemon's controller) or a fixed count: what an
@@ -502,6 +506,13 @@ mod tests {
         assert_eq!((once.settled_at_unix, once.no_gain_once), (None, true));
         apply(&mut opts, &once, true);
         assert!(!opts.tuning.streams_settled, "one verdict: probe again");
+        // A first verdict older than the hour does not count.
+        let mut all = memory.load();
+        all.get_mut(&key(&ep(1))).unwrap().at_unix -= 3601;
+        std::fs::write(&memory.file, serde_json::to_vec(&all).unwrap()).unwrap();
+        memory.keep(&ep(1), lan(Settling::Found), None).unwrap();
+        let stale = memory.recall(&ep(1)).unwrap();
+        assert_eq!((stale.settled_at_unix, stale.no_gain_once), (None, true));
         memory.keep(&ep(1), lan(Settling::Found), None).unwrap();
         let found = memory.recall(&ep(1)).unwrap();
         assert!(!found.no_gain_once);

@@ -108,7 +108,8 @@ struct Fold {
     cursor: u64,
     /// Blocks ahead of the cursor, by offset.
     ahead: BTreeMap<u64, Ahead>,
-    /// Bytes of the held ones.
+    /// Bytes of the held ones' buffers (what they cost, not their length:
+    /// a peer's one-byte block still holds a whole buffer).
     ahead_bytes: usize,
     spoiled: bool,
     /// When the cursor last moved (or the fold began).
@@ -218,18 +219,18 @@ impl Folds {
             self.advance(&slot, &mut fold, &buf[..len], Some(read_back));
             return buf;
         }
-        if !self.book(len) {
-            if fold.ahead.len() >= MAX_AHEAD {
-                // Even noted blocks cost memory: a file of millions of
-                // blocks arriving backwards is read back instead.
-                self.spoil_locked(&mut fold);
-                return buf;
-            }
+        if fold.ahead.len() >= MAX_AHEAD {
+            // Even noted blocks cost memory: a file of millions of blocks
+            // arriving backwards is read back instead.
+            self.spoil(&slot, &mut fold);
+            return buf;
+        }
+        let size = buf.len();
+        if !self.book(size) {
             fold.ahead.insert(offset, Ahead::Written(len));
             return buf;
         }
-        fold.ahead_bytes += len;
-        let size = buf.len();
+        fold.ahead_bytes += size;
         fold.ahead.insert(offset, Ahead::Held(buf, len));
         drop(fold);
         self.spare_buffer(size)
@@ -257,17 +258,19 @@ impl Folds {
             self.advance(&slot, &mut fold, data, None);
             return;
         }
-        if !self.book(data.len()) {
+        let copy = self.spare_buffer(data.len());
+        if fold.ahead.len() >= MAX_AHEAD || !self.book(copy.len()) {
             tracing::debug!(
                 file_id,
                 cursor = fold.cursor,
                 "a sender's digest fold gave up: too much held ahead of its cursor"
             );
-            self.spoil_locked(&mut fold);
+            self.recycle(copy);
+            self.spoil(&slot, &mut fold);
             return;
         }
-        fold.ahead_bytes += data.len();
-        let mut copy = self.spare_buffer(data.len());
+        let mut copy = copy;
+        fold.ahead_bytes += copy.len();
         copy[..data.len()].copy_from_slice(data);
         fold.ahead.insert(offset, Ahead::Held(copy, data.len()));
     }
@@ -286,10 +289,16 @@ impl Folds {
     /// held ones from their buffers, written ones read back through
     /// `read_back`. A failed read spoils the fold (the driver's own read
     /// from the cursor then meets the error and reports it).
+    ///
+    /// The read happens with the fold locked: the file's other streams
+    /// wait to feed it, and their next blocks with them, which holds back
+    /// the streams that ran ahead while the cursor catches up (a version
+    /// that read unlocked read back as much, within the wide spread of
+    /// 16-stream loopback copies). Async callers ask `spoiled_now`, which
+    /// does not wait for the lock.
     fn advance(&self, slot: &Slot, fold: &mut Fold, data: &[u8], read_back: Option<ReadBack<'_>>) {
         fold.digest.update(data);
         fold.cursor += data.len() as u64;
-        let mut released = 0;
         while let Some(entry) = fold.ahead.first_entry() {
             if *entry.key() > fold.cursor {
                 break;
@@ -301,7 +310,8 @@ impl Folds {
                         fold.digest.update(&buf[..len]);
                         fold.cursor += len as u64;
                     }
-                    released += len;
+                    fold.ahead_bytes -= buf.len();
+                    *self.held.lock().expect("held") -= buf.len();
                     self.recycle(buf);
                 }
                 Ahead::Written(len) if at == fold.cursor => {
@@ -313,17 +323,18 @@ impl Folds {
                         self.recycle(buf);
                     } else {
                         self.recycle(buf);
-                        fold.ahead_bytes -= released;
-                        *self.held.lock().expect("held") -= released;
-                        self.spoil_locked(fold);
-                        return self.moved(slot, fold);
+                        return self.spoil(slot, fold);
                     }
                 }
                 Ahead::Written(_) => {}
             }
         }
-        fold.ahead_bytes -= released;
-        *self.held.lock().expect("held") -= released;
+        self.moved(slot, fold);
+    }
+
+    /// Gives the fold up and tells its waiters.
+    fn spoil(&self, slot: &Slot, fold: &mut Fold) {
+        self.spoil_locked(fold);
         self.moved(slot, fold);
     }
 
@@ -386,6 +397,28 @@ impl Folds {
                 cursor: fold.cursor,
                 idle: fold.moved.elapsed(),
             }
+        }
+    }
+
+    /// Whether `file_id`'s fold gave up (or ended), without waiting for a
+    /// fold in use: one reading a block back holds its lock for as long
+    /// as the disk takes, and an async task must not wait that out. A
+    /// busy fold counts as going on.
+    pub(crate) fn spoiled_now(&self, file_id: u32) -> bool {
+        let slot = {
+            let slots = self.files.lock().expect("folds");
+            if slots.is_closed(file_id) {
+                return true;
+            }
+            match slots.open.get(&file_id) {
+                Some(slot) => slot.clone(),
+                None => return false,
+            }
+        };
+        match slot.fold.try_lock() {
+            Ok(fold) => fold.spoiled,
+            Err(std::sync::TryLockError::WouldBlock) => false,
+            Err(std::sync::TryLockError::Poisoned(_)) => panic!("fold poisoned"),
         }
     }
 

@@ -333,3 +333,43 @@ fn a_fold_that_would_note_too_many_blocks_ahead_gives_up() {
     folds.feed_owned(6, MAX_AHEAD as u64 + 1, BlockBuf::zeroed(1), 1, &unread);
     assert_eq!(folds.standing(6), Standing::Spoiled { cursor: 0 });
 }
+
+#[test]
+fn a_held_block_is_booked_at_the_size_of_its_buffer() {
+    // A peer's one-byte block still holds a whole block buffer.
+    let folds = Folds::with_cap(ChecksumAlg::Crc32c, 10 * BLOCK);
+    folds.feed_owned(8, BLOCK as u64, BlockBuf::zeroed(BLOCK), 1, &unread);
+    assert_eq!(*folds.held.lock().unwrap(), BLOCK);
+    folds.forget(8);
+    assert_eq!(*folds.held.lock().unwrap(), 0);
+}
+
+#[test]
+fn whether_a_fold_gave_up_is_told_without_waiting_for_it() {
+    let file = data(3 * BLOCK);
+    let folds = Folds::with_cap(ChecksumAlg::Xxh3, 0);
+    assert!(!folds.spoiled_now(2), "no fold yet");
+    folds.feed_owned(
+        2,
+        BLOCK as u64,
+        owned(block(&file, BLOCK as u64)),
+        BLOCK,
+        &unread,
+    );
+    // While a block is read back the fold is locked: asked then, it is
+    // going on, and the asker does not wait (a wait would never end here,
+    // on the thread holding the lock).
+    let asked = std::cell::Cell::new(None);
+    let read_back = |at: u64, into: &mut [u8]| {
+        asked.set(Some(folds.spoiled_now(2)));
+        Err(std::io::Error::other(format!(
+            "no read at {at} of {}",
+            into.len()
+        )))
+    };
+    folds.feed_owned(2, 0, owned(block(&file, 0)), BLOCK, &read_back);
+    assert_eq!(asked.get(), Some(false));
+    assert!(folds.spoiled_now(2), "the failed read gave it up");
+    folds.forget(2);
+    assert!(folds.spoiled_now(2), "an ended fold");
+}

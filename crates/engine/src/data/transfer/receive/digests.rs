@@ -1,6 +1,7 @@
 //! The receiver's whole-file digests: folded from the blocks as they are
 //! written (`crate::data::fold`), and read back only for what a fold could
-//! not see (blocks kept from an earlier session, or too many held).
+//! not see (blocks kept from an earlier session, or a fold that gave up:
+//! too many blocks ahead of its cursor, or a failed read of one).
 
 use std::sync::Arc;
 
@@ -9,7 +10,6 @@ use tokio::sync::mpsc;
 use super::super::{DIGEST_CHUNK, blocking};
 use super::RecvShared;
 use crate::Error;
-use crate::data::fold::Standing;
 use crate::integrity::FileDigest;
 
 pub(super) async fn receiver_digests(
@@ -32,8 +32,8 @@ pub(super) async fn receiver_digests(
             continue;
         };
         // Folded from the blocks as they are written, until the fold is
-        // short (blocks kept from an earlier session, or too many held):
-        // then the rest is read back.
+        // short (blocks kept from an earlier session, or a fold that gave
+        // up): then the rest is read back.
         let mut read_back: Option<(FileDigest, u64)> = None;
         loop {
             let notified = shared.wake.notified();
@@ -65,7 +65,7 @@ pub(super) async fn receiver_digests(
                     read_back = Some(folds.take(file_id));
                     continue;
                 }
-                if matches!(folds.standing(file_id), Standing::Spoiled { .. }) {
+                if folds.spoiled_now(file_id) {
                     read_back = Some(folds.take(file_id));
                     continue;
                 }
