@@ -35,8 +35,9 @@ use tokio::sync::Notify;
 use crate::integrity::FileDigest;
 use crate::store::blockbuf::BlockBuf;
 
-/// Bytes a session may hold ahead of the cursors, over all files, before a
-/// fold spoils.
+/// Bytes of block buffers a session may hold ahead of the cursors, over all
+/// files: past it a receiver's fold notes blocks instead of holding them,
+/// and a sender's spoils.
 pub(crate) const HELD_CAP: usize = 128 << 20;
 
 /// Blocks a fold keeps track of ahead of its cursor, held or noted, at
@@ -258,7 +259,7 @@ impl Folds {
             self.advance(&slot, &mut fold, data, None);
             return;
         }
-        let copy = self.spare_buffer(data.len());
+        let mut copy = self.spare_buffer(data.len());
         if fold.ahead.len() >= MAX_AHEAD || !self.book(copy.len()) {
             tracing::debug!(
                 file_id,
@@ -269,7 +270,6 @@ impl Folds {
             self.spoil(&slot, &mut fold);
             return;
         }
-        let mut copy = copy;
         fold.ahead_bytes += copy.len();
         copy[..data.len()].copy_from_slice(data);
         fold.ahead.insert(offset, Ahead::Held(copy, data.len()));
