@@ -25,8 +25,9 @@ use tern_testkit::tree::{self, set_mtime};
 const FILES: usize = 20;
 /// Kills before the final run.
 const KILLS: usize = 3;
-/// Kills beyond those when every kill landed between two files (nothing
-/// was left to resume, through no fault of the copy).
+/// Kills beyond those when the kills left nothing a later run could be
+/// seen to resume (every kill landed between two files, or a pull's last
+/// one did: through no fault of the copy).
 const EXTRA_KILLS: usize = 2;
 /// Pace of every copy (bits/s): about 10 MB/s, so the ~90 MiB tree takes
 /// about 9 s and a kill polled every few milliseconds lands mid-copy.
@@ -418,10 +419,19 @@ fn kill_and_resume(test: &str, victim: Victim, way: Way) {
     );
     let mut problems = Vec::new();
     let mut last_at = 0u64;
-    // Kills after which the journals vouched for blocks to resume.
+    // Kills after which the journals vouched for blocks to resume, and
+    // what the last kill left.
     let mut left_something = 0;
+    let mut last_left = 0;
     let mut k = 0;
-    while k < KILLS || (left_something == 0 && k < KILLS + EXTRA_KILLS) {
+    // A push's receiving daemon logs every resume, so one kill that left
+    // something shows one; a pull's receiver is the client, and only its
+    // final run reports, so the last kill must leave something.
+    let shown = |left_something: usize, last_left: u64| match way {
+        Way::Push => left_something > 0,
+        Way::Pull => last_left > 0,
+    };
+    while k < KILLS || (!shown(left_something, last_left) && k < KILLS + EXTRA_KILLS) {
         // Kill k lands between 10 % + 25 % k and 30 % + 25 % k of the
         // tree, and at least 1 MiB beyond the kill before; an extra kill
         // (every one before landed between files) 1 MiB to 5 % further.
@@ -467,6 +477,7 @@ fn kill_and_resume(test: &str, victim: Victim, way: Way) {
                 if resumable > 0 {
                     left_something += 1;
                 }
+                last_left = resumable;
                 if victim == Victim::Daemon && status.is_some_and(|s| s.success()) {
                     problems.push(format!(
                         "run {run}: the copy succeeded with its daemon killed"
