@@ -16,7 +16,7 @@ use tern_engine::client::{self, Endpoint};
 use tern_engine::transfer::Progress;
 
 use crate::cli::{AdviseArgs, AdvisorCmdArgs, ServeArgs, TransferArgs};
-use crate::report::{self, FailedEntry, Report};
+use crate::report::{self, FailedEntry, FailureReport, Report};
 use crate::size::{human_bytes, human_rate};
 
 /// How results are printed.
@@ -132,6 +132,17 @@ impl Console {
                     eprintln!("{line}");
                 }
             }
+        }
+    }
+
+    /// Prints, under `--json`, the object of a copy that failed before it
+    /// could report (the error itself goes to stderr either way).
+    pub fn failure(&self, r: &FailureReport) {
+        if self.format == Format::Json {
+            result_text(&format!(
+                "{}\n",
+                serde_json::to_string(r).expect("report serializes")
+            ));
         }
     }
 

@@ -749,9 +749,10 @@ fn kill_client_at(client: &mut Child, partial: &Path, bytes: u64) -> u64 {
 }
 
 /// Runs `tern ARGS` and kills `server` with SIGKILL once `partial` holds
-/// `at` bytes; checks that the copy failed as a lost connection (exit 9)
-/// and returns what had arrived, and the daemon started again on the same
-/// port with the same state.
+/// `at` bytes; checks that the copy failed as a lost connection (exit 9),
+/// and with `--json` that its object says so and how far it got; returns
+/// what had arrived, and the daemon started again on the same port with
+/// the same state.
 fn kill_daemon_mid_copy(
     env: &Env,
     server: Daemon,
@@ -762,13 +763,19 @@ fn kill_daemon_mid_copy(
     let mut client = tern()
         .args(args)
         .env("XDG_CONFIG_HOME", env.p("cfg"))
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let again = kill_daemon_at(server, &mut client, partial, at);
     let status = client.wait().unwrap();
-    let mut err = String::new();
+    let (mut out, mut err) = (String::new(), String::new());
+    client
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     client
         .stderr
         .take()
@@ -777,7 +784,58 @@ fn kill_daemon_mid_copy(
         .unwrap();
     assert_eq!(status.code(), Some(9), "{err}");
     let arrived = written_bytes(partial);
+    if args.contains(&"--json") {
+        let failed: Value = serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {out}"));
+        assert_eq!(failed["exit_code"], 9, "{failed}");
+        let why = failed["error"].as_str().unwrap();
+        assert!(err.contains(&format!("tern: {why}")), "{failed}\n{err}");
+        let moved = failed["bytes"].as_u64().unwrap();
+        assert!(moved > 0 && moved < 1 << 30, "{failed}");
+        assert_eq!(failed["bytes_resumed"], 0, "a first run: {failed}");
+    }
     (arrived, again.start())
+}
+
+#[test]
+fn a_copy_that_fails_says_why_in_its_json_too() {
+    let env = Env::new();
+    random_file(&env.p("a.bin"), 1024);
+    let dead = format!("tern://127.0.0.1:{}/a.bin", free_port());
+    let cases = [
+        (
+            vec![env.s("missing.bin"), env.s("b.bin")],
+            3,
+            "no such file",
+        ),
+        (vec![env.s("a.bin"), dead], 7, "cannot connect"),
+        (
+            vec![env.s("a.bin"), "tern://127.0.0.1:99999/x".into()],
+            2,
+            "bad port",
+        ),
+    ];
+    for (paths, exit, says) in cases {
+        let mut args = vec!["cp", "--json", "--no-progress"];
+        args.extend(paths.iter().map(String::as_str));
+        let out = env.run(&args);
+        assert_eq!(code(&out), exit, "{args:?}: {}", said(&out));
+        let failed: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{args:?}: stdout is not one JSON object ({e}): {}",
+                said(&out)
+            )
+        });
+        assert_eq!(failed["command"], "cp", "{failed}");
+        assert_eq!(failed["exit_code"], exit, "{failed}");
+        let why = failed["error"].as_str().unwrap();
+        assert!(why.contains(says), "{args:?}: {failed}");
+        assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
+        assert_eq!(
+            (failed["bytes"].as_u64(), failed["files"].as_u64()),
+            (Some(0), Some(0))
+        );
+    }
 }
 
 /// Options of a copy slow enough (40 MB/s) to be killed in the middle.

@@ -425,8 +425,9 @@ fn kill_and_resume(test: &str, victim: Victim, way: Way) {
     let mut last_left = 0;
     let mut k = 0;
     // A push's receiving daemon logs every resume, so one kill that left
-    // something shows one; a pull's receiver is the client, and only its
-    // final run reports, so the last kill must leave something.
+    // something shows one; a pull's receiver is the client, and a killed
+    // client reports nothing, so the last kill must leave something (for
+    // the final run to report).
     let shown = |left_something: usize, last_left: u64| match way {
         Way::Push => left_something > 0,
         Way::Pull => last_left > 0,
@@ -528,9 +529,10 @@ fn finish(
     log.push_str(&format!(
         "bytes_resumed of the runs that reported: {resumed:?}\n"
     ));
-    // Only the final run reports; when the last kill landed between files,
-    // it finds nothing to resume, and an earlier (killed) run's resume is
-    // seen in the receiving daemon's log instead.
+    // A killed client reports nothing (a client whose daemon was killed
+    // does: its failure's JSON object); when the last kill landed between
+    // files, the final run finds nothing to resume, and an earlier run's
+    // resume is seen in its report or the receiving daemon's log instead.
     let logged = s.resumed_in_daemon_log();
     log.push_str(&format!(
         "bytes the daemon logged as kept from an earlier session: {logged:?}\n"

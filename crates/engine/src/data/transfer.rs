@@ -209,6 +209,9 @@ pub struct Progress {
     pub total: AtomicU64,
     /// Files completed.
     pub files_done: AtomicU64,
+    /// Bytes already at the destination from an earlier session, not sent
+    /// again (what a failed run's report says it resumed).
+    pub resumed: AtomicU64,
     /// Payload bytes per stream index (repairs included), when asked for
     /// ([`Progress::per_stream`]): a live view's per-stream rates.
     per_stream: Box<[AtomicU64]>,

@@ -19,11 +19,11 @@ use crate::console::Console;
 use crate::consult::{
     Consulted, remember_path, remembered_start, remote_options, warn_advisor_over_ssh,
 };
-use crate::error::{Partial, usage};
+use crate::error::{Partial, describe, usage};
 use crate::host;
 use crate::location::{self, Location, SshTarget};
 use crate::options;
-use crate::report::{LastCopy, Report, ReportInput, Via};
+use crate::report::{FailureReport, LastCopy, Report, ReportInput, Via};
 use crate::retry::with_retries;
 use crate::size::human_bytes;
 use crate::ssh_session::{connect_of, over_ssh};
@@ -90,9 +90,28 @@ struct Copied {
 /// Copies, and reports what was copied.
 pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
     host::raise_open_files();
-    let (dst, sources) = places(&args)?;
     let progress = Arc::new(Progress::default());
     let console = Console::for_transfer(&args.transfer);
+    let result = run_with(&args, started, &progress, &console).await;
+    if let Err(e) = &result {
+        // A partial copy has printed its report already.
+        if e.downcast_ref::<Partial>().is_none() {
+            let code = crate::exit::Exit::of(e).code();
+            let report = FailureReport::new(describe(e), code, &progress, started);
+            console.failure(&report);
+        }
+    }
+    result
+}
+
+/// The copy `args` ask for, counted in `progress`.
+async fn run_with(
+    args: &CpArgs,
+    started: Instant,
+    progress: &Arc<Progress>,
+    console: &Console,
+) -> Result<()> {
+    let (dst, sources) = places(args)?;
     for hint in args
         .paths
         .iter()
@@ -114,7 +133,7 @@ pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
         );
     }
     if args.via_client || (remote_to_remote && both_ssh_reversed) {
-        return relay(&args, &dst, sources, &console, started).await;
+        return relay(args, &dst, sources, console, started).await;
     }
     if remote_to_remote {
         let source = match sources {
@@ -127,12 +146,12 @@ pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
             Location::Ssh { target, path } => (End::Ssh(target.clone()), path.clone()),
             Location::Local(_) => unreachable!("a remote destination"),
         };
-        return third_party::run(&args, source, dest, &progress, &console, started).await;
+        return third_party::run(args, source, dest, progress, console, started).await;
     }
-    let display = console.progress(&progress, None);
-    let result = copy(&args, &dst, sources, &progress, &console).await;
+    let display = console.progress(progress, None);
+    let result = copy(args, &dst, sources, progress, console).await;
     display.finish();
-    finish(&args, result?, started, &console).await
+    finish(args, result?, started, console).await
 }
 
 /// Runs the copy the places call for, again after a lost connection.

@@ -524,6 +524,8 @@ fn file_opened(
                         "file {id}: resuming, {bytes} bytes kept from an earlier session"
                     );
                     s.resumed(id, kept)?;
+                    let resumed = s.bytes_resumed();
+                    shared.progress.resumed.store(resumed, Ordering::Relaxed);
                     if let Some(folds) = &shared.folds {
                         // Kept blocks never pass: this digest is read.
                         folds.exclude(id);

@@ -445,6 +445,8 @@ async fn sender_control_reader(shared: Arc<SendShared>, mut rd: ControlReader) {
                 return shared.failure.fail(e, &shared.wake);
             }
             let skipped: u64 = s.skipped()[before..].iter().map(|f| f.size).sum();
+            let resumed = s.bytes_resumed();
+            shared.progress.resumed.store(resumed, Ordering::Relaxed);
             (s.is_complete(), skipped)
         };
         if let Some(id) = done_file {
