@@ -3,7 +3,7 @@
 
 use tern_advisor::Advice;
 
-use crate::size::{human_bytes, human_rate};
+use crate::size::{count, human_bytes, human_rate};
 
 /// An age in the unit that reads best.
 pub fn age(secs: f64) -> String {
@@ -75,10 +75,10 @@ pub fn describe(a: &Advice, url: &str) -> String {
     if let Some(sw) = a.sweep.as_ref().filter(|sw| sw.followed) {
         let _ = writeln!(
             out,
-            "  sweep      best of {} cells {} old: {} streams, window {}, {} (the formula expected {})",
+            "  sweep      best of {} cells {} old: {}, window {}, {} (the formula expected {})",
             sw.cells,
             age(sw.age_s),
-            sw.best_streams,
+            count(sw.best_streams as usize, "stream"),
             sw.best_window,
             human_rate(sw.best_bps),
             human_rate(sw.formula_bps)

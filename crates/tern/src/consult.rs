@@ -14,7 +14,7 @@ use crate::console::Console;
 use crate::options::{self, Advised};
 use crate::path_memory::{self, PathMemory};
 use crate::report::{AdvisorUse, LastCopy};
-use crate::size::{human_bytes, human_rate};
+use crate::size::{count, human_bytes, human_rate};
 
 /// The options of a transfer with a daemon at `ep`: `opts`, started
 /// from the advisor's advice with `--advisor`.
@@ -55,11 +55,11 @@ pub fn remembered_start(
     path_memory::apply(opts, &remembered, sending);
     let settled = opts.tuning.streams_settled;
     console.note(format!(
-        "the last copy to {}:{} moved {} with {} streams; starting there{}",
+        "the last copy to {}:{} moved {} with {}; starting there{}",
         ep.host,
         ep.port,
         human_rate(remembered.rate_bps as f64),
-        remembered.streams,
+        count(usize::from(remembered.streams), "stream"),
         if settled {
             " (more did not pay: no probes)"
         } else {
@@ -162,7 +162,8 @@ impl Consulted {
             WindowArg::Kernel => "kernel".into(),
         };
         console.note(format!(
-            "advisor: starting with {starting} streams, window {window_text} (RTT {}, capacity {}; {} samples, {}, {} old)",
+            "advisor: starting with {}, window {window_text} (RTT {}, capacity {}; {} samples, {}, {} old)",
+            count(usize::from(starting), "stream"),
             ms(a.rtt_ms),
             human_rate(a.capacity_bps),
             a.samples,

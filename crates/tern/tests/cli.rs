@@ -862,6 +862,37 @@ fn spawn_cp(env: &Env, args: &[&str]) -> Child {
 }
 
 #[test]
+fn a_second_copy_to_a_name_being_written_is_refused_and_harms_nothing() {
+    let env = Env::new();
+    let (first, second) = (env.p("first.bin"), env.p("second.bin"));
+    random_file_streamed(&first, 96 << 20);
+    random_file(&second, 3 << 20);
+    let server = env.server();
+    let url = server.url("same.bin");
+    let mut args: Vec<&str> = SLOW_COPY.to_vec();
+    args.extend([first.to_str().unwrap(), &url]);
+    let mut slow = spawn_cp(&env, &args);
+    wait_for_partial(&mut slow, &partial_of(&env.p("root/same.bin")), 4 << 20);
+    // Before partial files were locked, this one replaced the first's
+    // partial file, which the first then renamed into place half written
+    // and reported as copied.
+    let out = env.run(&["cp", "--no-progress", &env.s("second.bin"), &url]);
+    assert_eq!(code(&out), 6, "{}", said(&out));
+    assert!(
+        stderr(&out).contains("another copy to this name is in progress"),
+        "{}",
+        stderr(&out)
+    );
+    let status = slow.wait().unwrap();
+    assert!(status.success(), "the first copy: {status}");
+    assert_eq!(file_difference(&first, env.p("root/same.bin")), None);
+    // Once it has ended, the name is free.
+    let out = env.run(&["cp", "--no-progress", &env.s("second.bin"), &url]);
+    assert!(out.status.success(), "{}", said(&out));
+    assert_eq!(file_difference(&second, env.p("root/same.bin")), None);
+}
+
+#[test]
 fn a_push_cut_by_a_killed_daemon_resumes_where_it_stopped() {
     let env = Env::new();
     let src = env.p("big.bin");

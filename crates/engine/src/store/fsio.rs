@@ -26,6 +26,12 @@
 //! ([`crate::store::commit`]), big ones are written back as they arrive. These names, and the resume marker, are tern's own:
 //! never listed or served as files ([`is_internal`]).
 //!
+//! The partial name is fixed (a rerun must find it to resume), so two
+//! copies to one name would write one file. The session writing a partial
+//! file holds its `flock`; another copy to the name is refused until that
+//! session ends, and a file reaches its final name, or is removed, only
+//! while the partial name still holds this session's own file.
+//!
 //! Receiving a tree follows `rsync -a`: directories get their mode and time
 //! once everything in them has arrived, links are created last (after every
 //! file is in place), and set-user-ID, set-group-ID and sticky bits from

@@ -17,7 +17,7 @@ use crate::console::{Console, Format, ProgressBars};
 use crate::error::usage;
 use crate::location::{self, Location};
 use crate::options;
-use crate::size::{human_bytes, human_rate};
+use crate::size::{count, human_bytes, human_rate};
 
 /// `HOST`, `HOST:PORT` or `tern://HOST[:PORT]`.
 fn endpoint_of(target: &str) -> Result<Endpoint, String> {
@@ -295,10 +295,10 @@ fn human(r: &ProbeReport) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  throughput  {} over {:.1} s, {} streams, window {}, {} blocks re-sent{limit}",
+            "  throughput  {} over {:.1} s, {}, window {}, {} blocks re-sent{limit}",
             human_rate(t.bits_per_second),
             t.elapsed_s,
-            t.streams,
+            count(t.streams as usize, "stream"),
             t.window,
             t.blocks_retransmitted
         );

@@ -139,6 +139,34 @@ pub(crate) fn open_own(dir: impl AsFd, name: &OsStr) -> io::Result<Option<std::f
     Ok(Some(std::fs::File::from(fd)))
 }
 
+/// Takes `file`'s exclusive lock (`flock`: held by its open file
+/// description, so two sessions of one daemon exclude each other, and let
+/// go when the process dies); false when another holder has it. Where the
+/// file system has no such locks (Lustre mounted without `flock`), true:
+/// nothing can be excluded there, and the checks of [`is_at`] remain.
+pub(crate) fn lock_exclusive(file: &std::fs::File) -> io::Result<bool> {
+    use rustix::fs::FlockOperation;
+    use rustix::io::Errno;
+    match rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(Errno::WOULDBLOCK) => Ok(false),
+        Err(Errno::NOSYS | Errno::OPNOTSUPP | Errno::NOLCK) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// True when `name` in `dir` is `file` itself (not a link, not a file put
+/// in its place since it was opened).
+pub(crate) fn is_at(dir: impl AsFd, name: &OsStr, file: &std::fs::File) -> io::Result<bool> {
+    let here = match lstat(dir, name) {
+        Ok(st) => st,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let open = rustix::fs::fstat(file)?;
+    Ok(here.st_dev == open.st_dev && here.st_ino == open.st_ino)
+}
+
 /// Creates `name` in `dir` afresh (mode 0600), removing whatever was at the
 /// name: the file is this process's own, whoever made the name before.
 pub(crate) fn create_new(dir: impl AsFd, name: &OsStr) -> io::Result<std::fs::File> {

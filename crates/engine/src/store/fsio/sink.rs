@@ -148,6 +148,25 @@ impl FsSink {
         Error::io(what, self.shown(at), e)
     }
 
+    /// Locks `file`, the partial file at `temp` in `parent` (of the file at
+    /// `at`): an error when another session holds it, or put another file
+    /// at the name meanwhile.
+    fn lock_partial(
+        &self,
+        file: &std::fs::File,
+        parent: impl AsFd,
+        temp: &OsStr,
+        at: &Path,
+    ) -> Result<()> {
+        let locked = beneath::lock_exclusive(file).map_err(|e| self.io_err("lock", at, e))?;
+        let ours =
+            locked && beneath::is_at(parent, temp, file).map_err(|e| self.io_err("stat", at, e))?;
+        match ours {
+            true => Ok(()),
+            false => Err(self.io_err("open partial file", at, another_copy())),
+        }
+    }
+
     /// The directory holding `at` and its last name (`None`: `at` is the
     /// top itself).
     fn parent_of(&self, at: &Path) -> Result<(beneath::Parent<'_>, Option<OsString>)> {
@@ -354,7 +373,14 @@ impl Sink for FsSink {
         // A file of one block has nothing to resume: no journal (which
         // spares small files two extra file operations each).
         let journaled = meta.size > u64::from(block_size);
-        let recorded = if resume && journaled {
+        // A partial file left at the name is locked while a session writes
+        // it: another copy to this name is under way, and its blocks are
+        // not this session's to resume, replace or rename into place.
+        let left = beneath::open_own(&parent, &temp).map_err(|e| self.io_err("open", &at, e))?;
+        if let Some(f) = &left {
+            self.lock_partial(f, &parent, &temp, &at)?;
+        }
+        let recorded = if resume && journaled && left.is_some() {
             beneath::open_file(&parent, &journal_file)
                 .ok()
                 .filter(|f| f.metadata().is_ok_and(|m| m.uid() == beneath::euid()))
@@ -370,19 +396,15 @@ impl Sink for FsSink {
         // A partial file is reused only when this user made it: one planted
         // by another user (the names are predictable) is replaced, never
         // written into and renamed into place as theirs.
-        let reused = match recorded.is_empty() {
-            true => None,
-            false => beneath::open_own(&parent, &temp).map_err(|e| self.io_err("open", &at, e))?,
-        };
-        let recorded = if reused.is_some() {
-            recorded
-        } else {
-            Vec::new()
-        };
-        let file = match reused {
-            Some(f) => f,
-            None => {
-                beneath::create_new(&parent, &temp).map_err(|e| self.io_err("create", &at, e))?
+        // The file left is replaced while its lock is still held here, so
+        // no other session takes it over in between.
+        let (file, recorded) = match left {
+            Some(f) if !recorded.is_empty() => (f, recorded),
+            _ => {
+                let f = beneath::create_new(&parent, &temp)
+                    .map_err(|e| self.io_err("create", &at, e))?;
+                self.lock_partial(&f, &parent, &temp, &at)?;
+                (f, Vec::new())
             }
         };
         // Only blocks that still read back as they were written count: a
@@ -558,6 +580,10 @@ impl commit::Member for FileWriter {
     }
 
     fn place(&self) -> Result<()> {
+        // Only this session's own partial file goes into place.
+        if !beneath::is_at(&self.dir, &self.temp, &self.file).map_err(|e| self.fail("stat", e))? {
+            return Err(self.fail("rename into place", another_copy()));
+        }
         beneath::rename(&self.dir, &self.temp, &self.name)
             .map_err(|e| self.fail("rename into place", e))?;
         if self.journal.lock().expect("journal").take().is_some() {
@@ -570,6 +596,16 @@ impl commit::Member for FileWriter {
     fn shown(&self) -> String {
         self.shown.display().to_string()
     }
+}
+
+/// Why a partial file is not this session's: another copy to the same name
+/// holds it.
+fn another_copy() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ResourceBusy,
+        "another copy to this name is in progress (it holds the partial file); \
+         run this one again once it has ended",
+    )
 }
 
 /// The largest `pwrite` a file sink makes (see `FileWriter::write_at`).
@@ -671,6 +707,10 @@ impl BlockWrite for FileWriter {
     fn discard(&self) -> Result<()> {
         let fail = |what: &str, e: io::Error| Error::io(what.to_string(), &self.shown, e);
         self.journal.lock().expect("journal").take();
+        if !beneath::is_at(&self.dir, &self.temp, &self.file).map_err(|e| fail("stat", e))? {
+            // Another session's now: not this one's to remove.
+            return Ok(());
+        }
         beneath::remove(&self.dir, &self.temp).map_err(|e| fail("remove partial file", e))?;
         beneath::remove(&self.dir, &self.journal_name).map_err(|e| fail("remove journal", e))
     }

@@ -279,6 +279,56 @@ fn a_partial_file_is_resumed_only_for_the_same_version_of_its_source() {
     );
 }
 
+#[test]
+fn two_copies_to_one_name_exclude_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = FsSink::new(Root::Ambient, dir.path().join("one.dat"), 1).unwrap();
+    let meta = file_meta(b"one.dat", 10, 0o644);
+    let other = FileMeta {
+        mtime_ns: 1,
+        ..meta.clone()
+    };
+    let refused = |r: Result<Created>| {
+        let e = r.err().expect("a second copy to the name is refused");
+        assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+        assert!(e.to_string().contains("another copy to this name"), "{e}");
+    };
+    let (first, _) = sink.create_file(&meta, 4, true).unwrap();
+    first.write_at(0, b"0123").unwrap();
+    // The same source again (a retry overlapping the first run), another
+    // version of it, or no resume: none may take the partial file over.
+    refused(sink.create_file(&meta, 4, true));
+    refused(sink.create_file(&other, 4, true));
+    refused(sink.create_file(&meta, 4, false));
+    first.write_at(4, b"456789").unwrap();
+    first.commit().unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("one.dat")).unwrap(),
+        b"0123456789"
+    );
+
+    // A partial file whose session ended is free to resume.
+    let (left, _) = sink.create_file(&meta, 4, true).unwrap();
+    left.write_at(0, b"abcd").unwrap();
+    drop(left);
+    let (again, kept) = sink.create_file(&meta, 4, true).unwrap();
+    assert_eq!(kept, vec![(0, 4)]);
+    // A file put at the partial name behind its writer's back (by hand,
+    // or by a tern before locks) is neither renamed into place nor removed.
+    let partial = dir.path().join(partial_name(OsStr::new("one.dat")));
+    std::fs::remove_file(&partial).unwrap();
+    std::fs::write(&partial, b"not theirs").unwrap();
+    again.write_at(4, b"efghij").unwrap();
+    let e = again.commit().unwrap_err();
+    assert!(e.to_string().contains("another copy to this name"), "{e}");
+    assert_eq!(
+        std::fs::read(dir.path().join("one.dat")).unwrap(),
+        b"0123456789"
+    );
+    again.discard().unwrap();
+    assert_eq!(std::fs::read(&partial).unwrap(), b"not theirs");
+}
+
 fn file_meta(path: &[u8], size: u64, mode: u32) -> FileMeta {
     FileMeta {
         file_id: 1,
