@@ -39,6 +39,9 @@ pub enum ProgressBars {
     Never,
 }
 
+/// Whether this process printed its result (a run prints one).
+static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The output of one command.
 #[derive(Debug, Clone, Copy)]
 pub struct Console {
@@ -106,6 +109,7 @@ impl Console {
     /// Prints a command's result on stdout: `json` as one line, or what
     /// `human` writes.
     pub fn result<T: Serialize + ?Sized>(&self, json: &T, human: impl FnOnce() -> String) {
+        REPORTED.store(true, std::sync::atomic::Ordering::Relaxed);
         match self.format {
             Format::Json => result_text(&format!(
                 "{}\n",
@@ -119,6 +123,7 @@ impl Console {
     /// summary on stderr. What was not copied goes to stderr whatever the
     /// format, as rsync's errors do.
     pub fn report(&self, r: &Report) {
+        REPORTED.store(true, std::sync::atomic::Ordering::Relaxed);
         match self.format {
             Format::Json => {
                 result_text(&format!(
@@ -136,9 +141,10 @@ impl Console {
     }
 
     /// Prints, under `--json`, the object of a copy that failed before it
-    /// could report (the error itself goes to stderr either way).
+    /// could report (the error itself goes to stderr either way); nothing
+    /// when this run printed its report (stdout holds one object).
     pub fn failure(&self, r: &FailureReport) {
-        if self.format == Format::Json {
+        if self.format == Format::Json && !REPORTED.load(std::sync::atomic::Ordering::Relaxed) {
             result_text(&format!(
                 "{}\n",
                 serde_json::to_string(r).expect("report serializes")

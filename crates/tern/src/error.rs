@@ -20,6 +20,16 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Usage(msg.into()))
 }
 
+/// A run stopped by SIGINT or SIGTERM.
+#[derive(Debug)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted: partial files are kept, and the same command resumes")
+    }
+}
+
 /// A copy that completed except for `0` entries, listed in its report.
 #[derive(Debug)]
 pub struct Partial(pub usize);

@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["cli::probe"],
     &["cli"],
     &["exit", "addr", "advice", "report", "path_memory"],
-    &["report::paths", "cli::values"],
+    &["report::paths", "report::failure", "cli::values"],
     &[
         "error",
         "size",

@@ -26,7 +26,8 @@
 //!    the command line), `advice` (advice as text), `report` (what a
 //!    transfer did), `path_memory` (what the last copy to a daemon
 //!    learned of the path).
-//! 9. `report::paths` (one line per path of a report), `cli::values`
+//! 9. `report::paths` (one line per path of a report), `report::failure` (the
+//!    object of a copy that failed before its report), `cli::values`
 //!    (the options' named choices and checked values).
 //! 10. Leaves: `error` (the binary's own errors), `size`, `location`,
 //!     `fault` (test hooks, with the `fault-injection` feature), `host`

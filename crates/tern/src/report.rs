@@ -12,7 +12,9 @@ use tern_proto::{ChecksumAlg, Protect};
 
 use crate::size::{count, human_bytes, human_rate};
 
+mod failure;
 mod paths;
+pub use failure::FailureReport;
 use paths::path_line;
 
 /// Per-stream numbers.
@@ -83,47 +85,6 @@ pub struct ChecksumReport {
     pub digest: String,
 }
 
-/// The `--json` object of a copy that failed before it could report:
-/// why, with the exit code, and how far it got.
-#[derive(Debug, Serialize)]
-pub struct FailureReport {
-    pub command: &'static str,
-    /// The message printed on stderr.
-    pub error: String,
-    /// The code the process exits with (the table of `tern --help`).
-    pub exit_code: u8,
-    /// Payload bytes moved before the failure (skipped files counted as
-    /// moved, as the progress display does).
-    pub bytes: u64,
-    /// Files completed before the failure.
-    pub files: u64,
-    /// Bytes that were already at the destination from an earlier run.
-    pub bytes_resumed: u64,
-    pub elapsed_s: f64,
-}
-
-impl FailureReport {
-    /// The report of a copy that failed with `error` (exit `exit_code`),
-    /// from its live counters.
-    pub fn new(
-        error: String,
-        exit_code: u8,
-        progress: &tern_engine::transfer::Progress,
-        started: Instant,
-    ) -> FailureReport {
-        use std::sync::atomic::Ordering::Relaxed;
-        FailureReport {
-            command: "cp",
-            error,
-            exit_code,
-            bytes: progress.bytes.load(Relaxed),
-            files: progress.files_done.load(Relaxed),
-            bytes_resumed: progress.resumed.load(Relaxed),
-            elapsed_s: started.elapsed().as_secs_f64(),
-        }
-    }
-}
-
 /// The `--json` object (and the source of the human summary).
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -131,6 +92,9 @@ pub struct Report {
     pub direction: &'static str,
     /// How the far end was reached: local, daemon, ssh, ssh-reverse.
     pub via: &'static str,
+    /// The code the process exits with: 0, or what the entries that could
+    /// not be copied come to (23, or one entry's own code).
+    pub exit_code: u8,
     pub bytes: u64,
     pub files: usize,
     pub elapsed_s: f64,
@@ -293,6 +257,7 @@ impl Report {
             command: i.command,
             direction: i.direction,
             via: i.via,
+            exit_code: 0,
             bytes: i.stats.bytes,
             files: i.stats.files.len(),
             elapsed_s: elapsed.as_secs_f64(),
@@ -643,6 +608,7 @@ mod tests {
             command: "cp",
             direction: "push",
             via: "daemon",
+            exit_code: 0,
             bytes: 300 << 20,
             files: 1,
             elapsed_s: 1.0,

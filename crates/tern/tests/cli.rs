@@ -836,6 +836,80 @@ fn a_copy_that_fails_says_why_in_its_json_too() {
             (Some(0), Some(0))
         );
     }
+    // A single file that could not land is reported (one object, not the
+    // report and then another), with the code the process exits with.
+    std::fs::create_dir_all(env.p("dd/a.bin")).unwrap();
+    let out = env.run(&[
+        "cp",
+        "--json",
+        "--no-progress",
+        &env.s("a.bin"),
+        &env.s("dd/"),
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON object ({e}): {}", said(&out)));
+    assert_eq!(report["exit_code"], code(&out), "{report}");
+    assert_ne!(code(&out), 0, "{report}");
+    assert_eq!(report["failed"].as_array().unwrap().len(), 1, "{report}");
+    let ok = env.run(&[
+        "cp",
+        "--json",
+        "--no-progress",
+        &env.s("a.bin"),
+        &env.s("b.bin"),
+    ]);
+    assert_eq!(json(&ok)["exit_code"], 0);
+}
+
+#[test]
+fn an_interrupted_copy_says_so_keeps_its_partial_file_and_resumes() {
+    let env = Env::new();
+    let src = env.p("big.bin");
+    random_file_streamed(&src, 256 << 20);
+    let dest = env.p("copy.bin");
+    let partial = partial_of(&dest);
+    for sig in ["INT", "TERM"] {
+        let mut args: Vec<&str> = SLOW_COPY.to_vec();
+        args.extend(["--json", src.to_str().unwrap(), dest.to_str().unwrap()]);
+        let mut child = tern()
+            .arg("cp")
+            .args(&args)
+            .env("XDG_CONFIG_HOME", env.p("cfg"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let had = written_bytes(&partial);
+        wait_for_partial(&mut child, &partial, had + (8 << 20));
+        signal(child.id(), sig);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(code(&out), 130, "SIG{sig}: {}", said(&out));
+        let stopped: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("SIG{sig}: not one JSON object ({e}): {}", said(&out)));
+        assert_eq!(stopped["exit_code"], 130, "{stopped}");
+        let why = stopped["error"].as_str().unwrap();
+        assert!(why.contains("interrupted"), "{stopped}");
+        assert!(
+            stderr(&out).contains("tern: interrupted"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!dest.exists(), "SIG{sig}: nothing at the final name");
+        assert!(partial.exists() && journal_of(&dest).exists());
+    }
+    let again = env.run(&[
+        "cp",
+        "--json",
+        "--no-progress",
+        &env.s("big.bin"),
+        &env.s("copy.bin"),
+    ]);
+    let report = json(&again);
+    assert!(
+        report["bytes_resumed"].as_u64().unwrap() >= 8 << 20,
+        "{report}"
+    );
+    assert_eq!(file_difference(&src, &dest), None);
 }
 
 /// Options of a copy slow enough (40 MB/s) to be killed in the middle.

@@ -253,6 +253,11 @@ pub struct JournalWriter {
 }
 
 impl JournalWriter {
+    /// The journal file itself (to tell it from another at its name).
+    pub(crate) fn journal_file(&self) -> &File {
+        &self.journal
+    }
+
     /// Starts `journal` (already truncated) for `data`, the partial file,
     /// with the ranges kept from before; those are flushed first (a fresh
     /// file has nothing to flush).

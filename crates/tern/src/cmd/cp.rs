@@ -19,12 +19,14 @@ use crate::console::Console;
 use crate::consult::{
     Consulted, remember_path, remembered_start, remote_options, warn_advisor_over_ssh,
 };
-use crate::error::{Partial, describe, usage};
+use crate::error::{Interrupted, Partial, describe, usage};
+use crate::exit::Exit;
 use crate::host;
 use crate::location::{self, Location, SshTarget};
 use crate::options;
 use crate::report::{FailureReport, LastCopy, Report, ReportInput, Via};
 use crate::retry::with_retries;
+use crate::signals;
 use crate::size::human_bytes;
 use crate::ssh_session::{connect_of, over_ssh};
 
@@ -92,14 +94,18 @@ pub async fn run(args: CpArgs, started: Instant) -> Result<()> {
     host::raise_open_files();
     let progress = Arc::new(Progress::default());
     let console = Console::for_transfer(&args.transfer);
-    let result = run_with(&args, started, &progress, &console).await;
-    if let Err(e) = &result {
-        // A partial copy has printed its report already.
-        if e.downcast_ref::<Partial>().is_none() {
-            let code = crate::exit::Exit::of(e).code();
-            let report = FailureReport::new(describe(e), code, &progress, started);
-            console.failure(&report);
+    // SIGINT or SIGTERM drops the copy (its partial files and journals
+    // are flushed as their writers go) and says so.
+    let result = tokio::select! {
+        r = run_with(&args, started, &progress, &console) => r,
+        () = signals::shutdown_signal() => {
+            Err(anyhow::Error::new(tern_engine::Error::Aborted).context(Interrupted))
         }
+    };
+    if let Err(e) = &result {
+        let code = crate::exit::Exit::of(e).code();
+        let report = FailureReport::new(describe(e), code, &progress, started);
+        console.failure(&report);
     }
     result
 }
@@ -332,7 +338,8 @@ async fn pull_over_ssh(
 /// fails as [`partial_result`] says.
 async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Console) -> Result<()> {
     let verdict = partial_result(&copied.outcome.stats);
-    let report = report_of(args, copied, started, console).await;
+    let mut report = report_of(args, copied, started, console).await;
+    report.exit_code = verdict.as_ref().err().map_or(0, |e| Exit::of(e).code());
     console.report(&report);
     verdict
 }

@@ -230,6 +230,9 @@ pub async fn run_receiver(
     drop(guard);
     if let Some(e) = shared.failure.take() {
         discard_bad_digest(&shared).await;
+        // Let go of the partial files (and their locks) now: a task still
+        // holding this session must not refuse the next attempt its files.
+        shared.writers.lock().expect("writers").clear();
         return Err(e);
     }
     let session = shared.session.lock().expect("session");

@@ -118,25 +118,74 @@ pub(crate) fn open_file(dir: impl AsFd, name: &OsStr) -> io::Result<std::fs::Fil
     Ok(file)
 }
 
-/// Opens the regular file `name` in `dir` for reading and writing if it
-/// belongs to this process's user; one of another user's is removed
-/// (`None`), as is anything else at the name.
-pub(crate) fn open_own(dir: impl AsFd, name: &OsStr) -> io::Result<Option<std::fs::File>> {
-    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let fd = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Ok(None),
-        Err(_) => {
+/// Why a partial file is not this session's: another copy to the same name
+/// holds it.
+pub(crate) fn another_copy() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ResourceBusy,
+        "another copy to this name is in progress (it holds the partial file); \
+         run this one again once it has ended",
+    )
+}
+
+/// Claims what a partial file's name `name` in `dir` holds: this user's
+/// regular file, opened for reading and writing and locked (`None` when
+/// nothing is there). A file another session holds locked is refused
+/// ([`another_copy`]); one of another user's, or anything but a regular
+/// file, is removed, as is this user's read-only partial of a session that
+/// ended (its mode was set before its rename), once locked.
+pub(crate) fn claim_left(dir: impl AsFd, name: &OsStr) -> io::Result<Option<std::fs::File>> {
+    use rustix::io::Errno;
+    let rw = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let ro = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    // A name that changes between the open and the lock is looked at again.
+    for _ in 0..3 {
+        let (fd, writable) = match rustix::fs::openat(&dir, name, rw, Mode::empty()) {
+            Ok(fd) => (fd, true),
+            Err(Errno::NOENT) => return Ok(None),
+            Err(Errno::ACCESS | Errno::PERM | Errno::ROFS) => {
+                match rustix::fs::openat(&dir, name, ro, Mode::empty()) {
+                    Ok(fd) => (fd, false),
+                    Err(Errno::NOENT) => return Ok(None),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(Errno::LOOP | Errno::ISDIR | Errno::NXIO | Errno::TXTBSY) => {
+                remove(&dir, name)?;
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let st = rustix::fs::fstat(&fd)?;
+        if kind(&st) != FileType::RegularFile || st.st_uid != euid() {
             remove(&dir, name)?;
             return Ok(None);
         }
-    };
-    let st = rustix::fs::fstat(&fd)?;
-    if kind(&st) != FileType::RegularFile || st.st_uid != euid() {
-        remove(&dir, name)?;
-        return Ok(None);
+        let file = std::fs::File::from(fd);
+        if !lock_exclusive(&file)? {
+            return Err(another_copy());
+        }
+        if !is_at(&dir, name, &file)? {
+            continue;
+        }
+        if !writable {
+            remove(&dir, name)?;
+            return Ok(None);
+        }
+        return Ok(Some(file));
     }
-    Ok(Some(std::fs::File::from(fd)))
+    Err(another_copy())
+}
+
+/// Creates `name` in `dir` (mode 0600) where nothing is: when something
+/// is there by now, another copy to the name made it ([`another_copy`]).
+pub(crate) fn create_exclusive(dir: impl AsFd, name: &OsStr) -> io::Result<std::fs::File> {
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(&dir, name, flags, Mode::from_raw_mode(0o600)) {
+        Ok(fd) => Ok(std::fs::File::from(fd)),
+        Err(rustix::io::Errno::EXIST) => Err(another_copy()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Takes `file`'s exclusive lock (`flock`: held by its open file

@@ -163,7 +163,7 @@ impl FsSink {
             locked && beneath::is_at(parent, temp, file).map_err(|e| self.io_err("stat", at, e))?;
         match ours {
             true => Ok(()),
-            false => Err(self.io_err("open partial file", at, another_copy())),
+            false => Err(self.io_err("open partial file", at, beneath::another_copy())),
         }
     }
 
@@ -375,11 +375,11 @@ impl Sink for FsSink {
         let journaled = meta.size > u64::from(block_size);
         // A partial file left at the name is locked while a session writes
         // it: another copy to this name is under way, and its blocks are
-        // not this session's to resume, replace or rename into place.
-        let left = beneath::open_own(&parent, &temp).map_err(|e| self.io_err("open", &at, e))?;
-        if let Some(f) = &left {
-            self.lock_partial(f, &parent, &temp, &at)?;
-        }
+        // not this session's to resume, replace or rename into place. One
+        // planted by another user (the names are predictable) is replaced,
+        // never written into and renamed into place as theirs.
+        let left = beneath::claim_left(&parent, &temp)
+            .map_err(|e| self.io_err("open partial file", &at, e))?;
         let recorded = if resume && journaled && left.is_some() {
             beneath::open_file(&parent, &journal_file)
                 .ok()
@@ -393,16 +393,19 @@ impl Sink for FsSink {
         } else {
             Vec::new()
         };
-        // A partial file is reused only when this user made it: one planted
-        // by another user (the names are predictable) is replaced, never
-        // written into and renamed into place as theirs.
-        // The file left is replaced while its lock is still held here, so
-        // no other session takes it over in between.
+        // The file left is removed while its lock is still held here, so no
+        // other session takes it over in between; a new one is created only
+        // where nothing is (what is there by then is another copy's).
+        let had_left = left.is_some();
         let (file, recorded) = match left {
             Some(f) if !recorded.is_empty() => (f, recorded),
             _ => {
-                let f = beneath::create_new(&parent, &temp)
-                    .map_err(|e| self.io_err("create", &at, e))?;
+                if had_left {
+                    beneath::remove(&parent, &temp)
+                        .map_err(|e| self.io_err("remove partial file", &at, e))?;
+                }
+                let f = beneath::create_exclusive(&parent, &temp)
+                    .map_err(|e| self.io_err("create partial file", &at, e))?;
                 self.lock_partial(&f, &parent, &temp, &at)?;
                 (f, Vec::new())
             }
@@ -553,6 +556,20 @@ impl FileWriter {
     fn fail(&self, what: &str, e: io::Error) -> Error {
         Error::io(what.to_string(), &self.shown, e)
     }
+
+    /// Removes this writer's journal, if it had one and its name still
+    /// holds it (once the partial name is free, another copy may have
+    /// started its own).
+    fn remove_journal(&self, journal: Option<journal::JournalWriter>) -> Result<()> {
+        let Some(j) = journal else {
+            return Ok(());
+        };
+        let name = &self.journal_name;
+        if beneath::is_at(&self.dir, name, j.journal_file()).map_err(|e| self.fail("stat", e))? {
+            beneath::remove(&self.dir, name).map_err(|e| self.fail("remove journal", e))?;
+        }
+        Ok(())
+    }
 }
 
 impl commit::Member for FileWriter {
@@ -582,30 +599,17 @@ impl commit::Member for FileWriter {
     fn place(&self) -> Result<()> {
         // Only this session's own partial file goes into place.
         if !beneath::is_at(&self.dir, &self.temp, &self.file).map_err(|e| self.fail("stat", e))? {
-            return Err(self.fail("rename into place", another_copy()));
+            return Err(self.fail("rename into place", beneath::another_copy()));
         }
         beneath::rename(&self.dir, &self.temp, &self.name)
             .map_err(|e| self.fail("rename into place", e))?;
-        if self.journal.lock().expect("journal").take().is_some() {
-            beneath::remove(&self.dir, &self.journal_name)
-                .map_err(|e| self.fail("remove journal", e))?;
-        }
-        Ok(())
+        let journal = self.journal.lock().expect("journal").take();
+        self.remove_journal(journal)
     }
 
     fn shown(&self) -> String {
         self.shown.display().to_string()
     }
-}
-
-/// Why a partial file is not this session's: another copy to the same name
-/// holds it.
-fn another_copy() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::ResourceBusy,
-        "another copy to this name is in progress (it holds the partial file); \
-         run this one again once it has ended",
-    )
 }
 
 /// The largest `pwrite` a file sink makes (see `FileWriter::write_at`).
@@ -705,14 +709,13 @@ impl BlockWrite for FileWriter {
     }
 
     fn discard(&self) -> Result<()> {
-        let fail = |what: &str, e: io::Error| Error::io(what.to_string(), &self.shown, e);
-        self.journal.lock().expect("journal").take();
-        if !beneath::is_at(&self.dir, &self.temp, &self.file).map_err(|e| fail("stat", e))? {
-            // Another session's now: not this one's to remove.
-            return Ok(());
+        let journal = self.journal.lock().expect("journal").take();
+        // Another session's by now: not this one's to remove.
+        if beneath::is_at(&self.dir, &self.temp, &self.file).map_err(|e| self.fail("stat", e))? {
+            beneath::remove(&self.dir, &self.temp)
+                .map_err(|e| self.fail("remove partial file", e))?;
         }
-        beneath::remove(&self.dir, &self.temp).map_err(|e| fail("remove partial file", e))?;
-        beneath::remove(&self.dir, &self.journal_name).map_err(|e| fail("remove journal", e))
+        self.remove_journal(journal)
     }
 
     fn final_path(&self) -> String {

@@ -327,6 +327,15 @@ fn two_copies_to_one_name_exclude_each_other() {
     );
     again.discard().unwrap();
     assert_eq!(std::fs::read(&partial).unwrap(), b"not theirs");
+    // A partial file made at the name between a look and a create is
+    // another copy's: never removed to make room.
+    let e = beneath::create_exclusive(
+        std::fs::File::open(dir.path()).unwrap(),
+        partial.file_name().unwrap(),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+    assert_eq!(std::fs::read(&partial).unwrap(), b"not theirs");
 }
 
 fn file_meta(path: &[u8], size: u64, mode: u32) -> FileMeta {
