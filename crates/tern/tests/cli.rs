@@ -851,6 +851,23 @@ fn a_copy_that_fails_says_why_in_its_json_too() {
     assert_eq!(report["exit_code"], code(&out), "{report}");
     assert_ne!(code(&out), 0, "{report}");
     assert_eq!(report["failed"].as_array().unwrap().len(), 1, "{report}");
+    // Two that could not land, and nothing else to copy: their own code,
+    // not 23's "everything else was".
+    random_file(&env.p("c.bin"), 10);
+    std::fs::create_dir_all(env.p("dd/c.bin")).unwrap();
+    let (a, c, dd) = (env.s("a.bin"), env.s("c.bin"), env.s("dd/"));
+    let out = env.run(&["cp", "--json", "--no-progress", &a, &c, &dd]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (code(&out), &report["exit_code"]),
+        (2, &Value::from(2)),
+        "{report}"
+    );
+    assert!(
+        stderr(&out).contains("(and 1 more entry, listed above)"),
+        "{}",
+        stderr(&out)
+    );
     let ok = env.run(&[
         "cp",
         "--json",

@@ -397,12 +397,20 @@ async fn report_of(args: &CpArgs, copied: Copied, started: Instant, console: &Co
 /// one whose only entry failed fails as that entry did (a single file into
 /// an unwritable directory is a permission error, 4, as it always was).
 fn partial_result(stats: &TransferStats) -> Result<()> {
+    let nothing_copied = stats.files.is_empty() && stats.skipped.is_empty();
     match stats.failed.as_slice() {
         [] => Ok(()),
-        [only] if stats.files.is_empty() && stats.skipped.is_empty() => {
+        // Nothing else was copied, so 23's "everything else was" would not
+        // be true: the entries' own code, when they share one.
+        [first, rest @ ..] if nothing_copied && rest.iter().all(|f| f.code == first.code) => {
+            let more = match rest.len() {
+                0 => String::new(),
+                1 => " (and 1 more entry, listed above)".to_string(),
+                n => format!(" (and {n} more entries, listed above)"),
+            };
             bail!(tern_engine::Error::Entry {
-                code: only.code,
-                message: format!("{}: {}", only.path, only.message),
+                code: first.code,
+                message: format!("{}: {}{more}", first.path, first.message),
             })
         }
         failed => bail!(Partial(failed.len())),
