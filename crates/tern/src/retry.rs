@@ -12,7 +12,17 @@ use crate::error::{Retry, SshFailure, describe};
 /// partial files of the one before. A peer that cannot be reached on the
 /// first try is not retried (a wrong address or login stays wrong). When
 /// every run fails, the error that broke the first is the one reported.
-pub async fn with_retries<T, F, Fut>(retries: u32, console: &Console, mut run: F) -> Result<T>
+///
+/// It also runs again (on the same budget and backoff) after a run that
+/// returned but that `busy` says should be tried again, for the reason it
+/// gives: files refused because another copy to their names was in
+/// progress.
+pub async fn with_retries<T, F, Fut>(
+    retries: u32,
+    console: &Console,
+    busy: impl Fn(&T) -> Option<String>,
+    mut run: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
@@ -21,7 +31,19 @@ where
     let mut attempt = 0u32;
     loop {
         let e = match run().await {
-            Ok(v) => return Ok(v),
+            Ok(v) => match busy(&v) {
+                Some(why) if attempt < retries => {
+                    attempt += 1;
+                    let wait = retry_backoff(attempt);
+                    console.warn(format!(
+                        "{why}; trying again in {} s (retry {attempt} of {retries})",
+                        wait.as_secs()
+                    ));
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                _ => return Ok(v),
+            },
             Err(e) => e,
         };
         let (retryable, reaching) = retry_class(&e);
@@ -70,6 +92,10 @@ mod tests {
     use crate::console::{Format, ProgressBars};
     use std::cell::Cell;
 
+    fn no_busy<T>(_: &T) -> Option<String> {
+        None
+    }
+
     fn console() -> Console {
         Console::new(Format::Human, ProgressBars::Never)
     }
@@ -86,6 +112,22 @@ mod tests {
         .into()
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_run_that_says_busy_is_run_again_until_it_is_not_or_the_budget_ends() {
+        let busy = |n: &u32| (*n < 3).then(|| format!("run {n} was refused"));
+        for (retries, runs_expected) in [(5, 3), (1, 2)] {
+            let runs = Cell::new(0);
+            let got = with_retries(retries, &console(), busy, || {
+                runs.set(runs.get() + 1);
+                let n = runs.get();
+                async move { Ok::<u32, anyhow::Error>(n) }
+            })
+            .await
+            .unwrap();
+            assert_eq!((got, runs.get()), (runs_expected, runs_expected));
+        }
+    }
+
     #[test]
     fn backoff_doubles_from_one_second_up_to_thirty() {
         let waits: Vec<u64> = (1..=8).map(|a| retry_backoff(a).as_secs()).collect();
@@ -96,7 +138,7 @@ mod tests {
     async fn a_lost_connection_is_retried_with_backoff_until_it_succeeds() {
         let runs = Cell::new(0);
         let started = tokio::time::Instant::now();
-        let got = with_retries(3, &console(), || {
+        let got = with_retries(3, &console(), no_busy, || {
             runs.set(runs.get() + 1);
             let n = runs.get();
             async move { if n < 3 { Err(lost()) } else { Ok(n) } }
@@ -111,7 +153,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn retries_stop_at_the_limit_and_report_the_first_error() {
         let runs = Cell::new(0);
-        let e = with_retries(2, &console(), || {
+        let e = with_retries(2, &console(), no_busy, || {
             runs.set(runs.get() + 1);
             let n = runs.get();
             async move {
@@ -139,7 +181,7 @@ mod tests {
             ),
         ] {
             let runs = Cell::new(0);
-            let e = with_retries(5, &console(), || {
+            let e = with_retries(5, &console(), no_busy, || {
                 runs.set(runs.get() + 1);
                 async move { Err::<(), _>(error()) }
             })

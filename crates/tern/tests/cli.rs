@@ -967,7 +967,15 @@ fn a_second_copy_to_a_name_being_written_is_refused_and_harms_nothing() {
     // Before partial files were locked, this one replaced the first's
     // partial file, which the first then renamed into place half written
     // and reported as copied.
-    let out = env.run(&["cp", "--no-progress", &env.s("second.bin"), &url]);
+    let second_now = [
+        "cp",
+        "--no-progress",
+        "--retries",
+        "0",
+        &env.s("second.bin"),
+        &url,
+    ];
+    let out = env.run(&second_now);
     assert_eq!(code(&out), 6, "{}", said(&out));
     assert!(
         stderr(&out).contains("another copy to this name is in progress"),
@@ -980,6 +988,37 @@ fn a_second_copy_to_a_name_being_written_is_refused_and_harms_nothing() {
     // Once it has ended, the name is free.
     let out = env.run(&["cp", "--no-progress", &env.s("second.bin"), &url]);
     assert!(out.status.success(), "{}", said(&out));
+    assert_eq!(file_difference(&second, env.p("root/same.bin")), None);
+}
+
+#[test]
+fn with_retries_a_copy_refused_for_another_one_s_name_runs_once_that_has_ended() {
+    let env = Env::new();
+    let (first, second) = (env.p("first.bin"), env.p("second.bin"));
+    random_file_streamed(&first, 96 << 20);
+    random_file(&second, 3 << 20);
+    let server = env.server();
+    let url = server.url("same.bin");
+    let mut args: Vec<&str> = SLOW_COPY.to_vec();
+    args.extend([first.to_str().unwrap(), &url]);
+    let mut slow = spawn_cp(&env, &args);
+    wait_for_partial(&mut slow, &partial_of(&env.p("root/same.bin")), 4 << 20);
+    let out = env.run(&[
+        "cp",
+        "--no-progress",
+        "--retries",
+        "4",
+        &env.s("second.bin"),
+        &url,
+    ]);
+    assert!(out.status.success(), "{}", said(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("another copy to this name is in progress; trying again in 1 s"),
+        "{err}"
+    );
+    assert!(slow.wait().unwrap().success());
+    // The second came last: its bytes are at the name.
     assert_eq!(file_difference(&second, env.p("root/same.bin")), None);
 }
 

@@ -61,6 +61,10 @@ use crate::store::{commit, journal};
 use crate::{Error, Result};
 use tern_session::{EntryFailure, SendEntry};
 
+/// What a file refused because another session writes its partial file
+/// says (in its message, at either end): a retry may find it free.
+pub const ANOTHER_COPY: &str = "another copy to this name is in progress";
+
 /// Suffix of files still being received (`.tern.HASH.partial`).
 pub const PARTIAL_SUFFIX: &str = ".partial";
 

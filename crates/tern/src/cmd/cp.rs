@@ -217,7 +217,7 @@ async fn push_to_daemon(
     let (mut opts, consulted) =
         remote_options(t, options::copy_options(args)?, endpoint, console).await;
     let started_from = remembered_start(t, &mut opts, endpoint, console, true);
-    let outcome = with_retries(args.retries, console, || async {
+    let outcome = with_retries(args.retries, console, refused_busy, || async {
         let (sources, path) = (sources.clone(), path.to_string());
         Ok(client::push(
             endpoint,
@@ -253,7 +253,7 @@ async fn push_over_ssh(
     let opts = options::copy_options(args)?;
     let ssh = options::copy_ssh_options(args)?;
     let (recursive, connect) = (args.recursive, connect_of(&args.ssh));
-    let outcome = with_retries(args.retries, console, || {
+    let outcome = with_retries(args.retries, console, refused_busy, || {
         let (sources, path, progress) = (sources.clone(), path.to_string(), progress.clone());
         over_ssh(target, &ssh, connect, &opts, move |ep, o| async move {
             client::push(&ep, &o, sources, recursive, path, progress).await
@@ -282,7 +282,7 @@ async fn pull_from_daemon(
     let (mut opts, consulted) =
         remote_options(t, options::copy_options(args)?, &endpoint, console).await;
     let started_from = remembered_start(t, &mut opts, &endpoint, console, false);
-    let outcome = with_retries(args.retries, console, || async {
+    let outcome = with_retries(args.retries, console, refused_busy, || async {
         let (paths, dest) = (paths.clone(), dest.to_path_buf());
         Ok(client::pull(
             &endpoint,
@@ -318,7 +318,7 @@ async fn pull_over_ssh(
     let opts = options::copy_options(args)?;
     let ssh = options::copy_ssh_options(args)?;
     let (recursive, connect) = (args.recursive, connect_of(&args.ssh));
-    let outcome = with_retries(args.retries, console, || {
+    let outcome = with_retries(args.retries, console, refused_busy, || {
         let (paths, dest, progress) = (paths.clone(), dest.to_path_buf(), progress.clone());
         over_ssh(&target, &ssh, connect, &opts, move |ep, o| async move {
             client::pull(&ep, &o, paths, recursive, dest, progress).await
@@ -332,6 +332,21 @@ async fn pull_over_ssh(
         consulted: None,
         started_from: None,
     })
+}
+
+/// Why a copy should run again: files refused because another copy to
+/// their names was in progress, which may have ended by the next try.
+fn refused_busy(outcome: &client::Outcome) -> Option<String> {
+    let busy = tern_engine::fsio::ANOTHER_COPY;
+    let refused: Vec<String> = (outcome.stats.failed.iter())
+        .filter(|f| f.message.contains(busy))
+        .map(|f| f.path.to_string())
+        .collect();
+    match refused.as_slice() {
+        [] => None,
+        [one] => Some(format!("{one}: {busy}")),
+        many => Some(format!("{} files: {busy}", many.len())),
+    }
 }
 
 /// Says what the copy did, reports it to the advisor it started from, and

@@ -123,8 +123,10 @@ pub(crate) fn open_file(dir: impl AsFd, name: &OsStr) -> io::Result<std::fs::Fil
 pub(crate) fn another_copy() -> io::Error {
     io::Error::new(
         io::ErrorKind::ResourceBusy,
-        "another copy to this name is in progress (it holds the partial file); \
-         run this one again once it has ended",
+        format!(
+            "{} (it holds the partial file); run this one again once it has ended",
+            super::ANOTHER_COPY
+        ),
     )
 }
 
