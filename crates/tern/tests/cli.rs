@@ -952,18 +952,50 @@ fn spawn_cp(env: &Env, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// A slow push of `first.bin` (96 MiB) to `same.bin` on a daemon, under
+/// way (4 MiB written), and `second.bin` (3 MiB) to send to the same name.
+struct Race {
+    env: Env,
+    _server: Daemon,
+    url: String,
+    first: PathBuf,
+    second: PathBuf,
+    slow: Child,
+}
+
+impl Race {
+    fn start() -> Race {
+        let env = Env::new();
+        let (first, second) = (env.p("first.bin"), env.p("second.bin"));
+        random_file_streamed(&first, 96 << 20);
+        random_file(&second, 3 << 20);
+        let server = env.server();
+        let url = server.url("same.bin");
+        let mut args: Vec<&str> = SLOW_COPY.to_vec();
+        args.extend([first.to_str().unwrap(), &url]);
+        let mut slow = spawn_cp(&env, &args);
+        wait_for_partial(&mut slow, &partial_of(&env.p("root/same.bin")), 4 << 20);
+        Race {
+            env,
+            _server: server,
+            url,
+            first,
+            second,
+            slow,
+        }
+    }
+}
+
 #[test]
 fn a_second_copy_to_a_name_being_written_is_refused_and_harms_nothing() {
-    let env = Env::new();
-    let (first, second) = (env.p("first.bin"), env.p("second.bin"));
-    random_file_streamed(&first, 96 << 20);
-    random_file(&second, 3 << 20);
-    let server = env.server();
-    let url = server.url("same.bin");
-    let mut args: Vec<&str> = SLOW_COPY.to_vec();
-    args.extend([first.to_str().unwrap(), &url]);
-    let mut slow = spawn_cp(&env, &args);
-    wait_for_partial(&mut slow, &partial_of(&env.p("root/same.bin")), 4 << 20);
+    let Race {
+        env,
+        _server,
+        url,
+        first,
+        second,
+        mut slow,
+    } = Race::start();
     // Before partial files were locked, this one replaced the first's
     // partial file, which the first then renamed into place half written
     // and reported as copied.
@@ -993,16 +1025,14 @@ fn a_second_copy_to_a_name_being_written_is_refused_and_harms_nothing() {
 
 #[test]
 fn with_retries_a_copy_refused_for_another_one_s_name_runs_once_that_has_ended() {
-    let env = Env::new();
-    let (first, second) = (env.p("first.bin"), env.p("second.bin"));
-    random_file_streamed(&first, 96 << 20);
-    random_file(&second, 3 << 20);
-    let server = env.server();
-    let url = server.url("same.bin");
-    let mut args: Vec<&str> = SLOW_COPY.to_vec();
-    args.extend([first.to_str().unwrap(), &url]);
-    let mut slow = spawn_cp(&env, &args);
-    wait_for_partial(&mut slow, &partial_of(&env.p("root/same.bin")), 4 << 20);
+    let Race {
+        env,
+        _server,
+        url,
+        second,
+        mut slow,
+        ..
+    } = Race::start();
     let out = env.run(&[
         "cp",
         "--no-progress",
