@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::data::transfer::{BoxStream, Control, Progress, TransferParams, TransferStats};
 use crate::data::tuning::{Joined, StreamSupply};
 use crate::store::fsio::{Sink, Source};
-use crate::{Result, data::transfer};
+use crate::{Error, Result, data::transfer};
 
 /// Pipe capacity per stream.
 const PIPE_BYTES: usize = 4 << 20;
@@ -56,6 +56,9 @@ pub async fn copy(
     let (sent, received) = tokio::join!(sender, receiver);
     match (sent, received) {
         (Ok(s), Ok(r)) => Ok((s, r)),
+        // One end's "peer: …" is the other's own error, told across: both
+        // ends are here, so that one is said as it is.
+        (Err(Error::Peer { .. }), Err(own)) | (Err(own), Err(Error::Peer { .. })) => Err(own),
         (Err(a), Err(b)) => Err(a.more_interesting(b)),
         (Err(e), _) | (_, Err(e)) => Err(e),
     }

@@ -642,11 +642,26 @@ fn a_full_disk_at_the_receiver_is_exit_5_and_loses_nothing() {
     ]);
     drop(server);
     drop(root_server);
-    let present = small.join("x.bin").exists() || small.join("y.bin").exists();
+    // And a local copy, both of whose ends are here: no "peer" to blame.
+    let local = env.run(&[
+        "cp",
+        &env.s("src.bin"),
+        small.join("z.bin").to_str().unwrap(),
+    ]);
+    let present = ["x.bin", "y.bin", "z.bin"]
+        .iter()
+        .any(|n| small.join(n).exists());
     umount(&small);
     assert_eq!(code(&out), 5, "push: {}", stderr(&out));
     assert!(stderr(&out).contains("no space"), "{}", stderr(&out));
     assert_eq!(code(&pulled), 5, "pull: {}", stderr(&pulled));
+    assert_eq!(code(&local), 5, "local: {}", stderr(&local));
+    let said_local = stderr(&local);
+    assert!(
+        said_local.contains("tern: ") && said_local.contains("no space"),
+        "{said_local}"
+    );
+    assert!(!said_local.contains("peer"), "{said_local}");
     assert!(!present, "nothing at the final names");
 }
 

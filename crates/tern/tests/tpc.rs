@@ -210,3 +210,34 @@ fn a_congestion_control_for_the_daemons_is_theirs_to_judge() {
     assert!(!env.p("b-root/in/f.bin").exists());
     drop((a, b));
 }
+
+#[test]
+fn a_third_party_copy_that_could_not_place_a_file_fails_and_says_which() {
+    // Before, the destination's refusal of an entry never reached the
+    // client: it said "copied 0 B in 0 files" and exited 0.
+    let env = Env::new();
+    std::fs::create_dir_all(env.p("root/tree")).unwrap();
+    seeded_random_file(&env.p("root/tree/x.bin"), 3 << 20, 7);
+    seeded_random_file(&env.p("root/tree/y.bin"), 1 << 20, 8);
+    std::fs::create_dir_all(env.p("b-root/in/x.bin")).unwrap();
+    std::fs::create_dir_all(env.p("b-root/t/tree/x.bin")).unwrap();
+    let a = serve(&env.p("root"), &env.p("a-state")).start();
+    let b = serve(&env.p("b-root"), &env.p("b-state")).start();
+    let one = env.run(&["cp", "--json", &a.url("tree/x.bin"), &b.url("in/")]);
+    assert_eq!(one.status.code(), Some(2), "{}", stderr(&one));
+    let v: Value = serde_json::from_slice(&one.stdout).unwrap();
+    assert_eq!(v["exit_code"], 2, "{v}");
+    assert!(stderr(&one).contains("is a directory"), "{}", stderr(&one));
+    let tree = env.run(&["cp", "-r", &a.url("tree"), &b.url("t/")]);
+    assert_eq!(tree.status.code(), Some(2), "{}", stderr(&tree));
+    assert!(
+        stderr(&tree).contains("tree/x.bin") && stderr(&tree).contains("1 other file was copied"),
+        "{}",
+        stderr(&tree)
+    );
+    assert_eq!(
+        file_difference(env.p("root/tree/y.bin"), env.p("b-root/t/tree/y.bin")),
+        None
+    );
+    drop((a, b));
+}

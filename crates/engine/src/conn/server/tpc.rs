@@ -264,6 +264,32 @@ enum Ended {
     ClientGone,
 }
 
+/// A copy that left entries behind is no success to tell the client
+/// (`TpcDone` has no word for them): its failures, as one error, with the
+/// code they share (else an I/O error's).
+fn entries_failed(stats: &crate::transfer::TransferStats) -> Option<ControlMsg> {
+    let first = stats.failed.first()?;
+    let shared = stats.failed.iter().all(|f| f.code == first.code);
+    let code = if shared {
+        first.code
+    } else {
+        tern_proto::ErrorCode::Io
+    };
+    let others = match stats.files.len() {
+        0 => String::new(),
+        1 => "; 1 other file was copied".to_string(),
+        n => format!("; {n} other files were copied"),
+    };
+    let message = match stats.failed.len() {
+        1 => format!("{}: {}{others}", first.path, first.message),
+        n => format!(
+            "{n} entries could not be copied, the first {}: {}{others}",
+            first.path, first.message
+        ),
+    };
+    Some(tern_session::open::refusal(code, message))
+}
+
 /// One end's control connection with the client after it accepted:
 /// dial when told (again after the other end was unreachable), until the
 /// client goes or the copy ends.
@@ -409,6 +435,11 @@ async fn serve_end(
                         live.reached(peer);
                     }
                     live.completed(&o.stats);
+                }
+                if let Some(refusal) = entries_failed(&o.stats) {
+                    tracing::warn!("third-party copy: {refusal:?}");
+                    wr.send(&refusal).await?;
+                    return Ok(Ended::Copied);
                 }
                 let unknown = SocketAddr::from(([0, 0, 0, 0], 0));
                 let done = ControlMsg::TpcDone {
