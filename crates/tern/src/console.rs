@@ -134,7 +134,7 @@ impl Console {
             }
             Format::Human => {
                 for line in r.human_lines() {
-                    eprintln!("{line}");
+                    say(&line);
                 }
             }
         }
@@ -155,20 +155,20 @@ impl Console {
     /// Lists on stderr the entries that could not be copied.
     pub fn failures(&self, failed: &[FailedEntry]) {
         for line in report::failed_lines(failed) {
-            eprintln!("{line}");
+            say(&line);
         }
     }
 
     /// A remark along the way (`tern: …` on stderr), unless quiet.
     pub fn note(&self, msg: impl Display) {
         if !self.quiet {
-            eprintln!("tern: {msg}");
+            say(&format!("tern: {msg}"));
         }
     }
 
     /// A warning (`tern: …` on stderr), whatever the format.
     pub fn warn(&self, msg: impl Display) {
-        eprintln!("tern: {msg}");
+        say(&format!("tern: {msg}"));
     }
 
     /// Says where the fingerprint of a daemon met for the first time was
@@ -212,8 +212,15 @@ fn result_text(text: &str) {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        Err(e) => eprintln!("tern: cannot write the result to stdout: {e}"),
+        Err(e) => say(&format!("tern: cannot write the result to stdout: {e}")),
     }
+}
+
+/// Writes one line to stderr; a closed stderr (`tern cp … 2>&1 | head -1`)
+/// is no reason to fail a copy, as `eprintln!`'s panic made it.
+pub fn say(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
 }
 
 /// Writes `text` to stdout and flushes, ignoring failures.

@@ -80,14 +80,14 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tern: cannot start the runtime: {e}");
+            console::say(&format!("tern: cannot start the runtime: {e}"));
             return exit::Exit::General.into();
         }
     };
     match runtime.block_on(cmd::run(args, started)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tern: {}", error::describe(&e));
+            console::say(&format!("tern: {}", error::describe(&e)));
             exit::Exit::of(&e).into()
         }
     }

@@ -185,6 +185,26 @@ fn a_reader_that_went_away_is_no_failure_of_the_copy() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
     assert_eq!(content_difference(env.p("copy.bin"), &data), None);
+    // `tern cp … 2>&1 | head -1`: the summary's reader is gone too (it
+    // exited 101, a panic in eprintln!, after the copy was done).
+    for failing in [false, true] {
+        let mut child = tern()
+            .args(["cp", &env.s("run.bin")])
+            .arg(if failing {
+                env.p("no/such/dir/x")
+            } else {
+                env.p("copy2.bin")
+            })
+            .env("XDG_CONFIG_HOME", env.p("cfg"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stderr.take());
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(if failing { 3 } else { 0 }), "{status}");
+    }
+    assert_eq!(content_difference(env.p("copy2.bin"), &data), None);
 }
 
 #[test]
@@ -1791,4 +1811,29 @@ fn a_big_file_goes_past_the_page_cache_at_either_receiver_unless_told_not_to() {
             }
         }
     }
+}
+
+#[test]
+fn a_daemon_at_its_handshake_limit_is_a_lost_connection_not_a_certificate_failure() {
+    let env = Env::new();
+    random_file(&env.p("a.bin"), 1 << 20);
+    let server = env.server();
+    // More connections from this address than a daemon lets authenticate
+    // at once, saying nothing.
+    let idle: Vec<std::net::TcpStream> = (0..12)
+        .map(|_| std::net::TcpStream::connect(server.addr()).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let url = server.url("a.bin");
+    let out = env.run(&["cp", "--json", "--retries", "0", &env.s("a.bin"), &url]);
+    assert_eq!(code(&out), 9, "{}", said(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("closed the connection during the TLS handshake"),
+        "{err}"
+    );
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(200));
+    let out = env.run(&["cp", "--retries", "0", &env.s("a.bin"), &url]);
+    assert!(out.status.success(), "{}", said(&out));
 }

@@ -102,6 +102,7 @@ fn tpc_push_has_the_source_dial_and_the_report_says_so() {
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tpc"]["mode"], "push", "{v}");
+    assert_eq!(v["exit_code"], 0, "{v}");
     assert_eq!(v["tpc"]["dialer"], "source", "{v}");
     assert_eq!(v["tpc"]["chosen_by"], "--tpc", "{v}");
     assert_eq!(v["tpc"]["data_path"]["to"], b.addr().to_string(), "{v}");
@@ -136,6 +137,12 @@ fn via_client_carries_a_tree_through_this_host_and_says_so() {
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["direction"], "relay", "{v}");
+    let codes = [
+        &v["exit_code"],
+        &v["relay"]["pull"]["exit_code"],
+        &v["relay"]["push"]["exit_code"],
+    ];
+    assert_eq!(codes, [0, 0, 0], "{v}");
     let total = (3 << 20) + (1 << 20);
     assert_eq!(v["relay"]["pulled_bytes"], total, "{v}");
     assert_eq!(v["relay"]["pushed_bytes"], total, "{v}");

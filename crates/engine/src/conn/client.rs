@@ -509,6 +509,19 @@ fn gone(e: std::io::Error) -> Error {
 }
 
 fn tls_failure(host_port: &str, e: &std::io::Error) -> Error {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionReset, UnexpectedEof};
+    // Closed without a TLS alert: no certificate was judged. A daemon does
+    // that to a connection over its limit of handshakes from one address.
+    if matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | ConnectionAborted
+    ) {
+        return Error::PeerGone(format!(
+            "{host_port} closed the connection during the TLS handshake without saying why \
+             ({e}): a daemon busy with other connections from this address still \
+             authenticating, or not a tern daemon"
+        ));
+    }
     let why = crate::conn::tls::explain(e).unwrap_or_else(|| e.to_string());
     Error::Tls(format!("handshake with {host_port} failed: {why}"))
 }

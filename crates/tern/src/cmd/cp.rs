@@ -354,7 +354,7 @@ fn refused_busy(outcome: &client::Outcome) -> Option<String> {
 async fn finish(args: &CpArgs, copied: Copied, started: Instant, console: &Console) -> Result<()> {
     let verdict = partial_result(&copied.outcome.stats);
     let mut report = report_of(args, copied, started, console).await;
-    report.exit_code = verdict.as_ref().err().map_or(0, |e| Exit::of(e).code());
+    report.exit_code = exit_code_of(&verdict);
     console.report(&report);
     verdict
 }
@@ -525,7 +525,8 @@ async fn relay(
     .await?;
     let pull_verdict = partial_result(&pulled.outcome.stats);
     let pulled_bytes = pulled.outcome.stats.bytes;
-    let pull = report_of(args, pulled, pull_started, console).await;
+    let mut pull = report_of(args, pulled, pull_started, console).await;
+    pull.exit_code = exit_code_of(&pull_verdict);
     let local: Vec<PathBuf> = names
         .iter()
         .map(|n| spool.path().join(n))
@@ -539,13 +540,16 @@ async fn relay(
     let pushed = relay_leg(args, dst, Sources::Local(local), console).await?;
     let push_verdict = partial_result(&pushed.outcome.stats);
     let pushed_bytes = pushed.outcome.stats.bytes;
-    let push = report_of(args, pushed, push_started, console).await;
+    let mut push = report_of(args, pushed, push_started, console).await;
+    push.exit_code = exit_code_of(&push_verdict);
     let elapsed_s = started.elapsed().as_secs_f64();
+    let verdict = pull_verdict.and(push_verdict);
     console.result(
         &json!({
             "command": "cp",
             "direction": "relay",
             "via": "client",
+            "exit_code": exit_code_of(&verdict),
             "bytes": pushed_bytes,
             "files": push.files,
             "elapsed_s": elapsed_s,
@@ -575,7 +579,12 @@ async fn relay(
     );
     console.failures(&pull.failed);
     console.failures(&push.failed);
-    pull_verdict.and(push_verdict)
+    verdict
+}
+
+/// The code a verdict makes the process exit with.
+fn exit_code_of(verdict: &Result<()>) -> u8 {
+    verdict.as_ref().err().map_or(0, |e| Exit::of(e).code())
 }
 
 /// One leg, with its own progress display.

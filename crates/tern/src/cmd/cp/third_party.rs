@@ -189,6 +189,8 @@ fn report_json(
     json!({
         "command": "cp",
         "direction": "third-party",
+        // A copy that did not complete fails before its report.
+        "exit_code": 0,
         "tpc": {
             "mode": o.direction,
             "dialer": if o.direction == "pull" { "destination" } else { "source" },
