@@ -37,7 +37,7 @@ exit_codes! {
     Success = 0: "success",
     General = 1: "unexpected internal error",
     Usage = 2: "usage: bad arguments or a request that makes no sense",
-    NotFound = 3: "a source does not exist",
+    NotFound = 3: "a source, or the directory of the destination, does not exist",
     Permission = 4: "permission denied, or a path outside the served root",
     NoSpace = 5: "no space left at the destination",
     Io = 6: "other I/O error",
@@ -149,7 +149,7 @@ Exit codes:
   0   success
   1   unexpected internal error
   2   usage: bad arguments or a request that makes no sense
-  3   a source does not exist
+  3   a source, or the directory of the destination, does not exist
   4   permission denied, or a path outside the served root
   5   no space left at the destination
   6   other I/O error
