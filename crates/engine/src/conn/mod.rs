@@ -5,7 +5,9 @@
 //!   trust on first use; [`trust`]: how a client recognises a daemon
 //!   (one enum, and the command line's precedence);
 //! - [`authz`]: a site daemon's authorization rules;
-//! - [`net`]: socket options every connection gets;
+//! - [`net`]: socket options every connection gets; `records`: tern's
+//!   own TLS 1.3 record layer, which `private` data connections switch to
+//!   once rustls has done their handshake (`aligned` reads for it);
 //! - [`open`]: the pump that runs `tern-session`'s opening state machines
 //!   over a control channel, with one `expect(timeout)` and one `refuse`;
 //! - [`route`]: where a client's connections go (dial out, or take those
@@ -16,6 +18,7 @@
 //!   open sessions; `server::observe`: what a daemon tells its owner
 //!   about its sessions (each finished one, the running ones).
 
+mod aligned;
 pub mod authz;
 pub mod client;
 mod gate;
@@ -24,7 +27,7 @@ pub mod net;
 pub mod once;
 pub mod open;
 pub mod paths;
-mod read_ahead;
+mod records;
 pub mod route;
 pub mod server;
 pub mod tls;

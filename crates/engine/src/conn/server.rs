@@ -40,11 +40,12 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
+use crate::conn::aligned::{Aligned, DATA_READ_BUFFER};
 use crate::conn::authz::{Access, Authz, Grants, Subject};
 use crate::conn::gate::{Claim, Gate};
 use crate::conn::open::{self, Linger, Step};
 use crate::conn::paths::Advertise;
-use crate::conn::read_ahead::{DATA_READ_AHEAD, ReadAhead};
+use crate::conn::records::{self, SecretCapture};
 use crate::conn::tls::{BLOCK_MAC_LABEL, ServerIdentity, bind_token};
 use crate::data::FirstStreams;
 use crate::data::transfer::{self, BoxStream, Control, Progress, TransferParams};
@@ -175,7 +176,8 @@ impl ServerOptions {
 /// What every connection of a server shares.
 pub(crate) struct Context {
     root: Root,
-    acceptor: TlsAcceptor,
+    /// Each accepted connection's is this with its own key log.
+    tls_config: Arc<rustls::ServerConfig>,
     pub(crate) opts: ServerOptions,
     /// Sessions waiting for their data connections, by token.
     pending: Mutex<HashMap<Token, mpsc::Sender<Joining>>>,
@@ -223,9 +225,8 @@ impl Context {
         }
         Ok(Arc::new(Context {
             root,
-            acceptor: TlsAcceptor::from(
-                identity.server_config(opts.site.as_ref().map(|s| s.client_roots.clone()))?,
-            ),
+            tls_config: identity
+                .server_config(opts.site.as_ref().map(|s| s.client_roots.clone()))?,
             sessions: Semaphore::new(opts.max_sessions),
             limiter,
             pending: Mutex::new(HashMap::new()),
@@ -335,7 +336,7 @@ async fn run_daemon(
 }
 
 /// A TLS connection as the daemon accepts it.
-type ServerTls = tokio_rustls::server::TlsStream<ReadAhead<TcpStream>>;
+type ServerTls = tokio_rustls::server::TlsStream<Aligned<TcpStream>>;
 
 /// Serves one connection of any kind (§2.1 of the protocol), if the limits
 /// let it in.
@@ -373,8 +374,12 @@ async fn serve_connection(
     }
     if first[0] == 0x16 {
         let _ = conn.set_nodelay(true);
+        // Read a record at a time, so that a data connection can be taken
+        // over by tern's record layer once it has said JOIN.
+        let capture = SecretCapture::default();
+        let acceptor = TlsAcceptor::from(records::capturing_server(&ctx.tls_config, &capture));
         let mut tls = match handshaking
-            .in_time(ctx.acceptor.accept(ReadAhead::new(conn)))
+            .in_time(acceptor.accept(Aligned::new(conn)))
             .await
         {
             Some(Ok(tls)) => tls,
@@ -388,6 +393,8 @@ async fn serve_connection(
             None => return,
         }
         if magic == HELLO_MAGIC {
+            drop(capture.take());
+            tls.get_mut().0.unalign();
             let key = export_key_fn(&tls);
             let authorization = authorize(&ctx, &tls, peer);
             let facts = ConnFacts::of(&tls);
@@ -399,8 +406,20 @@ async fn serve_connection(
             return control_session(ctx, Box::new(tls), conn, handshaking).await;
         }
         if magic == JOIN_MAGIC {
-            tls.get_mut().0.read_ahead(DATA_READ_AHEAD);
-            return data_join(ctx, Box::new(tls), probe, magic, true, handshaking).await;
+            // Its session tickets sent, so that rustls holds nothing.
+            match handshaking.in_time(tls.flush()).await {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    return tracing::debug!("{peer}: closed after the TLS handshake: {e}");
+                }
+                None => return,
+            }
+            let (io, conn) = tls.into_inner();
+            let records = match records::take_over(io, conn.into(), &capture, DATA_READ_BUFFER) {
+                Ok(records) => records,
+                Err(e) => return tracing::warn!("{peer}: data connection: {e}"),
+            };
+            return data_join(ctx, Box::new(records), probe, magic, true, handshaking).await;
         }
         return tracing::warn!(
             "{peer}: dropped, not a tern client (first bytes inside TLS {magic:02x?})"

@@ -19,8 +19,9 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 
 use super::{ClientCert, Endpoint, PinVerifier, gone, server_name};
+use crate::conn::aligned::{Aligned, DATA_READ_BUFFER};
 use crate::conn::paths::{self, Leg, PathPlan};
-use crate::conn::read_ahead::{DATA_READ_AHEAD, ReadAhead};
+use crate::conn::records::{self, SecretCapture};
 use crate::conn::route::Route;
 use crate::data::transfer::BoxStream;
 use crate::data::tuning::Joined;
@@ -60,13 +61,19 @@ impl Dialer {
             tcp.as_fd().try_clone_to_owned().ok()
         };
         let s: BoxStream = if self.protect == Protect::Private {
+            // rustls does the handshake; tern's record layer the rest.
             let v = PinVerifier::new(Some(self.fingerprint.clone()));
-            let mut tls = TlsConnector::from(v.client_config(self.client_cert.as_ref())?)
-                .connect(server_name(&self.ep.host), ReadAhead::new(tcp))
+            let capture = SecretCapture::default();
+            let config =
+                records::capturing_client(&*v.client_config(self.client_cert.as_ref())?, &capture);
+            let tls = TlsConnector::from(config)
+                .connect(server_name(&self.ep.host), Aligned::new(tcp))
                 .await
                 .map_err(|e| Error::Tls(format!("data connection: {e}")))?;
-            tls.get_mut().0.read_ahead(DATA_READ_AHEAD);
-            Box::new(tls)
+            let (io, conn) = tls.into_inner();
+            let records = records::take_over(io, conn.into(), &capture, DATA_READ_BUFFER)
+                .map_err(|e| Error::Tls(format!("data connection: {e}")))?;
+            Box::new(records)
         } else {
             Box::new(tcp)
         };
