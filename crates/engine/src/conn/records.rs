@@ -60,6 +60,7 @@ const WRITE_BUFFER: usize = 16 * (HEADER_LEN + MAX_PLAINTEXT + 1 + TAG_LEN) + 64
 /// A TLS 1.3 connection after its handshake, with tern's record layer.
 pub(crate) struct RecordStream<S> {
     io: S,
+    side: Side,
     rx: Keys,
     tx: Keys,
     /// Records sealed under one key before the next key update.
@@ -80,9 +81,18 @@ pub(crate) struct RecordStream<S> {
     peer_closed: bool,
     /// `close_notify` sealed.
     closed: bool,
-    /// A read failed for good: every later one fails so.
+    /// A read failed for good: every later read and write fails so.
     broken: Option<(io::ErrorKind, String)>,
+    /// Records in a row that carried no data for the reader.
+    empty_in_a_row: u8,
+    /// A write failed after its bytes were taken: told on the next call.
+    write_error: Option<io::Error>,
 }
+
+/// Records in a row without data for the reader (key updates, tickets,
+/// empty or padding-only records) a peer may send, as rustls allows: more
+/// would let it keep a reader busy without ever giving it a byte.
+const MAX_EMPTY_IN_A_ROW: u8 = 32;
 
 impl<S> std::fmt::Debug for RecordStream<S> {
     // Not the buffers: they hold the peer's ciphertext and plaintext.
@@ -182,13 +192,14 @@ pub(crate) fn take_over<S>(
         Side::Client => (client_secret, server_secret),
         Side::Server => (server_secret, client_secret),
     };
-    let tx = Keys::new(suite, &tx_secret, secrets.tx.0)?;
+    let tx = Keys::new(suite, &tx_secret.0, secrets.tx.0)?;
     tx.check(&secrets.tx.1)?;
-    let rx = Keys::new(suite, &rx_secret, secrets.rx.0)?;
+    let rx = Keys::new(suite, &rx_secret.0, secrets.rx.0)?;
     rx.check(&secrets.rx.1)?;
     let inbuf = vec![0u8; read_buffer.max(2 * MAX_RECORD)].into_boxed_slice();
     Ok(RecordStream {
         io,
+        side,
         rx,
         tx,
         tx_limit: suite.limit.saturating_sub(1),
@@ -203,7 +214,18 @@ pub(crate) fn take_over<S>(
         peer_closed,
         closed: false,
         broken: None,
+        empty_in_a_row: 0,
+        write_error: None,
     })
+}
+
+/// The header of a record whose inner plaintext (content and type) is
+/// `inner_len` bytes.
+fn record_header(inner_len: usize) -> [u8; HEADER_LEN] {
+    let [hi, lo] = u16::try_from(inner_len + TAG_LEN)
+        .expect("a record's length")
+        .to_be_bytes();
+    [APPLICATION_DATA, 3, 3, hi, lo]
 }
 
 /// Where one whole record lies in the read buffer.
@@ -261,6 +283,11 @@ impl<S> RecordStream<S> {
     /// what is not application data, and consumes the record.
     fn open_into(&mut self, rec: &Record, out: &mut [u8]) -> io::Result<Opened> {
         let text_len = rec.body.len() - TAG_LEN;
+        if text_len > MAX_PLAINTEXT + 1 {
+            return Err(invalid(format!(
+                "TLS: record of {text_len} bytes of plaintext"
+            )));
+        }
         let (ciphertext, tag) = self.inbuf[rec.body.clone()].split_at(text_len);
         let out = &mut out[..text_len];
         if !self.rx.open(rec.header, ciphertext, tag, out) {
@@ -284,6 +311,7 @@ impl<S> RecordStream<S> {
                 )),
                 _ => Err(invalid("TLS: a malformed alert")),
             },
+            HANDSHAKE if content.is_empty() => Err(invalid("TLS: an empty handshake record")),
             HANDSHAKE => {
                 let content = content.to_vec();
                 self.handshake_messages(&content)?;
@@ -313,7 +341,7 @@ impl<S> RecordStream<S> {
                     self.rx = self.rx.next();
                     self.update_asked |= *asked == 1;
                 }
-                (NEW_SESSION_TICKET, _) => {}
+                (NEW_SESSION_TICKET, _) if self.side == Side::Client => {}
                 (kind, _) => {
                     return Err(invalid(format!("TLS: unexpected handshake message {kind}")));
                 }
@@ -336,9 +364,7 @@ impl<S> RecordStream<S> {
     fn seal_record(&mut self, at: usize, content_type: u8) {
         self.outbuf.push(content_type);
         let body = at + HEADER_LEN;
-        let cipher_len = u16::try_from(self.outbuf.len() - body + TAG_LEN).expect("a record");
-        let [hi, lo] = cipher_len.to_be_bytes();
-        let header = [APPLICATION_DATA, 3, 3, hi, lo];
+        let header = record_header(self.outbuf.len() - body);
         self.outbuf[at..body].copy_from_slice(&header);
         let tag = self.tx.seal(header, &mut self.outbuf[body..]);
         self.outbuf.extend_from_slice(tag.as_ref());
@@ -416,6 +442,12 @@ impl<S: AsyncWrite + Unpin> RecordStream<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if let Some(e) = self.write_error.take() {
+            return Poll::Ready(Err(e));
+        }
+        if let Some((kind, what)) = &self.broken {
+            return Poll::Ready(Err(io::Error::new(*kind, what.clone())));
+        }
         if self.closed {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
@@ -425,9 +457,13 @@ impl<S: AsyncWrite + Unpin> RecordStream<S> {
         }
         let taken = self.seal_from(bufs);
         // Written now if the socket takes it; if not, the next write or
-        // flush finishes it (the waker is registered).
+        // flush finishes it (the waker is registered). The bytes are taken
+        // either way: an error is told on the next call.
         if let Poll::Ready(Err(e)) = self.poll_drain(cx) {
-            return Poll::Ready(Err(e));
+            if taken == 0 {
+                return Poll::Ready(Err(e));
+            }
+            self.write_error = Some(e);
         }
         Poll::Ready(Ok(taken))
     }
@@ -503,9 +539,23 @@ impl<S: AsyncRead + Unpin> RecordStream<S> {
                     opened?
                 };
                 match opened {
-                    Opened::Data(0) | Opened::Nothing => continue,
-                    Opened::Data(_) if self.plain.is_empty() => delivered = true,
-                    Opened::Data(_) => break,
+                    Opened::Data(0) | Opened::Nothing => {
+                        self.empty_in_a_row += 1;
+                        if self.empty_in_a_row > MAX_EMPTY_IN_A_ROW {
+                            return Poll::Ready(Err(invalid(
+                                "TLS: too many records in a row without data",
+                            )));
+                        }
+                        continue;
+                    }
+                    Opened::Data(_) if self.plain.is_empty() => {
+                        self.empty_in_a_row = 0;
+                        delivered = true;
+                    }
+                    Opened::Data(_) => {
+                        self.empty_in_a_row = 0;
+                        break;
+                    }
                     Opened::Closed => {
                         self.peer_closed = true;
                         break;
@@ -568,6 +618,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for RecordStream<S> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if let Some(e) = this.write_error.take() {
+            return Poll::Ready(Err(e));
+        }
         if this.update_asked && !this.closed {
             this.update_keys_if_due();
         }

@@ -59,11 +59,16 @@ pub(crate) struct Keys {
     iv: [u8; NONCE_LEN],
     /// The sequence number of the next record.
     pub(crate) seq: u64,
+    /// Key updates since the handshake.
+    pub(crate) generation: u32,
 }
 
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keys").field("seq", &self.seq).finish()
+        f.debug_struct("Keys")
+            .field("generation", &self.generation)
+            .field("seq", &self.seq)
+            .finish()
     }
 }
 
@@ -94,14 +99,16 @@ impl Keys {
         expand_label(suite.hkdf, secret, b"key", &mut key);
         let mut iv = [0u8; NONCE_LEN];
         expand_label(suite.hkdf, secret, b"iv", &mut iv);
-        let unbound = UnboundKey::new(suite.aead, &key).map_err(|_| KeyError::SecretLength)?;
+        let unbound = UnboundKey::new(suite.aead, &key);
         key.fill(0);
+        let unbound = unbound.map_err(|_| KeyError::SecretLength)?;
         Ok(Keys {
             suite,
             secret: secret.to_vec(),
             key: LessSafeKey::new(unbound),
             iv,
             seq,
+            generation: 0,
         })
     }
 
@@ -130,8 +137,9 @@ impl Keys {
     pub(crate) fn next(&self) -> Keys {
         let mut secret = vec![0u8; self.suite.hash_len];
         expand_label(self.suite.hkdf, &self.secret, b"traffic upd", &mut secret);
-        let next = Keys::new(self.suite, &secret, 0).expect("a secret of the suite's length");
+        let mut next = Keys::new(self.suite, &secret, 0).expect("a secret of the suite's length");
         secret.fill(0);
+        next.generation = self.generation + 1;
         next
     }
 
@@ -220,26 +228,40 @@ impl Drop for Captured {
     }
 }
 
+/// A traffic secret, zeroed when dropped.
+pub(crate) struct Secret(pub(crate) Vec<u8>);
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        self.0.fill(0);
+    }
+}
+
 const CLIENT_TRAFFIC: &str = "CLIENT_TRAFFIC_SECRET_0";
 const SERVER_TRAFFIC: &str = "SERVER_TRAFFIC_SECRET_0";
 
 impl SecretCapture {
     /// The client's and the server's first application traffic secrets,
     /// once the handshake has made them.
-    pub(crate) fn take(&self) -> Option<(Vec<u8>, Vec<u8>)> {
+    pub(crate) fn take(&self) -> Option<(Secret, Secret)> {
         let mut c = self.0.lock().expect("secret capture");
-        Some((c.client.take()?, c.server.take()?))
+        let (client, server) = (c.client.take().map(Secret), c.server.take().map(Secret));
+        Some((client?, server?))
     }
 }
 
 impl rustls::KeyLog for SecretCapture {
     fn log(&self, label: &str, _client_random: &[u8], secret: &[u8]) {
         let mut c = self.0.lock().expect("secret capture");
-        match label {
-            CLIENT_TRAFFIC => c.client = Some(secret.to_vec()),
-            SERVER_TRAFFIC => c.server = Some(secret.to_vec()),
-            _ => {}
+        let slot = match label {
+            CLIENT_TRAFFIC => &mut c.client,
+            SERVER_TRAFFIC => &mut c.server,
+            _ => return,
+        };
+        if let Some(old) = slot.as_mut() {
+            old.fill(0);
         }
+        *slot = Some(secret.to_vec());
     }
 
     fn will_log(&self, label: &str) -> bool {

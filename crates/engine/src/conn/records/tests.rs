@@ -276,3 +276,140 @@ async fn a_close_notify_is_a_clean_end_and_stays_one() {
     );
     assert_eq!(server.read(&mut [0u8; 4]).await.unwrap(), 0);
 }
+
+/// Both ends taken over, as between two tern hosts.
+async fn own_pair() -> (RecordStream<DuplexStream>, RecordStream<DuplexStream>) {
+    let (client, cc, server, sc) = handshake().await;
+    let mut client = own_client(client, &cc);
+    client.write_all(b"JOIN").await.unwrap();
+    client.flush().await.unwrap();
+    let (_, server) = own_server(server, &sc, 4).await;
+    (client, server)
+}
+
+/// Seals a record the way a hostile or odd peer might, and sends it.
+async fn send_raw(client: &mut RecordStream<DuplexStream>, content_type: u8, content: &[u8]) {
+    client.seal_message(content_type, content);
+    client.flush().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_few_records_without_data_pass_and_a_flood_of_them_is_refused() {
+    let key_update = [KEY_UPDATE, 0, 0, 1, 0];
+    for (kind, content) in [(APPLICATION_DATA, &[][..]), (HANDSHAKE, &key_update[..])] {
+        let (mut client, mut server) = own_pair().await;
+        for n in [MAX_EMPTY_IN_A_ROW, MAX_EMPTY_IN_A_ROW + 1] {
+            for _ in 0..n {
+                client.seal_message(kind, content);
+                if kind == HANDSHAKE {
+                    client.tx = client.tx.next();
+                }
+            }
+            client.write_all(b"data").await.unwrap();
+            client.flush().await.unwrap();
+            let mut got = [0u8; 4];
+            let read = server.read_exact(&mut got).await;
+            if n == MAX_EMPTY_IN_A_ROW {
+                read.unwrap();
+                assert_eq!(&got, b"data");
+            } else {
+                let err = read.unwrap_err();
+                assert!(err.to_string().contains("too many records"), "{err}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_key_update_the_peer_asks_for_is_sent_before_the_next_data() {
+    let (mut client, mut server) = own_pair().await;
+    // The client updates its keys and asks the daemon to update its own.
+    send_raw(&mut client, HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, 1]).await;
+    client.tx = client.tx.next();
+    client.write_all(b"after").await.unwrap();
+    client.flush().await.unwrap();
+    // One byte at a time, across the update.
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        let mut one = [0u8; 1];
+        server.read_exact(&mut one).await.unwrap();
+        got.push(one[0]);
+    }
+    assert_eq!(got, b"after");
+    assert_eq!(server.rx.generation, 1);
+    assert_eq!(server.tx.generation, 0);
+    server.write_all(b"answer").await.unwrap();
+    server.flush().await.unwrap();
+    assert_eq!(
+        server.tx.generation, 1,
+        "the daemon answered with its own update"
+    );
+    let mut answer = [0u8; 6];
+    client.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"answer");
+    assert_eq!(client.rx.generation, 1);
+}
+
+#[tokio::test]
+async fn malformed_post_handshake_messages_are_refused() {
+    for (kind, content, says) in [
+        (
+            HANDSHAKE,
+            vec![KEY_UPDATE, 0, 0, 1, 0, 9],
+            "data after a key update",
+        ),
+        (
+            HANDSHAKE,
+            vec![KEY_UPDATE, 0, 0, 1, 2],
+            "unexpected handshake message 24",
+        ),
+        (
+            HANDSHAKE,
+            vec![KEY_UPDATE, 0, 0, 2, 0, 0],
+            "unexpected handshake message 24",
+        ),
+        (HANDSHAKE, vec![], "empty handshake record"),
+        // Tickets come from servers only.
+        (
+            HANDSHAKE,
+            vec![NEW_SESSION_TICKET, 0, 0, 1, 0],
+            "unexpected handshake message 4",
+        ),
+        (HANDSHAKE, vec![KEY_UPDATE, 0, 0], "split handshake message"),
+        // All padding: no content type.
+        (0, vec![], "without a content type"),
+        (ALERT, vec![2, 40], "alert 40"),
+        (ALERT, vec![1], "malformed alert"),
+        (20, vec![1], "unexpected content type 20"),
+        // More than 2^14 bytes of content (§5.4).
+        (
+            APPLICATION_DATA,
+            vec![7; 16_385],
+            "16386 bytes of plaintext",
+        ),
+    ] {
+        let (mut client, mut server) = own_pair().await;
+        send_raw(&mut client, kind, &content).await;
+        let err = first_error(&mut server).await;
+        assert!(
+            err.to_string().contains(says),
+            "{err} for {kind} {content:?}"
+        );
+        // A failed reader fails its writes too.
+        assert!(server.write_all(b"x").await.is_err());
+    }
+}
+
+#[tokio::test]
+async fn a_join_split_across_records_is_taken_over_whole() {
+    let (mut client, _, server, sc) = handshake().await;
+    for piece in [&b"JO"[..], b"IN", b"rest"] {
+        client.write_all(piece).await.unwrap();
+        client.flush().await.unwrap();
+    }
+    let (head, mut server) = own_server(server, &sc, 4).await;
+    assert_eq!(head, b"JOIN");
+    let mut rest = [0u8; 4];
+    server.read_exact(&mut rest).await.unwrap();
+    assert_eq!(&rest, b"rest");
+}
