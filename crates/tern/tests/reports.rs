@@ -178,3 +178,39 @@ fn a_port_after_an_scp_host_gets_a_hint_towards_tern_urls() {
     assert!(!out.status.success(), "{said}");
     assert!(said.contains("write tern://127.0.0.1:4800/x"), "{said}");
 }
+
+#[test]
+fn a_missing_source_over_ssh_is_said_before_ssh_is_run() {
+    let env = Env::new();
+    std::fs::create_dir(env.p("dir")).unwrap();
+    // An "ssh" that records that it ran: it must not.
+    let ran = env.p("ssh-ran");
+    let fake_ssh = env.p("fake-ssh");
+    std::fs::write(
+        &fake_ssh,
+        format!("#!/bin/sh\ntouch {}\nexit 255\n", ran.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake_ssh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (source, code, says) in [
+        (
+            env.s("missing.bin"),
+            3,
+            "missing.bin: no such file or directory",
+        ),
+        (env.s("dir"), 2, "is a directory (use -r to copy it)"),
+    ] {
+        let out = env.run(&[
+            "cp",
+            "--ssh",
+            fake_ssh.to_str().unwrap(),
+            &source,
+            "somehost:/tmp/x",
+        ]);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{said}");
+        assert!(said.contains(says), "{said}");
+        assert!(!ran.exists(), "ssh ran for {source}");
+    }
+}

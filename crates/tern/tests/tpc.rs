@@ -2,12 +2,13 @@
 //! third-party copy arrives byte-identical while the client moves almost
 //! nothing, the report says so, and what is not supported is said.
 
-use std::process::Output;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
 
 mod common;
-use common::{Env, serve};
+use common::{Env, serve, tern};
 use serde_json::Value;
-use tern_testkit::files::{file_difference, seeded_random_file};
+use tern_testkit::files::{file_difference, seeded_random_file, written_bytes};
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -247,4 +248,61 @@ fn a_third_party_copy_that_could_not_place_a_file_fails_and_says_which() {
         None
     );
     drop((a, b));
+}
+
+#[test]
+fn a_third_party_copy_whose_destination_was_killed_runs_again_and_resumes() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.p("b-root")).unwrap();
+    let size: u64 = 512 << 20;
+    seeded_random_file(&env.p("root/mid.bin"), size, 23);
+    let a = serve(&env.p("root"), &env.p("a-state")).start();
+    let b = serve(&env.p("b-root"), &env.p("b-state")).start();
+    let (from, to) = (a.url("mid.bin"), b.url("mid.bin"));
+    let mut client = tern()
+        .args([
+            "cp",
+            "--retries",
+            "3",
+            "--json",
+            "--no-progress",
+            &from,
+            &to,
+        ])
+        .env("XDG_CONFIG_HOME", env.p("cfg"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let partial = env
+        .p("b-root")
+        .join(tern_engine::fsio::partial_name(std::ffi::OsStr::new(
+            "mid.bin",
+        )));
+    let start = Instant::now();
+    while written_bytes(&partial) < 128 << 20 {
+        assert!(start.elapsed() < Duration::from_secs(60), "never got going");
+        assert!(
+            client.try_wait().unwrap().is_none(),
+            "ended before the kill"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The destination dies and is back within the client's first wait (1 s).
+    let _b = b.kill9().start();
+    let out = client.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("trying again in 1 s"),
+        "{}",
+        stderr(&out)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["direction"], "third-party", "{v}");
+    assert!(v["bytes_resumed"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(
+        file_difference(env.p("root/mid.bin"), env.p("b-root/mid.bin")),
+        None
+    );
+    drop(a);
 }

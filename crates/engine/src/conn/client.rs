@@ -599,6 +599,23 @@ fn outcome(id: Identity, stats: TransferStats) -> Outcome {
     }
 }
 
+/// Checks that local `sources` can be sent: each exists, and is a
+/// directory only if `recursive`. [`push`] does; a caller that has a login
+/// or a session to set up first checks before it, so that a mistyped name
+/// costs nothing.
+pub fn check_sources(sources: &[PathBuf], recursive: bool) -> Result<()> {
+    for s in sources {
+        let meta = std::fs::metadata(s).map_err(|e| Error::io("stat", s, e))?;
+        if meta.is_dir() && !recursive {
+            return Err(Error::BadRequest(format!(
+                "{}: is a directory (use -r to copy it)",
+                s.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Sends local `sources` to `dest` on the daemon.
 pub async fn push(
     ep: &Endpoint,
@@ -608,15 +625,7 @@ pub async fn push(
     dest: String,
     progress: Arc<Progress>,
 ) -> Result<Outcome> {
-    for s in &sources {
-        let meta = std::fs::metadata(s).map_err(|e| Error::io("stat", s, e))?;
-        if meta.is_dir() && !recursive {
-            return Err(Error::BadRequest(format!(
-                "{}: is a directory (use -r to copy it)",
-                s.display()
-            )));
-        }
-    }
+    check_sources(&sources, recursive)?;
     let mode = SessionMode::Push {
         dest,
         top_level: sources.len() as u32,

@@ -248,6 +248,8 @@ async fn push_over_ssh(
     progress: &Arc<Progress>,
     console: &Console,
 ) -> Result<Copied> {
+    // Before ssh asks for a password: a missing source is said at once.
+    client::check_sources(&sources, args.recursive)?;
     let t = &args.transfer;
     warn_advisor_over_ssh(t, console);
     let opts = options::copy_options(args)?;

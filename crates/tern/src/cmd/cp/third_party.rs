@@ -18,6 +18,7 @@ use crate::console::Console;
 use crate::error::usage;
 use crate::location::SshTarget;
 use crate::options;
+use crate::retry::with_retries;
 use crate::size::{count, human_bytes, human_rate};
 use crate::ssh_session::{connect_of, with_once_server, with_two_once_servers};
 
@@ -106,24 +107,29 @@ pub async fn run(
     };
     let ssh = options::copy_ssh_options(args)?;
     let connect = connect_of(&args.ssh);
-    let ran = match (source.ssh(), dest.ssh()) {
-        (None, None) => ordered(None, None)
-            .await
-            .map(|ran| (ran, Duration::ZERO))
-            .map_err(anyhow::Error::from),
-        (Some(target), None) => {
-            let run = |ep, once| ordered(Some((ep, once)), None);
-            with_once_server(target, &ssh, connect, &opts.client, run).await
-        }
-        (None, Some(target)) => {
-            let run = |ep, once| ordered(None, Some((ep, once)));
-            with_once_server(target, &ssh, connect, &opts.client, run).await
-        }
-        (Some(a), Some(b)) => {
-            let run = |at_a, at_b| ordered(Some(at_a), Some(at_b));
-            with_two_once_servers((a, b), &ssh, &opts.client, run).await
+    let attempt = || async {
+        match (source.ssh(), dest.ssh()) {
+            (None, None) => ordered(None, None)
+                .await
+                .map(|ran| (ran, Duration::ZERO))
+                .map_err(anyhow::Error::from),
+            (Some(target), None) => {
+                let run = |ep, once| ordered(Some((ep, once)), None);
+                with_once_server(target, &ssh, connect, &opts.client, run).await
+            }
+            (None, Some(target)) => {
+                let run = |ep, once| ordered(None, Some((ep, once)));
+                with_once_server(target, &ssh, connect, &opts.client, run).await
+            }
+            (Some(a), Some(b)) => {
+                let run = |at_a, at_b| ordered(Some(at_a), Some(at_b));
+                with_two_once_servers((a, b), &ssh, &opts.client, run).await
+            }
         }
     };
+    // A lost connection runs the copy again, as for any copy: the
+    // destination resumes its partial files.
+    let ran = with_retries(args.retries, console, |_| None, attempt).await;
     let outcome = ran.map(
         |((mut outcome, ran), ssh_time): ((TpcOutcome, TpcRequest), Duration)| {
             outcome.setup += ssh_time;
