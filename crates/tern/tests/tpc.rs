@@ -306,3 +306,27 @@ fn a_third_party_copy_whose_destination_was_killed_runs_again_and_resumes() {
     );
     drop(a);
 }
+
+#[test]
+fn a_source_missing_at_the_source_daemon_is_said_to_be_missing_there() {
+    // Before, the destination (which dialed the source) was named as
+    // refusing: "peer: B refused: peer: nothere.bin: no such file".
+    let env = Env::new();
+    std::fs::create_dir_all(env.p("b-root")).unwrap();
+    let a = serve(&env.p("root"), &env.p("a-state")).start();
+    let b = serve(&env.p("b-root"), &env.p("b-state")).start();
+    for mode in ["pull", "push"] {
+        let out = env.run(&["cp", "--tpc", mode, &a.url("nothere.bin"), &b.url("x.bin")]);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(3), "{said}");
+        assert!(said.contains("nothere.bin: no such file"), "{said}");
+        assert!(!said.contains("refused"), "{mode}: {said}");
+        if mode == "pull" {
+            // The destination dialed, and names the source as the one
+            // that said so.
+            let source = format!("the source daemon ({})", a.addr());
+            assert!(said.contains(&source), "{said}");
+        }
+    }
+    drop((a, b));
+}

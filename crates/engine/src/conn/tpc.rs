@@ -325,6 +325,10 @@ impl Leg {
                     }
                     done @ ControlMsg::TpcDone { .. } => return Ok(Followed::Done(done)),
                     ControlMsg::TpcUnreachable { reason } => return Ok(Followed::Unreachable(reason)),
+                    // The copy failed (it was accepted: not a refusal).
+                    ControlMsg::Error { code, message, .. } => {
+                        return Err(Error::Peer { code, message: format!("{}: {message}", self.name) });
+                    }
                     other => return Err(self.refused(other)),
                 },
                 msg = other.control.recv() => return Err(match msg {

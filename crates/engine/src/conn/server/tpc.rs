@@ -491,11 +491,21 @@ async fn serve_end(
                     ),
                     _ => e,
                 };
+                // The other daemon's own words are said as its, naming it
+                // (the client would otherwise blame this one: a source
+                // file missing at the source, said by the destination).
+                let message = match &told {
+                    Error::Peer { message, .. } => format!(
+                        "the {} daemon ({host}:{port}): {message}",
+                        match role {
+                            TpcRole::Source => "destination",
+                            TpcRole::Dest => "source",
+                        }
+                    ),
+                    other => other.to_string(),
+                };
                 let _ = wr
-                    .send(&tern_session::open::refusal(
-                        told.wire_code(),
-                        told.to_string(),
-                    ))
+                    .send(&tern_session::open::refusal(told.wire_code(), message))
                     .await;
                 return Err(told);
             }
