@@ -78,7 +78,13 @@ fn one_stream_one_file_and_perf_summaries_read_right_and_advise_no_lowering() {
     assert!(said.contains(" 1 stream,"), "{said}");
     assert!(!said.contains("1 streams"), "{said}");
     // A pusher sends: the caveat of a receiving end is not its own.
-    assert!(!said.contains("a receiving end sees less"), "{said}");
+    assert!(!said.contains("only at its sending end"), "{said}");
+    // A puller received: it says so, not that too little data moved.
+    let pulled = env.run(&["cp", "-P", "1", &server.url("a.bin"), &env.s("back.bin")]);
+    let said_pulled = stderr(&pulled);
+    assert!(pulled.status.success(), "{said_pulled}");
+    assert!(said_pulled.contains("This end received"), "{said_pulled}");
+    assert!(!said_pulled.contains("too little data"), "{said_pulled}");
     assert_advice_only_raises(&said);
     let url = format!("tern://127.0.0.1:{}", server.port());
     let out = env.run(&["perf", &url, "--time", "1", "-P", "2"]);

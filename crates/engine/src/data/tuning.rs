@@ -528,10 +528,12 @@ impl Tuners {
         let mut d = tern_drs::diagnose(estimates, tern_drs::HostCaps::read(), &raised);
         d.paths = paths;
         if d.limit == tern_drs::Limit::Unknown && self.direction == Direction::Receive {
-            // The kernel keeps what limited a stream on its sending end.
-            d.summary.push_str(
-                " A receiving end sees less than the sender: the sender's report says more.",
-            );
+            // The kernel keeps what limited a stream on its sending end; a
+            // receiver sees none of it however much it received, so the
+            // generic "too little data moved" would be untrue here.
+            d.summary = "This end received: TCP_INFO tells what limited a stream only at its \
+                         sending end, so the sender's report says it."
+                .into();
         }
         let rcv: Vec<u64> = slots.iter().filter_map(|s| s.tuner.raised_rcvbuf).collect();
         if let Some(&largest) = rcv.iter().max() {
