@@ -121,12 +121,13 @@ pub(crate) enum TakeOverError {
 }
 
 /// `config` with its secrets logged to `capture` and extractable: for one
-/// client connection that [`take_over`] will take.
+/// client connection that [`take_over`] will take. A config made for that
+/// connection alone is changed in place, not copied.
 pub(crate) fn capturing_client(
-    config: &rustls::ClientConfig,
+    config: Arc<rustls::ClientConfig>,
     capture: &SecretCapture,
 ) -> Arc<rustls::ClientConfig> {
-    let mut config = config.clone();
+    let mut config = Arc::unwrap_or_clone(config);
     config.enable_secret_extraction = true;
     config.key_log = Arc::new(capture.clone());
     Arc::new(config)

@@ -65,7 +65,7 @@ impl Dialer {
             let v = PinVerifier::new(Some(self.fingerprint.clone()));
             let capture = SecretCapture::default();
             let config =
-                records::capturing_client(&*v.client_config(self.client_cert.as_ref())?, &capture);
+                records::capturing_client(v.client_config(self.client_cert.as_ref())?, &capture);
             let tls = TlsConnector::from(config)
                 .connect(server_name(&self.ep.host), Aligned::new(tcp))
                 .await

@@ -22,7 +22,7 @@ async fn handshake() -> (Client, SecretCapture, Server, SecretCapture) {
     let client_capture = SecretCapture::default();
     let server_capture = SecretCapture::default();
     let connector = TlsConnector::from(capturing_client(
-        &verifier.client_config(None).unwrap(),
+        verifier.client_config(None).unwrap(),
         &client_capture,
     ));
     let acceptor = TlsAcceptor::from(capturing_server(
